@@ -1,0 +1,126 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace kvik {
+
+std::string SamplingParams::validate() const {
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature)) return "temperature must be a finite number >= 0";
+  if (top_k < -1) return "top_k must be -1, 0 (disabled) or a positive number";
+  if (!(top_p > 0.0f && top_p <= 1.0f)) return "top_p must be in (0, 1]";
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) return "min_p must be in [0, 1]";
+  if (max_tokens < 0) return "max_tokens must be >= 0";
+  return "";
+}
+
+namespace {
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+}  // namespace
+
+RequestRng::RequestRng(uint64_t seed) {
+  for (auto& s : s_) s = splitmix64(seed);
+}
+
+uint64_t RequestRng::next() {
+  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+double RequestRng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+int32_t argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+  return best;
+}
+
+std::vector<float> softmax_probs(std::span<const float> logits) {
+  std::vector<float> p(logits.begin(), logits.end());
+  float mx = -std::numeric_limits<float>::infinity();
+  for (float v : p) mx = std::max(mx, v);
+  double sum = 0.0;
+  for (float& v : p) {
+    v = std::exp(v - mx);
+    sum += v;
+  }
+  for (float& v : p) v = static_cast<float>(v / sum);
+  return p;
+}
+
+std::vector<std::pair<int32_t, float>> sampling_distribution(std::span<const float> logits, const SamplingParams& p) {
+  std::vector<std::pair<int32_t, float>> d;
+  if (p.temperature == 0.0f) {
+    d.emplace_back(argmax(logits), 1.0f);
+    return d;
+  }
+  d.reserve(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (logits[i] != -std::numeric_limits<float>::infinity()) d.emplace_back(static_cast<int32_t>(i), logits[i]);
+  if (d.empty()) fail("sampling: every token is masked");
+  auto by_logit = [](const auto& a, const auto& b) { return a.second > b.second || (a.second == b.second && a.first < b.first); };
+  const size_t k = (p.top_k > 0 && static_cast<size_t>(p.top_k) < d.size()) ? static_cast<size_t>(p.top_k) : d.size();
+  std::partial_sort(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(k), d.end(), by_logit);
+  d.resize(k);
+  // Softmax with temperature over the survivors (d[0] holds the max).
+  const double mx = d[0].second;
+  double sum = 0.0;
+  std::vector<double> e(d.size());
+  for (size_t i = 0; i < d.size(); ++i) sum += e[i] = std::exp((d[i].second - mx) / p.temperature);
+  for (size_t i = 0; i < d.size(); ++i) d[i].second = static_cast<float>(e[i] / sum);
+  // top-p: keep the smallest prefix whose mass reaches top_p.
+  if (p.top_p < 1.0f) {
+    double cum = 0.0;
+    size_t keep = d.size();
+    for (size_t i = 0; i < d.size(); ++i) {
+      cum += e[i] / sum;
+      if (cum >= p.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+    d.resize(keep);
+  }
+  // min-p: drop tokens below min_p × the top probability.
+  if (p.min_p > 0.0f) {
+    const float cut = p.min_p * d[0].second;
+    size_t keep = 1;
+    while (keep < d.size() && d[keep].second >= cut) ++keep;
+    d.resize(keep);
+  }
+  double mass = 0.0;
+  for (const auto& x : d) mass += x.second;
+  for (auto& x : d) x.second = static_cast<float>(x.second / mass);
+  return d;
+}
+
+int32_t sample_token(std::span<const float> logits, const SamplingParams& p, RequestRng& rng) {
+  if (p.temperature == 0.0f) return argmax(logits);
+  const auto d = sampling_distribution(logits, p);
+  const double u = rng.uniform();
+  double cum = 0.0;
+  for (const auto& x : d) {
+    cum += x.second;
+    if (u < cum) return x.first;
+  }
+  return d.back().first;
+}
+
+}  // namespace kvik

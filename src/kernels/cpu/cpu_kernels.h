@@ -1,0 +1,34 @@
+// The per-ISA kernel table. Every entry has a generic (scalar reference) version in generic.cpp; faster
+// versions live in one translation unit per ISA level (isa_avx2.cpp, isa_avx512.cpp) and are chosen once at
+// start-up by cpu_kernels(). Tests compare each fast entry against the generic one.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "tensor/dtype.h"
+
+namespace kvik {
+
+struct CpuKernels {
+  std::string_view isa;  // "generic", "avx2", "avx512", "avx512_vnni"
+  // Dot products of one weight row with one activation row (activation already in the weight's partner type).
+  float (*dot_f32)(const float* w, const float* x, int64_t n);
+  float (*dot_f16)(const uint16_t* w, const uint16_t* x, int64_t n);   // both fp16, f32 accumulation
+  float (*dot_bf16)(const uint16_t* w, const uint16_t* x, int64_t n);  // both bf16, f32 accumulation
+  float (*dot_q8_0)(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nblocks);
+  float (*dot_q4_0)(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nblocks);
+  // Activation conversions (the partner type of each weight type, as llama.cpp pairs them).
+  void (*quantize_q8_0)(const float* x, BlockQ8_0* y, int64_t n);
+  void (*to_f16)(const float* x, uint16_t* y, int64_t n);
+  void (*to_bf16)(const float* x, uint16_t* y, int64_t n);
+};
+
+const CpuKernels& generic_kernels();
+const CpuKernels* avx2_kernels();    // nullptr when not compiled in
+const CpuKernels* avx512_kernels();  // nullptr when not compiled in
+
+// The best table this CPU supports, chosen on first use (KVIK_ISA=generic|avx2|avx512 forces a lower level).
+const CpuKernels& cpu_kernels();
+
+}  // namespace kvik

@@ -1,0 +1,71 @@
+// Scalar reference kernels: the definition of correct for every faster version.
+#include <cmath>
+
+#include "core/fp16.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace kvik {
+namespace {
+
+float dot_f32(const float* w, const float* x, int64_t n) {
+  // 16 independent partial sums: the same association order as the SIMD versions' lanes would give.
+  float acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) acc[l] += w[i + l] * x[i + l];
+  float s = 0.0f;
+  for (int l = 0; l < 16; ++l) s += acc[l];
+  for (; i < n; ++i) s += w[i] * x[i];
+  return s;
+}
+
+float dot_f16(const uint16_t* w, const uint16_t* x, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(fp16_to_f32(w[i])) * fp16_to_f32(x[i]);
+  return static_cast<float>(s);
+}
+
+float dot_bf16(const uint16_t* w, const uint16_t* x, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(bf16_to_f32(w[i])) * bf16_to_f32(x[i]);
+  return static_cast<float>(s);
+}
+
+float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb) {
+  float s = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int32_t sumi = 0;
+    for (int j = 0; j < kQK8_0; ++j) sumi += static_cast<int32_t>(w[b].qs[j]) * x[b].qs[j];
+    s += static_cast<float>(sumi) * (fp16_to_f32(w[b].d) * fp16_to_f32(x[b].d));
+  }
+  return s;
+}
+
+float dot_q4_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb) {
+  float s = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int32_t sumi = 0;
+    for (int j = 0; j < kQK4_0 / 2; ++j) {
+      sumi += ((w[b].qs[j] & 0x0F) - 8) * static_cast<int32_t>(x[b].qs[j]);
+      sumi += ((w[b].qs[j] >> 4) - 8) * static_cast<int32_t>(x[b].qs[j + kQK4_0 / 2]);
+    }
+    s += static_cast<float>(sumi) * (fp16_to_f32(w[b].d) * fp16_to_f32(x[b].d));
+  }
+  return s;
+}
+
+void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) { quantize_row(DType::Q8_0, x, y, n); }
+void to_f16(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_fp16(x[i]);
+}
+void to_bf16(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
+}
+
+constexpr CpuKernels kGeneric = {"generic", dot_f32, dot_f16, dot_bf16, dot_q8_0, dot_q4_0, quantize_q8_0, to_f16, to_bf16};
+
+}  // namespace
+
+const CpuKernels& generic_kernels() { return kGeneric; }
+
+}  // namespace kvik

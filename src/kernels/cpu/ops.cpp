@@ -1,0 +1,196 @@
+#include "kernels/cpu/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace kvik {
+namespace {
+
+// Grows a per-thread scratch buffer; after warm-up no step allocates.
+template <typename T>
+T* scratch(std::vector<T>& buf, size_t n) {
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+// Rows of the weight handled per task: enough work per task to amortise scheduling, small enough for balance.
+constexpr int64_t kRowsPerTask = 16;
+
+template <typename Act, typename Dot>
+void matmul_rows(const Act* xa, size_t act_stride, int64_t T, const WeightMatrix& w, float* y, Dot dot) {
+  const int64_t n_tasks = (w.rows + kRowsPerTask - 1) / kRowsPerTask;
+#pragma omp parallel for schedule(static)
+  for (int64_t task = 0; task < n_tasks; ++task) {
+    const int64_t r0 = task * kRowsPerTask, r1 = std::min(w.rows, r0 + kRowsPerTask);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t r = r0; r < r1; ++r) y[t * w.rows + r] = dot(w.row(r), xa + t * act_stride);
+  }
+}
+
+}  // namespace
+
+void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y) {
+  const CpuKernels& k = cpu_kernels();
+  const int64_t n = w.cols;
+  switch (w.dtype) {
+    case DType::F32:
+      matmul_rows(x, n, T, w, y, [&](const uint8_t* wr, const float* xr) {
+        return k.dot_f32(reinterpret_cast<const float*>(wr), xr, n);
+      });
+      return;
+    case DType::F16:
+    case DType::BF16: {
+      thread_local std::vector<uint16_t> buf;
+      uint16_t* xa = scratch(buf, static_cast<size_t>(T * n));
+      const bool f16 = w.dtype == DType::F16;
+      for (int64_t t = 0; t < T; ++t) (f16 ? k.to_f16 : k.to_bf16)(x + t * n, xa + t * n, n);
+      auto dot = f16 ? k.dot_f16 : k.dot_bf16;
+      matmul_rows(xa, n, T, w, y, [&](const uint8_t* wr, const uint16_t* xr) {
+        return dot(reinterpret_cast<const uint16_t*>(wr), xr, n);
+      });
+      return;
+    }
+    case DType::Q8_0:
+    case DType::Q4_0: {
+      thread_local std::vector<BlockQ8_0> buf;
+      const int64_t nb = n / kQK8_0;
+      BlockQ8_0* xa = scratch(buf, static_cast<size_t>(T * nb));
+      for (int64_t t = 0; t < T; ++t) k.quantize_q8_0(x + t * n, xa + t * nb, n);
+      if (w.dtype == DType::Q8_0)
+        matmul_rows(xa, nb, T, w, y, [&](const uint8_t* wr, const BlockQ8_0* xr) {
+          return k.dot_q8_0(reinterpret_cast<const BlockQ8_0*>(wr), xr, nb);
+        });
+      else
+        matmul_rows(xa, nb, T, w, y, [&](const uint8_t* wr, const BlockQ8_0* xr) {
+          return k.dot_q4_0(reinterpret_cast<const BlockQ4_0*>(wr), xr, nb);
+        });
+      return;
+    }
+    default:
+      fail("matmul: no kernel for weight type {}", dtype_name(w.dtype));
+  }
+}
+
+void rmsnorm(const float* x, const float* g, float* y, int64_t T, int64_t n, float eps) {
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xr = x + t * n;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i]) * xr[i];
+    const float scale = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(n)) + eps);
+    float* yr = y + t * n;
+    for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * scale * g[i];
+  }
+}
+
+void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t rope_dim, int32_t pos, float freq_base, RopeType type) {
+  // θ_i = pos · base^(−2i/rope_dim), built by repeated multiplication in float as ggml does.
+  const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(rope_dim));
+  thread_local std::vector<float> cs;
+  float* c = scratch(cs, static_cast<size_t>(rope_dim));
+  float theta = static_cast<float>(pos);
+  for (int64_t i = 0; i < rope_dim / 2; ++i) {
+    c[2 * i] = std::cos(theta);
+    c[2 * i + 1] = std::sin(theta);
+    theta *= theta_scale;
+  }
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* v = x + h * head_dim;
+    for (int64_t i = 0; i < rope_dim / 2; ++i) {
+      const int64_t a = type == RopeType::kNorm ? 2 * i : i;
+      const int64_t b = type == RopeType::kNorm ? 2 * i + 1 : i + rope_dim / 2;
+      const float x0 = v[a], x1 = v[b];
+      v[a] = x0 * c[2 * i] - x1 * c[2 * i + 1];
+      v[b] = x0 * c[2 * i + 1] + x1 * c[2 * i];
+    }
+  }
+}
+
+void silu_mul(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void softmax(float* x, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t T, int64_t kv_dim, void* k_cache,
+              void* v_cache, KvDType dtype) {
+  for (int64_t t = 0; t < T; ++t) {
+    const size_t off = static_cast<size_t>(slot_mapping[t]) * kv_dim;
+    if (dtype == KvDType::kF32) {
+      std::memcpy(static_cast<float*>(k_cache) + off, k + t * kv_dim, kv_dim * sizeof(float));
+      std::memcpy(static_cast<float*>(v_cache) + off, v + t * kv_dim, kv_dim * sizeof(float));
+    } else {
+      for (int64_t i = 0; i < kv_dim; ++i) {
+        static_cast<uint16_t*>(k_cache)[off + i] = f32_to_fp16(k[t * kv_dim + i]);
+        static_cast<uint16_t*>(v_cache)[off + i] = f32_to_fp16(v[t * kv_dim + i]);
+      }
+    }
+  }
+}
+
+namespace {
+
+template <typename KV>
+inline float to_f32(KV v) {
+  if constexpr (std::is_same_v<KV, float>) return v;
+  else return fp16_to_f32(v);
+}
+
+template <typename KV>
+void attention_impl(const PagedAttentionArgs& a) {
+  const KV* kc = static_cast<const KV*>(a.k_cache);
+  const KV* vc = static_cast<const KV*>(a.v_cache);
+  const int64_t d = a.head_dim, kv_dim = a.n_kv_heads * d, group = a.n_heads / a.n_kv_heads;
+  const int64_t T = a.query_start_loc[a.num_reqs];
+  // One task per (query token, head): independent, so the split never changes a result.
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t task = 0; task < T * a.n_heads; ++task) {
+    const int64_t t = task / a.n_heads, h = task % a.n_heads, kvh = h / group;
+    int32_t r = 0;
+    while (a.query_start_loc[r + 1] <= t) ++r;
+    const int32_t n_keys = a.positions[t] + 1;
+    const int32_t* table = a.block_tables + static_cast<int64_t>(r) * a.max_blocks_per_seq;
+    thread_local std::vector<float> sbuf;
+    float* scores = scratch(sbuf, static_cast<size_t>(n_keys));
+    const float* q = a.q + (t * a.n_heads + h) * d;
+    for (int32_t p = 0; p < n_keys; ++p) {
+      const int64_t slot = static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size;
+      const KV* kr = kc + slot * kv_dim + kvh * d;
+      float s = 0.0f;
+      for (int64_t i = 0; i < d; ++i) s += q[i] * to_f32(kr[i]);
+      scores[p] = s * a.scale;
+    }
+    softmax(scores, n_keys);
+    float* o = a.out + (t * a.n_heads + h) * d;
+    std::fill(o, o + d, 0.0f);
+    for (int32_t p = 0; p < n_keys; ++p) {
+      const int64_t slot = static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size;
+      const KV* vr = vc + slot * kv_dim + kvh * d;
+      const float w = scores[p];
+      for (int64_t i = 0; i < d; ++i) o[i] += w * to_f32(vr[i]);
+    }
+  }
+}
+
+}  // namespace
+
+void paged_attention(const PagedAttentionArgs& a) {
+  if (a.kv_dtype == KvDType::kF32) attention_impl<float>(a);
+  else attention_impl<uint16_t>(a);
+}
+
+}  // namespace kvik

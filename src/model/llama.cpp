@@ -1,0 +1,172 @@
+#include "model/llama.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/cpu/ops.h"
+
+namespace kvik {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+const GgufTensorInfo& require_tensor(const GgufFile& g, const std::string& name, const std::vector<int64_t>& shape) {
+  const GgufTensorInfo* t = g.find_tensor(name);
+  if (!t) fail("{}: required tensor '{}' is missing", g.path(), name);
+  if (t->shape != shape)
+    fail("{}: tensor '{}' has shape {}, expected {}", g.path(), name, shape_str(t->shape), shape_str(shape));
+  if (!traits(t->dtype).can_compute)
+    fail("{}: tensor '{}' has type {}, which kvik cannot compute with yet (supported: f32, f16, bf16, q8_0, q4_0)",
+         g.path(), name, dtype_name(t->dtype));
+  return *t;
+}
+
+// GGUF shape [cols, rows]: rows output features of cols inputs each.
+WeightMatrix matrix(const GgufFile& g, const std::string& name, int64_t rows, int64_t cols) {
+  const GgufTensorInfo& t = require_tensor(g, name, {cols, rows});
+  return WeightMatrix{t.dtype, rows, cols, t.data, *row_bytes(t.dtype, cols)};
+}
+
+const float* norm_vector(const GgufFile& g, const std::string& name, int64_t n) {
+  const GgufTensorInfo& t = require_tensor(g, name, {n});
+  if (t.dtype != DType::F32) fail("{}: tensor '{}' has type {}, expected f32", g.path(), name, dtype_name(t.dtype));
+  if (reinterpret_cast<uintptr_t>(t.data) % alignof(float) != 0)
+    fail("{}: tensor '{}' data is not 4-byte aligned", g.path(), name);
+  return reinterpret_cast<const float*>(t.data);
+}
+
+}  // namespace
+
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
+  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  m->gguf_ = GgufFile::open(path);
+  const GgufFile& g = *m->gguf_;
+  const ModelConfig& c = m->config_ = config_from_gguf(g);
+  m->token_embd_ = &require_tensor(g, "token_embd.weight", {c.dim, c.vocab_size});
+  m->output_norm_ = norm_vector(g, "output_norm.weight", c.dim);
+  m->output_ = c.tied_embeddings ? matrix(g, "token_embd.weight", c.vocab_size, c.dim)
+                                 : matrix(g, "output.weight", c.vocab_size, c.dim);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    LayerWeights w;
+    w.attn_norm = norm_vector(g, p + "attn_norm.weight", c.dim);
+    w.wq = matrix(g, p + "attn_q.weight", c.q_dim(), c.dim);
+    w.wk = matrix(g, p + "attn_k.weight", c.kv_dim(), c.dim);
+    w.wv = matrix(g, p + "attn_v.weight", c.kv_dim(), c.dim);
+    w.wo = matrix(g, p + "attn_output.weight", c.dim, c.q_dim());
+    w.ffn_norm = norm_vector(g, p + "ffn_norm.weight", c.dim);
+    w.w_gate = matrix(g, p + "ffn_gate.weight", c.ff_dim, c.dim);
+    w.w_up = matrix(g, p + "ffn_up.weight", c.ff_dim, c.dim);
+    w.w_down = matrix(g, p + "ffn_down.weight", c.dim, c.ff_dim);
+    m->layers_.push_back(w);
+  }
+  return m;
+}
+
+int64_t LlamaModel::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& t : gguf_->tensors()) n += t.numel();
+  return n;
+}
+
+int64_t LlamaModel::weight_bytes() const {
+  int64_t n = 0;
+  for (const auto& t : gguf_->tensors()) n += static_cast<int64_t>(t.nbytes);
+  return n;
+}
+
+void LlamaModel::Workspace::reserve(const ModelConfig& c, int64_t T) {
+  if (T <= capacity) return;
+  capacity = T;
+  x.resize(T * c.dim);
+  xn.resize(T * c.dim);
+  q.resize(T * c.q_dim());
+  k.resize(T * c.kv_dim());
+  v.resize(T * c.kv_dim());
+  attn.resize(T * c.q_dim());
+  proj.resize(T * c.dim);
+  gate.resize(T * c.ff_dim);
+  up.resize(T * c.ff_dim);
+  rows.resize(T * c.dim);
+}
+
+void LlamaModel::forward(const ForwardBatch& b, KvCacheTensors& cache, float* logits) {
+  const ModelConfig& c = config_;
+  const int64_t T = static_cast<int64_t>(b.token_ids.size());
+  if (T == 0) return;
+  ws_.reserve(c, T);
+
+  // Embedding lookup: x [T, d]
+  const size_t emb_row = *row_bytes(token_embd_->dtype, c.dim);
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t id = b.token_ids[t];
+    if (id < 0 || id >= c.vocab_size) fail("token id {} is outside the vocabulary (0..{})", id, c.vocab_size - 1);
+    dequantize_row(token_embd_->dtype, token_embd_->data + static_cast<size_t>(id) * emb_row, &ws_.x[t * c.dim], c.dim);
+  }
+
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    attention_block(l, b, cache, T);
+    mlp_block(l, T);
+  }
+
+  // Final norm and LM head, only for the rows asked for: logits [N, V]
+  const int64_t N = static_cast<int64_t>(b.logits_indices.size());
+  for (int64_t i = 0; i < N; ++i)
+    std::copy_n(&ws_.x[b.logits_indices[i] * c.dim], c.dim, &ws_.rows[i * c.dim]);
+  rmsnorm(ws_.rows.data(), output_norm_, ws_.xn.data(), N, c.dim, c.rms_eps);
+  matmul(ws_.xn.data(), N, output_, logits);
+}
+
+void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensors& cache, int64_t T) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = layers_[l];
+  rmsnorm(ws_.x.data(), w.attn_norm, ws_.xn.data(), T, c.dim, c.rms_eps);  // xn [T, d]
+  matmul(ws_.xn.data(), T, w.wq, ws_.q.data());                            // q [T, n_h, d_h]
+  matmul(ws_.xn.data(), T, w.wk, ws_.k.data());                            // k [T, n_kv, d_h]
+  matmul(ws_.xn.data(), T, w.wv, ws_.v.data());                            // v [T, n_kv, d_h]
+  for (int64_t t = 0; t < T; ++t) {
+    rope(&ws_.q[t * c.q_dim()], c.n_heads, c.head_dim, c.rope_dim, b.positions[t], c.rope_freq_base, c.rope_type);
+    rope(&ws_.k[t * c.kv_dim()], c.n_kv_heads, c.head_dim, c.rope_dim, b.positions[t], c.rope_freq_base, c.rope_type);
+  }
+  write_kv(ws_.k.data(), ws_.v.data(), b.slot_mapping.data(), T, c.kv_dim(), cache.k(l), cache.v(l), cache.dtype());
+
+  PagedAttentionArgs a;
+  a.q = ws_.q.data();
+  a.k_cache = cache.k(l);
+  a.v_cache = cache.v(l);
+  a.kv_dtype = cache.dtype();
+  a.out = ws_.attn.data();  // [T, n_h, d_h]
+  a.num_reqs = static_cast<int32_t>(b.seq_lens.size());
+  a.query_start_loc = b.query_start_loc.data();
+  a.seq_lens = b.seq_lens.data();
+  a.positions = b.positions.data();
+  a.block_tables = b.block_tables.data();
+  a.max_blocks_per_seq = b.max_blocks_per_seq;
+  a.block_size = cache.block_size();
+  a.n_heads = c.n_heads;
+  a.n_kv_heads = c.n_kv_heads;
+  a.head_dim = c.head_dim;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  paged_attention(a);
+
+  matmul(ws_.attn.data(), T, w.wo, ws_.proj.data());  // [T, d]
+  for (int64_t i = 0; i < T * c.dim; ++i) ws_.x[i] += ws_.proj[i];
+}
+
+void LlamaModel::mlp_block(int64_t l, int64_t T) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = layers_[l];
+  rmsnorm(ws_.x.data(), w.ffn_norm, ws_.xn.data(), T, c.dim, c.rms_eps);  // xn [T, d]
+  matmul(ws_.xn.data(), T, w.w_gate, ws_.gate.data());                    // gate [T, d_ff]
+  matmul(ws_.xn.data(), T, w.w_up, ws_.up.data());                        // up [T, d_ff]
+  silu_mul(ws_.gate.data(), ws_.up.data(), T * c.ff_dim);                 // silu(gate) · up
+  matmul(ws_.gate.data(), T, w.w_down, ws_.proj.data());                  // [T, d]
+  for (int64_t i = 0; i < T * c.dim; ++i) ws_.x[i] += ws_.proj[i];
+}
+
+}  // namespace kvik

@@ -1,0 +1,70 @@
+// The Llama-family transformer (llama2.c's run.c is the bar for how this reads): embedding, L pre-norm blocks
+// of attention + SwiGLU MLP on the residual stream, final norm, LM head.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "formats/gguf.h"
+#include "model/kv_cache.h"
+#include "model/model_config.h"
+#include "tensor/tensor.h"
+
+namespace kvik {
+
+// One step's flat batch: all scheduled tokens of all requests, [T] rows, as vLLM's model runner builds it.
+struct ForwardBatch {
+  std::span<const int32_t> token_ids;        // [T]
+  std::span<const int32_t> positions;        // [T]
+  std::span<const int64_t> slot_mapping;     // [T] cache slot each token's K/V is written to
+  std::span<const int32_t> query_start_loc;  // [R + 1]
+  std::span<const int32_t> seq_lens;         // [R] tokens in the cache after this step
+  std::span<const int32_t> block_tables;     // [R, max_blocks_per_seq]
+  int32_t max_blocks_per_seq = 0;
+  std::span<const int32_t> logits_indices;   // rows whose logits are wanted, [N]
+};
+
+struct LayerWeights {
+  const float* attn_norm = nullptr;  // [d]
+  WeightMatrix wq, wk, wv, wo;       // [d → n_h·d_h], [d → n_kv·d_h] ×2, [n_h·d_h → d]
+  const float* ffn_norm = nullptr;   // [d]
+  WeightMatrix w_gate, w_up, w_down; // [d → d_ff] ×2, [d_ff → d]
+};
+
+class LlamaModel {
+ public:
+  // Loads (mmaps) a GGUF file and validates every tensor's dtype and shape; throws kvik::Error naming
+  // the tensor with expected vs found.
+  static std::unique_ptr<LlamaModel> load(const std::string& path);
+
+  const ModelConfig& config() const { return config_; }
+  const GgufFile& gguf() const { return *gguf_; }
+  int64_t parameter_count() const;
+  int64_t weight_bytes() const;
+
+  // Runs the batch; writes K/V of every token into `cache` and logits [N, V] for batch.logits_indices.
+  void forward(const ForwardBatch& batch, KvCacheTensors& cache, float* logits);
+
+ private:
+  struct Workspace {
+    int64_t capacity = 0;
+    std::vector<float> x, xn, q, k, v, attn, proj, gate, up, rows;
+    void reserve(const ModelConfig& c, int64_t T);
+  };
+
+  LlamaModel() = default;
+  void attention_block(int64_t layer, const ForwardBatch& b, KvCacheTensors& cache, int64_t T);
+  void mlp_block(int64_t layer, int64_t T);
+
+  std::unique_ptr<GgufFile> gguf_;
+  ModelConfig config_;
+  const GgufTensorInfo* token_embd_ = nullptr;
+  const float* output_norm_ = nullptr;
+  WeightMatrix output_;
+  std::vector<LayerWeights> layers_;
+  Workspace ws_;
+};
+
+}  // namespace kvik

@@ -1,0 +1,21 @@
+// Non-owning views of weights. A weight matrix is `rows` output features, each a contiguous row of `cols`
+// input features in `dtype` (GGUF shape [cols, rows]; PyTorch's [out, in]).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace kvik {
+
+struct WeightMatrix {
+  DType dtype = DType::F32;
+  int64_t rows = 0;  // out features
+  int64_t cols = 0;  // in features
+  const uint8_t* data = nullptr;
+  size_t row_bytes = 0;
+  const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
+};
+
+}  // namespace kvik
