@@ -1,5 +1,6 @@
 #include "formats/gguf.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -95,7 +96,6 @@ void read_scalar(Cursor& c, GgufType t, GgufValue& v) {
 }
 
 GgufValue read_value(Cursor& c) {
-  const size_t start = c.pos();
   GgufValue v;
   const uint32_t t = c.read<uint32_t>("value type");
   if (!known_type(t)) c.error("unknown value type {}", t);
@@ -240,8 +240,10 @@ void GgufFile::parse_all(std::span<const uint8_t> bytes) {
 
   if (const GgufValue* a = find("general.alignment")) {
     if (!a->is_integer() || a->u == 0 || a->u > (1u << 30) || (a->u & (a->u - 1)) != 0)
-      fail("{}: metadata key 'general.alignment': must be a power-of-two integer, found {} of type {}", path_,
-           a->is_integer() ? std::to_string(a->u) : std::string("a value"), gguf_type_name(a->type));
+      fail("{}: metadata key 'general.alignment': must be a power-of-two integer, found {} of type {} (value at "
+           "byte offset {})",
+           path_, a->is_integer() ? std::to_string(a->i) : std::string("a value"), gguf_type_name(a->type),
+           a->raw.data() - bytes.data());
     alignment_ = static_cast<uint32_t>(a->u);
   }
 
@@ -287,7 +289,8 @@ void GgufFile::parse_all(std::span<const uint8_t> bytes) {
       fail("{}: tensor '{}': data [{}, {}) relative to the data section at byte offset {} runs past the end of the "
            "file ({} bytes of data)",
            path_, t.name, t.offset, t.offset + t.nbytes, data_offset_, data_size);
-    t.data = bytes.data() + data_offset_ + t.offset;
+    // A zero-byte tensor may sit at the very end, where the padded data section starts past the file's end.
+    t.data = bytes.data() + std::min<uint64_t>(data_offset_ + t.offset, bytes.size());
   }
 }
 
