@@ -1,2 +1,34 @@
+// kvik: an LLM inference engine. `kvik <command> --help` for each command.
 #include <cstdio>
-int main() { std::puts("kvik"); return 0; }
+#include <map>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvik: LLM inference on the CPU (GGUF Llama models)"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Help for every command");
+  std::map<std::string, kvik::cli::Run> runs;
+  runs["generate"] = kvik::cli::add_generate(app);
+  runs["tokenize"] = kvik::cli::add_tokenize(app);
+  runs["detokenize"] = kvik::cli::add_detokenize(app);
+  runs["inspect"] = kvik::cli::add_inspect(app);
+  runs["synth"] = kvik::cli::add_synth(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto* sub : app.get_subcommands()) return runs.at(sub->get_name())();
+  } catch (const kvik::Error& e) {
+    std::fprintf(stderr, "kvik: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvik: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

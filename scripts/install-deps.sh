@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs kvik's build and test dependencies from Debian packages (skips apt when all are present).
+set -euo pipefail
+pkgs=(build-essential cmake ninja-build ccache pkg-config
+      nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libxxhash-dev libcli11-dev libfmt-dev
+      libgtest-dev libgmock-dev libbenchmark-dev clang nodejs npm)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

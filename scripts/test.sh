@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds, and runs the whole test suite (ctest, both cores).
+# Usage: scripts/test.sh [--sanitize]   (--sanitize runs it under ASan+UBSan in build-asan/)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+dir=$(scripts/build.sh "$@" | tail -n 1)
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+ctest --test-dir "$dir" -j2 --output-on-failure --timeout 900

@@ -1,0 +1,121 @@
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "formats/gguf.h"
+#include "model/model_config.h"
+#include "model/synth.h"
+
+namespace kvik::cli {
+namespace {
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  return fmt::format("{:.2f} {}", b, units[u]);
+}
+
+std::string value_str(const GgufValue& v) {
+  switch (v.type) {
+    case GgufType::STRING: {
+      std::string s(v.str.substr(0, 80));
+      for (char& ch : s)
+        if (ch == '\n') ch = ' ';
+      return "\"" + s + (v.str.size() > 80 ? "...\"" : "\"");
+    }
+    case GgufType::F32: case GgufType::F64: return fmt::format("{}", v.f);
+    case GgufType::BOOL: return v.u ? "true" : "false";
+    case GgufType::ARRAY: {
+      std::string s = fmt::format("[{} x {}]", v.count, gguf_type_name(v.elem_type));
+      if (v.elem_type == GgufType::STRING && !v.strings.empty()) s += fmt::format(" \"{}\", ...", v.strings[0].substr(0, 20));
+      return s;
+    }
+    case GgufType::I8: case GgufType::I16: case GgufType::I32: case GgufType::I64: return std::to_string(v.i);
+    default: return std::to_string(v.u);
+  }
+}
+
+}  // namespace
+
+Run add_inspect(CLI::App& app) {
+  auto path = std::make_shared<std::string>();
+  auto* c = app.add_subcommand("inspect", "Shapes, tensors, parameter count and KV bytes per token of a GGUF model");
+  c->add_option("path", *path, "GGUF file")->required();
+  return [path]() {
+    auto g = GgufFile::open(*path);
+    std::printf("file: %s (GGUF v%u, %zu metadata keys, %zu tensors, alignment %u)\n", path->c_str(), g->version(),
+                g->metadata().size(), g->tensors().size(), g->alignment());
+    int64_t params = 0, bytes = 0;
+    for (const auto& t : g->tensors()) params += t.numel(), bytes += static_cast<int64_t>(t.nbytes);
+    try {
+      const ModelConfig c = config_from_gguf(*g);
+      std::printf("architecture: %s%s%s\n\n", c.arch.c_str(), c.name.empty() ? "" : "  name: ", c.name.c_str());
+      std::printf("shapes (the course's notation)\n");
+      std::printf("  d     %8lld  model width (embedding_length)\n", (long long)c.dim);
+      std::printf("  L     %8lld  blocks\n", (long long)c.n_layers);
+      std::printf("  n_h   %8lld  query heads\n", (long long)c.n_heads);
+      std::printf("  n_kv  %8lld  KV heads (%s)\n", (long long)c.n_kv_heads,
+                  c.n_kv_heads == c.n_heads ? "MHA"
+                  : c.n_kv_heads == 1       ? "MQA"
+                                            : fmt::format("GQA, {} query heads share one KV head",
+                                                          c.n_heads / c.n_kv_heads).c_str());
+      std::printf("  d_h   %8lld  head dimension\n", (long long)c.head_dim);
+      std::printf("  d_ff  %8lld  MLP width\n", (long long)c.ff_dim);
+      std::printf("  V     %8lld  vocabulary\n", (long long)c.vocab_size);
+      std::printf("  context %lld, rope base %g over %lld dims, rms eps %g, %s LM head\n\n", (long long)c.context_length,
+                  c.rope_freq_base, (long long)c.rope_dim, c.rms_eps, c.tied_embeddings ? "tied" : "separate");
+      const int64_t kv32 = c.kv_bytes_per_token(4), kv16 = c.kv_bytes_per_token(2);
+      std::printf("parameters: %s (%.3f M)\n", fmt::format("{:L}", params).c_str(), params / 1e6);
+      std::printf("weight bytes: %s (%lld)\n", human_bytes(static_cast<double>(bytes)).c_str(), (long long)bytes);
+      std::printf("KV bytes per token: 2 x L x n_kv x d_h x bytes = 2 x %lld x %lld x %lld x 4 = %lld (f32), %lld (f16)\n",
+                  (long long)c.n_layers, (long long)c.n_kv_heads, (long long)c.head_dim, (long long)kv32, (long long)kv16);
+      std::printf("KV bytes for one full context of %lld tokens: %s (f32), %s (f16)\n\n", (long long)c.context_length,
+                  human_bytes(static_cast<double>(kv32) * c.context_length).c_str(),
+                  human_bytes(static_cast<double>(kv16) * c.context_length).c_str());
+    } catch (const Error& e) {
+      std::printf("model: not runnable by kvik: %s\n\n", e.what());
+      std::printf("parameters: %lld\nweight bytes: %s\n\n", (long long)params, human_bytes(static_cast<double>(bytes)).c_str());
+    }
+    std::printf("metadata\n");
+    for (const auto& [k, v] : g->metadata()) std::printf("  %-44s %s\n", k.c_str(), value_str(v).c_str());
+    std::printf("\ntensors\n  %-36s %-6s %-22s %12s\n", "name", "type", "shape", "bytes");
+    for (const auto& t : g->tensors()) {
+      std::string shape = "[";
+      for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(t.shape[i]);
+      shape += "]";
+      std::printf("  %-36s %-6s %-22s %12zu\n", t.name.c_str(), std::string(dtype_name(t.dtype)).c_str(), shape.c_str(),
+                  t.nbytes);
+    }
+    return 0;
+  };
+}
+
+Run add_synth(CLI::App& app) {
+  auto o = std::make_shared<SynthOptions>();
+  auto type = std::make_shared<std::string>("f32");
+  auto* c = app.add_subcommand("synth", "Write a random-weight Llama GGUF model of any shape (loads in kvik and llama.cpp)");
+  c->add_option("out", o->out_path, "Output .gguf path")->required();
+  c->add_option("--dim", o->dim, "Model width d")->capture_default_str();
+  c->add_option("--layers", o->layers, "Blocks L")->capture_default_str();
+  c->add_option("--heads", o->heads, "Query heads n_h")->capture_default_str();
+  c->add_option("--kv-heads", o->kv_heads, "KV heads n_kv")->capture_default_str();
+  c->add_option("--head-dim", o->head_dim, "Head dimension d_h (0 = dim / heads)")->capture_default_str();
+  c->add_option("--ff", o->ff, "MLP width d_ff")->capture_default_str();
+  c->add_option("--vocab", o->vocab, "Vocabulary size V")->capture_default_str();
+  c->add_option("--context", o->context, "Context length")->capture_default_str();
+  c->add_option("--type", *type, "Weight type: f32 f16 bf16 q8_0 q4_0")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}))->capture_default_str();
+  c->add_option("--tokenizer-from", o->tokenizer_from, "Copy the tokenizer of this GGUF (padded to --vocab)");
+  c->add_option("--seed", o->seed, "Random seed")->capture_default_str();
+  return [o, type]() {
+    o->type = *dtype_from_name(*type);
+    synth_llama_gguf(*o);
+    std::fprintf(stderr, "wrote %s\n", o->out_path.c_str());
+    return 0;
+  };
+}
+
+}  // namespace kvik::cli

@@ -1,0 +1,21 @@
+// kvik's subcommands. Each registers its flags on a CLI11 subcommand and returns the function that runs it.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace kvik::cli {
+
+using Run = std::function<int()>;
+
+Run add_generate(CLI::App& app);
+Run add_tokenize(CLI::App& app);
+Run add_detokenize(CLI::App& app);
+Run add_inspect(CLI::App& app);
+Run add_synth(CLI::App& app);
+
+// Applies --threads (0 = all cores) to the kernels' thread pool.
+void set_threads(int threads);
+
+}  // namespace kvik::cli
