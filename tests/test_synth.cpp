@@ -253,7 +253,7 @@ TEST(Synth, TokenizerCopiedFromStoriesIsPaddedToVocab) {
 }
 
 void expect_error(SynthOptions o, const std::string& needle) {
-  if (o.out_path.empty() && needle != "--out") o.out_path = temp_path("bad");
+  if (o.out_path.empty() && needle != "output path") o.out_path = temp_path("bad");
   try {
     synth_llama_gguf(o);
     ADD_FAILURE() << "no error; expected one mentioning " << needle;
@@ -265,7 +265,7 @@ void expect_error(SynthOptions o, const std::string& needle) {
 
 TEST(Synth, BadOptionsThrowNamingTheFlag) {
   SynthOptions o;
-  expect_error(o, "--out");
+  expect_error(o, "output path");
   o = {};
   o.heads = 4, o.kv_heads = 3;
   expect_error(o, "--kv-heads 3");

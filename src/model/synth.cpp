@@ -64,7 +64,7 @@ uint32_t llama_file_type(DType t) {
 }
 
 void validate(const SynthOptions& o, int head_dim) {
-  if (o.out_path.empty()) fail("synth: --out is required");
+  if (o.out_path.empty()) fail("synth: no output path given");
   auto positive = [](int v, std::string_view flag) {
     if (v <= 0) fail("synth: {} {} must be positive", flag, v);
   };
