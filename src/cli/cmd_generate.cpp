@@ -1,17 +1,16 @@
-#include <omp.h>
-
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "engine/generate.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace kvik::cli {
 
 void set_threads(int threads) {
-  if (threads > 0) omp_set_num_threads(threads);
+  ThreadPool::global().set_num_threads(threads);
 }
 
 Run add_generate(CLI::App& app) {

@@ -13,7 +13,7 @@ std::string SamplingParams::validate() const {
   if (top_k < -1) return "top_k must be -1, 0 (disabled) or a positive number";
   if (!(top_p > 0.0f && top_p <= 1.0f)) return "top_p must be in (0, 1]";
   if (!(min_p >= 0.0f && min_p <= 1.0f)) return "min_p must be in [0, 1]";
-  if (max_tokens < 0) return "max_tokens must be >= 0";
+  if (max_tokens < 1) return "max_tokens must be at least 1";
   return "";
 }
 

@@ -28,6 +28,7 @@ class KvCacheTensors {
 
  private:
   struct Free {
+    size_t bytes = 0;
     void operator()(void* p) const;
   };
   struct Layer {

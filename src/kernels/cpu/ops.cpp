@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/thread_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace kvik {
@@ -20,16 +21,22 @@ T* scratch(std::vector<T>& buf, size_t n) {
 
 // Rows of the weight handled per task: enough work per task to amortise scheduling, small enough for balance.
 constexpr int64_t kRowsPerTask = 16;
+// Multiply-adds below which an op is not worth splitting across threads.
+constexpr int64_t kMinParallelWork = int64_t{1} << 20;
 
 template <typename Act, typename Dot>
 void matmul_rows(const Act* xa, size_t act_stride, int64_t T, const WeightMatrix& w, float* y, Dot dot) {
   const int64_t n_tasks = (w.rows + kRowsPerTask - 1) / kRowsPerTask;
-#pragma omp parallel for schedule(static)
-  for (int64_t task = 0; task < n_tasks; ++task) {
-    const int64_t r0 = task * kRowsPerTask, r1 = std::min(w.rows, r0 + kRowsPerTask);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t r = r0; r < r1; ++r) y[t * w.rows + r] = dot(w.row(r), xa + t * act_stride);
-  }
+  auto tasks = [&](int64_t task_begin, int64_t task_end) {
+    for (int64_t task = task_begin; task < task_end; ++task) {
+      const int64_t r0 = task * kRowsPerTask, r1 = std::min(w.rows, r0 + kRowsPerTask);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t r = r0; r < r1; ++r) y[t * w.rows + r] = dot(w.row(r), xa + t * act_stride);
+    }
+  };
+  // Small products run on the calling thread: waking the pool costs more than the work.
+  if (T * w.rows * w.cols < kMinParallelWork) tasks(0, n_tasks);
+  else ThreadPool::global().parallel_for(n_tasks, tasks);
 }
 
 }  // namespace
@@ -156,9 +163,12 @@ void attention_impl(const PagedAttentionArgs& a) {
   const KV* vc = static_cast<const KV*>(a.v_cache);
   const int64_t d = a.head_dim, kv_dim = a.n_kv_heads * d, group = a.n_heads / a.n_kv_heads;
   const int64_t T = a.query_start_loc[a.num_reqs];
+  int64_t work = 0;  // multiply-adds: each query row reads its keys twice
+  for (int32_t r = 0; r < a.num_reqs; ++r)
+    work += static_cast<int64_t>(a.query_start_loc[r + 1] - a.query_start_loc[r]) * a.seq_lens[r];
+  work *= 2 * a.n_heads * d;
   // One task per (query token, head): independent, so the split never changes a result.
-#pragma omp parallel for schedule(dynamic, 4)
-  for (int64_t task = 0; task < T * a.n_heads; ++task) {
+  auto one = [&](int64_t task) {
     const int64_t t = task / a.n_heads, h = task % a.n_heads, kvh = h / group;
     int32_t r = 0;
     while (a.query_start_loc[r + 1] <= t) ++r;
@@ -183,7 +193,12 @@ void attention_impl(const PagedAttentionArgs& a) {
       const float w = scores[p];
       for (int64_t i = 0; i < d; ++i) o[i] += w * to_f32(vr[i]);
     }
-  }
+  };
+  auto range = [&](int64_t b, int64_t e) {
+    for (int64_t task = b; task < e; ++task) one(task);
+  };
+  if (work < kMinParallelWork) range(0, T * a.n_heads);
+  else ThreadPool::global().parallel_for_dynamic(T * a.n_heads, 4, range);
 }
 
 }  // namespace

@@ -1,0 +1,98 @@
+// EngineCore (vLLM's engine/core.py): owns the model runner, the KV cache and the scheduler, and runs one
+// step at a time: schedule() → execute_model() → update_from_output(). add_request() and abort() may be
+// called from any thread; step() runs on the engine thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/kv_cache_manager.h"
+#include "engine/model_runner.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "model/kv_cache.h"
+#include "model/llama.h"
+
+namespace kvik {
+
+struct EngineConfig {
+  int64_t max_model_len = 0;            // 0 = the model's context length
+  int64_t max_num_seqs = 64;
+  int64_t max_num_batched_tokens = 2048;
+  int32_t block_size = 16;
+  double kv_cache_memory_gib = 0;       // 0 = memory_utilization × RAM − weights
+  double memory_utilization = 0.9;
+  int64_t num_kv_blocks = 0;            // > 0 overrides both (tests)
+  bool enable_prefix_caching = true;
+  KvDType kv_cache_dtype = KvDType::kF32;
+  int64_t long_prefill_token_threshold = 0;
+  bool log_stats = true;                // print the start-up capacity lines
+};
+
+// What the KV pool can hold, as the course explains it; computed once at start-up.
+struct KvCapacity {
+  int64_t bytes_per_token = 0;
+  int64_t num_blocks = 0;
+  int64_t tokens = 0;
+  double gib = 0;
+  double max_concurrency = 0;  // tokens / max_model_len
+};
+
+struct RequestOutput {
+  std::string request_id;
+  std::vector<int32_t> new_token_ids;
+  bool finished = false;
+  std::string finish_reason;  // "stop", "length", "abort" when finished
+  int64_t num_prompt_tokens = 0;
+  int64_t num_output_tokens = 0;
+  RequestStats stats;  // complete when finished
+};
+
+class EngineCore {
+ public:
+  EngineCore(LlamaModel& model, const EngineConfig& config, std::vector<int32_t> eos_token_ids);
+
+  const EngineConfig& config() const { return config_; }  // max_model_len resolved
+  const KvCapacity& capacity() const { return capacity_; }
+
+  // Validates and queues a request. Returns an error message naming the problem, or "" when queued.
+  std::string add_request(const std::string& id, std::vector<int32_t> prompt_ids, const SamplingParams& params);
+  void abort(const std::string& id);
+
+  // One engine step. Returns the new tokens and finishes of this step (aborts included).
+  std::vector<RequestOutput> step();
+  bool has_unfinished() const;
+
+  // Observability for metrics, benchmarks and tests (call from the engine thread).
+  const Scheduler& scheduler() const { return *scheduler_; }
+  const KVCacheManager& kv_cache_manager() const { return *kv_; }
+  int64_t last_step_tokens() const { return last_step_tokens_; }
+
+ private:
+  void drain_pending(std::vector<RequestOutput>& outputs);
+  std::optional<RequestStatus> check_stop(const Request& r, int32_t token) const;
+
+  LlamaModel& model_;
+  EngineConfig config_;
+  KvCapacity capacity_;
+  std::vector<int32_t> eos_token_ids_;
+  std::unique_ptr<KvCacheTensors> cache_;
+  std::unique_ptr<KVCacheManager> kv_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+  int64_t last_step_tokens_ = 0;
+  uint64_t seed_counter_;
+
+  mutable std::mutex mu_;  // guards the pending queues below
+  std::vector<std::unique_ptr<Request>> pending_adds_;
+  std::vector<std::string> pending_aborts_;
+};
+
+// Total physical memory of this machine in bytes.
+int64_t physical_memory_bytes();
+
+}  // namespace kvik

@@ -1,0 +1,113 @@
+#include "engine/kv_cache_manager.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace kvik {
+
+const char* finish_reason_name(RequestStatus s) {
+  switch (s) {
+    case RequestStatus::kFinishedStopped: return "stop";
+    case RequestStatus::kFinishedLength: return "length";
+    case RequestStatus::kFinishedAborted: return "abort";
+    default: return "";
+  }
+}
+
+KVCacheManager::KVCacheManager(int64_t num_blocks, int32_t block_size, bool enable_caching)
+    : block_size_(block_size), pool_(num_blocks, enable_caching) {
+  if (block_size <= 0) fail("--block-size must be positive, got {}", block_size);
+}
+
+void KVCacheManager::update_block_hashes(Request& req) const {
+  const int64_t full = req.num_tokens() / block_size_;
+  while (static_cast<int64_t>(req.block_hashes.size()) < full) {
+    const int64_t i = static_cast<int64_t>(req.block_hashes.size());
+    std::optional<BlockHash> parent;
+    if (i > 0) parent = req.block_hashes[i - 1];
+    req.block_hashes.push_back(hash_block_tokens(
+        parent, std::span<const int32_t>(req.all_token_ids).subspan(i * block_size_, block_size_)));
+  }
+}
+
+KVCacheBlocks KVCacheManager::get_computed_blocks(Request& req, int64_t* num_computed_tokens) {
+  KVCacheBlocks r;
+  *num_computed_tokens = 0;
+  if (!pool_.enable_caching()) return r;
+  update_block_hashes(req);
+  // Leave at least one token to compute: a full hit of every block still recomputes the last one.
+  const int64_t max_blocks = (req.num_tokens() - 1) / block_size_;
+  for (int64_t i = 0; i < max_blocks; ++i) {
+    KVCacheBlock* b = pool_.get_cached_block(req.block_hashes[i]);
+    if (!b) break;
+    r.blocks.push_back(b);
+  }
+  *num_computed_tokens = static_cast<int64_t>(r.blocks.size()) * block_size_;
+  return r;
+}
+
+std::optional<KVCacheBlocks> KVCacheManager::allocate_slots(Request& req, int64_t num_new_tokens,
+                                                            const KVCacheBlocks* new_computed) {
+  auto& blocks = req_blocks_[req.request_id];
+  const int64_t num_computed_blocks_new = new_computed ? static_cast<int64_t>(new_computed->blocks.size()) : 0;
+  const int64_t num_computed = req.num_computed_tokens + num_computed_blocks_new * block_size_;
+  const int64_t total = num_computed + num_new_tokens;
+  const int64_t needed = (total + block_size_ - 1) / block_size_;
+  const int64_t have = static_cast<int64_t>(blocks.size()) + num_computed_blocks_new;
+  const int64_t num_new_blocks = std::max<int64_t>(0, needed - have);
+  // Prefix-cache blocks with no other user sit in the free list: touching them takes them out of it.
+  int64_t evictable_hits = 0;
+  if (new_computed)
+    for (const KVCacheBlock* b : new_computed->blocks) evictable_hits += b->ref_cnt == 0;
+  if (num_new_blocks + evictable_hits > pool_.num_free_blocks()) {
+    if (blocks.empty()) req_blocks_.erase(req.request_id);
+    return std::nullopt;
+  }
+  if (new_computed) {
+    pool_.touch(new_computed->blocks);
+    blocks.insert(blocks.end(), new_computed->blocks.begin(), new_computed->blocks.end());
+    num_cached_blocks_[req.request_id] = static_cast<int64_t>(blocks.size());
+  }
+  KVCacheBlocks r;
+  r.blocks = pool_.get_new_blocks(num_new_blocks);
+  blocks.insert(blocks.end(), r.blocks.begin(), r.blocks.end());
+
+  return r;
+}
+
+void KVCacheManager::cache_computed_blocks(Request& req) {
+  if (!pool_.enable_caching()) return;
+  auto it = req_blocks_.find(req.request_id);
+  if (it == req_blocks_.end()) return;
+  update_block_hashes(req);
+  const int64_t full = std::min<int64_t>({req.num_computed_tokens / block_size_,
+                                          static_cast<int64_t>(req.block_hashes.size()),
+                                          static_cast<int64_t>(it->second.size())});
+  int64_t& cached = num_cached_blocks_[req.request_id];
+  for (int64_t i = cached; i < full; ++i) pool_.cache_full_block(it->second[i], req.block_hashes[i]);
+  cached = std::max(cached, full);
+}
+
+void KVCacheManager::free(Request& req) {
+  auto it = req_blocks_.find(req.request_id);
+  if (it == req_blocks_.end()) return;
+  std::vector<KVCacheBlock*> ordered(it->second.rbegin(), it->second.rend());
+  pool_.free_blocks(ordered);
+  req_blocks_.erase(it);
+  num_cached_blocks_.erase(req.request_id);
+}
+
+const std::vector<KVCacheBlock*>& KVCacheManager::blocks_of(const std::string& request_id) const {
+  static const std::vector<KVCacheBlock*> kEmpty;
+  auto it = req_blocks_.find(request_id);
+  return it == req_blocks_.end() ? kEmpty : it->second;
+}
+
+std::vector<int32_t> KVCacheManager::block_ids(const std::string& request_id) const {
+  std::vector<int32_t> ids;
+  for (const KVCacheBlock* b : blocks_of(request_id)) ids.push_back(b->block_id);
+  return ids;
+}
+
+}  // namespace kvik

@@ -1,0 +1,71 @@
+// Per-request KV block accounting on top of BlockPool (vLLM's KVCacheManager): prefix-cache lookup on
+// admission, slot allocation for each scheduled chunk, caching of blocks as they fill, and freeing.
+// The scheduler asks "can I allocate N slots for this request?"; it never touches block lists itself.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/block_pool.h"
+#include "engine/request.h"
+
+namespace kvik {
+
+struct KVCacheBlocks {
+  std::vector<KVCacheBlock*> blocks;
+};
+
+struct PrefixCacheStats {
+  int64_t queries = 0;  // prompt tokens looked up
+  int64_t hits = 0;     // of them found in the cache
+};
+
+class KVCacheManager {
+ public:
+  KVCacheManager(int64_t num_blocks, int32_t block_size, bool enable_caching);
+
+  int32_t block_size() const { return block_size_; }
+  BlockPool& pool() { return pool_; }
+  const BlockPool& pool() const { return pool_; }
+  double usage() const { return pool_.usage(); }
+
+  // Longest run of full blocks of the request's tokens already in the cache. At least one token is always
+  // left to compute, so the step that finishes the prompt produces logits.
+  KVCacheBlocks get_computed_blocks(Request& req, int64_t* num_computed_tokens);
+
+  // Makes room for `num_new_tokens` more tokens after `req.num_computed_tokens` (plus the prefix-cache
+  // blocks `new_computed` on admission). Returns the newly allocated blocks, or nullopt when the pool has
+  // too few free blocks (the caller preempts someone and retries).
+  std::optional<KVCacheBlocks> allocate_slots(Request& req, int64_t num_new_tokens,
+                                              const KVCacheBlocks* new_computed = nullptr);
+
+  // Registers in the prefix cache the request's blocks that are full of computed tokens (after a step).
+  void cache_computed_blocks(Request& req);
+
+  // Releases every block of the request (tail blocks first in the eviction order).
+  void free(Request& req);
+
+  const std::vector<KVCacheBlock*>& blocks_of(const std::string& request_id) const;
+  std::vector<int32_t> block_ids(const std::string& request_id) const;
+  const PrefixCacheStats& prefix_cache_stats() const { return stats_; }
+  // Counts one admitted request's lookup: `queried` prompt tokens, `hit` of them cached.
+  void record_prefix_lookup(int64_t queried, int64_t hit) {
+    stats_.queries += queried;
+    stats_.hits += hit;
+  }
+  int64_t num_requests() const { return static_cast<int64_t>(req_blocks_.size()); }
+
+ private:
+  void update_block_hashes(Request& req) const;
+
+  int32_t block_size_;
+  BlockPool pool_;
+  std::unordered_map<std::string, std::vector<KVCacheBlock*>> req_blocks_;
+  std::unordered_map<std::string, int64_t> num_cached_blocks_;  // blocks of the request registered as cached
+  PrefixCacheStats stats_;
+};
+
+}  // namespace kvik

@@ -1,0 +1,69 @@
+// A request as the engine sees it: token ids, sampling parameters and progress. `num_computed_tokens`
+// catches up with `num_tokens()` one scheduled chunk at a time; there is no separate prefill or decode phase.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/block_pool.h"
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
+
+namespace kvik {
+
+enum class RequestStatus { kWaiting, kRunning, kPreempted, kFinishedStopped, kFinishedLength, kFinishedAborted };
+
+inline bool is_finished(RequestStatus s) { return s >= RequestStatus::kFinishedStopped; }
+const char* finish_reason_name(RequestStatus s);  // "stop", "length", "abort"
+
+using Clock = std::chrono::steady_clock;
+
+struct RequestStats {
+  Clock::time_point arrival;
+  std::optional<Clock::time_point> first_scheduled;  // end of queueing
+  std::optional<Clock::time_point> first_token;
+  std::optional<Clock::time_point> last_token;
+  std::vector<double> token_times_s;  // seconds since arrival of each output token
+  double prefill_time_s = 0;           // first scheduled → first token
+  double decode_time_s = 0;            // first token → last token
+  int32_t num_preemptions = 0;
+  int64_t num_cached_tokens = 0;       // prompt tokens served from the prefix cache (first admission)
+};
+
+struct Request {
+  std::string request_id;
+  std::vector<int32_t> prompt_token_ids;
+  std::vector<int32_t> output_token_ids;
+  std::vector<int32_t> all_token_ids;  // prompt + output
+  SamplingParams sampling_params;
+  std::vector<int32_t> eos_token_ids;  // stop at these unless ignore_eos
+  RequestStatus status = RequestStatus::kWaiting;
+  int64_t num_computed_tokens = 0;
+  std::vector<BlockHash> block_hashes;  // of each full block of all_token_ids, extended as tokens arrive
+  RequestRng rng;
+  RequestStats stats;
+  int64_t admission_seq = 0;  // order of admission to running, for preemption priority
+
+  Request(std::string id, std::vector<int32_t> prompt, SamplingParams params, std::vector<int32_t> eos, uint64_t seed)
+      : request_id(std::move(id)),
+        prompt_token_ids(std::move(prompt)),
+        all_token_ids(prompt_token_ids),
+        sampling_params(std::move(params)),
+        eos_token_ids(std::move(eos)),
+        rng(seed) {
+    stats.arrival = Clock::now();
+  }
+
+  int64_t num_tokens() const { return static_cast<int64_t>(all_token_ids.size()); }
+  int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }
+  int64_t num_output_tokens() const { return static_cast<int64_t>(output_token_ids.size()); }
+  void append_output_token(int32_t id) {
+    output_token_ids.push_back(id);
+    all_token_ids.push_back(id);
+  }
+};
+
+}  // namespace kvik

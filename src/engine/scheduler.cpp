@@ -1,0 +1,142 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace kvik {
+
+Scheduler::Scheduler(const SchedulerConfig& config, KVCacheManager& kv) : config_(config), kv_(kv) {}
+
+void Scheduler::add_request(std::unique_ptr<Request> req) {
+  if (requests_.count(req->request_id)) fail("request id '{}' is already in use", req->request_id);
+  Request* r = req.get();
+  r->status = RequestStatus::kWaiting;
+  requests_.emplace(r->request_id, std::move(req));
+  waiting_.push_back(r);
+}
+
+Request* Scheduler::find(const std::string& id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+std::unique_ptr<Request> Scheduler::abort_request(const std::string& id) {
+  Request* r = find(id);
+  if (!r) return nullptr;
+  r->status = RequestStatus::kFinishedAborted;
+  return finish_request(id);
+}
+
+std::unique_ptr<Request> Scheduler::finish_request(const std::string& id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return nullptr;
+  Request* r = it->second.get();
+  kv_.free(*r);
+  running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
+  std::unique_ptr<Request> out = std::move(it->second);
+  requests_.erase(it);
+  return out;
+}
+
+void Scheduler::preempt(Request* victim) {
+  kv_.free(*victim);
+  running_.erase(std::remove(running_.begin(), running_.end(), victim), running_.end());
+  victim->status = RequestStatus::kPreempted;
+  victim->num_computed_tokens = 0;
+  ++victim->stats.num_preemptions;
+  ++num_preemptions_;
+  waiting_.push_front(victim);
+}
+
+int64_t Scheduler::chunk_limit(int64_t budget) const {
+  if (config_.long_prefill_token_threshold > 0) return std::min(budget, config_.long_prefill_token_threshold);
+  return budget;
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  int64_t budget = config_.max_num_batched_tokens;
+  std::unordered_map<Request*, size_t> index;  // scheduled request → position in out.scheduled
+
+  auto schedule_running = [&](Request* req, int64_t num_new) -> bool {
+    // Try to allocate; on failure preempt the most recently admitted running request and retry.
+    while (true) {
+      if (kv_.allocate_slots(*req, num_new)) {
+        index[req] = out.scheduled.size();
+        out.scheduled.push_back({req, num_new});
+        out.total_num_scheduled_tokens += num_new;
+        budget -= num_new;
+        return true;
+      }
+      Request* victim = *std::max_element(running_.begin(), running_.end(), [](Request* a, Request* b) {
+        return a->admission_seq < b->admission_seq;
+      });
+      if (auto it = index.find(victim); it != index.end()) {
+        // Already scheduled this step: give its tokens back before preempting it.
+        budget += out.scheduled[it->second].num_scheduled_tokens;
+        out.total_num_scheduled_tokens -= out.scheduled[it->second].num_scheduled_tokens;
+        out.scheduled[it->second].num_scheduled_tokens = 0;
+        index.erase(it);
+      }
+      preempt(victim);
+      out.preempted_ids.push_back(victim->request_id);
+      if (victim == req) return false;
+    }
+  };
+
+  // 1. Decodes: running requests whose prompt is done need one token each.
+  std::vector<Request*> snapshot = running_;
+  for (Request* req : snapshot) {
+    if (budget <= 0) break;
+    if (req->status != RequestStatus::kRunning) continue;  // preempted meanwhile
+    if (req->num_tokens() - req->num_computed_tokens != 1) continue;
+    schedule_running(req, 1);
+  }
+  // 2. Running prefills (chunked prompts in progress).
+  snapshot = running_;
+  for (Request* req : snapshot) {
+    if (budget <= 0) break;
+    if (req->status != RequestStatus::kRunning || index.count(req)) continue;
+    const int64_t remaining = req->num_tokens() - req->num_computed_tokens;
+    if (remaining <= 0) continue;
+    schedule_running(req, std::min(remaining, chunk_limit(budget)));
+  }
+  // Drop entries zeroed by preemption.
+  out.scheduled.erase(std::remove_if(out.scheduled.begin(), out.scheduled.end(),
+                                     [](const ScheduledRequest& s) { return s.num_scheduled_tokens == 0; }),
+                      out.scheduled.end());
+
+  // 3. Waiting requests, in order, while budget, sequence slots and blocks last (none if we just preempted).
+  while (out.preempted_ids.empty() && budget > 0 && !waiting_.empty() &&
+         static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+    Request* req = waiting_.front();
+    int64_t num_cached = 0;
+    KVCacheBlocks hit = kv_.get_computed_blocks(*req, &num_cached);
+    const int64_t num_new = std::min(req->num_tokens() - num_cached, chunk_limit(budget));
+    req->num_computed_tokens = 0;
+    if (!kv_.allocate_slots(*req, num_new, &hit)) break;
+    waiting_.pop_front();
+    req->num_computed_tokens = num_cached;
+    if (kv_.pool().enable_caching()) kv_.record_prefix_lookup(req->num_tokens(), num_cached);
+    if (req->stats.num_preemptions == 0) req->stats.num_cached_tokens = num_cached;
+    if (!req->stats.first_scheduled) req->stats.first_scheduled = Clock::now();
+    req->status = RequestStatus::kRunning;
+    req->admission_seq = ++admission_counter_;
+    running_.push_back(req);
+    out.scheduled.push_back({req, num_new});
+    out.total_num_scheduled_tokens += num_new;
+    budget -= num_new;
+  }
+  return out;
+}
+
+void Scheduler::update_after_step(const SchedulerOutput& out) {
+  for (const auto& s : out.scheduled) {
+    s.request->num_computed_tokens += s.num_scheduled_tokens;
+    kv_.cache_computed_blocks(*s.request);
+  }
+}
+
+}  // namespace kvik

@@ -1,0 +1,274 @@
+// Engine behaviour: output equality across batching, chunking, preemption and prefix caching; block
+// accounting invariants; the course's prefix-caching example.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <set>
+
+#include "engine/engine_core.h"
+#include "engine/single_sequence.h"
+#include "model/llama.h"
+#include "model/synth.h"
+
+using namespace kvik;
+
+namespace {
+
+std::unique_ptr<LlamaModel> stories() { return LlamaModel::load(KVIK_SHARED_DIR "/models/stories260K.gguf"); }
+
+std::string synth_gqa_path() {
+  static std::string path = [] {
+    SynthOptions o;
+    o.out_path = ::testing::TempDir() + "kvik_engine_gqa.gguf";
+    o.dim = 128;
+    o.layers = 2;
+    o.heads = 8;
+    o.kv_heads = 2;
+    o.ff = 256;
+    o.vocab = 512;
+    o.context = 1024;
+    o.seed = 7;
+    synth_llama_gguf(o);
+    return o.out_path;
+  }();
+  return path;
+}
+
+// Prompts of varied lengths (token ids, BOS first) from a fixed generator.
+std::vector<std::vector<int32_t>> make_prompts(int n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int32_t>> ps;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p = {1};
+    const int len = 3 + static_cast<int>(rng() % 60);
+    for (int j = 0; j < len; ++j) p.push_back(3 + static_cast<int32_t>(rng() % (vocab - 3)));
+    ps.push_back(p);
+  }
+  return ps;
+}
+
+std::vector<int32_t> greedy_alone(LlamaModel& m, const std::vector<int32_t>& prompt, int max_tokens) {
+  SingleSequence s(m, 1024);
+  std::vector<float> logits = s.append(prompt);
+  std::vector<int32_t> out;
+  for (int i = 0; i < max_tokens; ++i) {
+    const int32_t t = argmax(logits);
+    if (t == 2) break;  // EOS
+    out.push_back(t);
+    if (static_cast<int>(out.size()) == max_tokens) break;
+    const int32_t one[1] = {t};
+    logits = s.append(one);
+  }
+  return out;
+}
+
+struct RunResult {
+  std::map<std::string, std::vector<int32_t>> tokens;
+  std::map<std::string, std::string> finish;
+  std::map<std::string, int64_t> cached;
+  int64_t preemptions = 0;
+  int64_t max_partial_blocks_per_request = 0;
+};
+
+RunResult run_engine(LlamaModel& m, const EngineConfig& cfg, const std::vector<std::vector<int32_t>>& prompts,
+                     int max_tokens, EngineCore* reuse = nullptr) {
+  std::unique_ptr<EngineCore> own;
+  EngineCore* e = reuse;
+  if (!e) {
+    own = std::make_unique<EngineCore>(m, cfg, std::vector<int32_t>{2});
+    e = own.get();
+  }
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = max_tokens;
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(e->add_request("r" + std::to_string(i), prompts[i], sp), "");
+  RunResult r;
+  const int64_t preempt_before = 0;
+  int guard = 0;
+  while (e->has_unfinished()) {
+    for (auto& o : e->step()) {
+      auto& v = r.tokens[o.request_id];
+      v.insert(v.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      if (o.finished) {
+        r.finish[o.request_id] = o.finish_reason;
+        r.cached[o.request_id] = o.stats.num_cached_tokens;
+      }
+    }
+    // KV waste: each running request holds at most one partly filled block.
+    const int32_t bs = e->config().block_size;
+    for (const Request* req : e->scheduler().running()) {
+      const int64_t blocks = static_cast<int64_t>(e->kv_cache_manager().blocks_of(req->request_id).size());
+      const int64_t needed = (req->num_computed_tokens + bs - 1) / bs;
+      r.max_partial_blocks_per_request = std::max(r.max_partial_blocks_per_request, blocks - needed + 1);
+      EXPECT_LE(blocks * bs - req->num_computed_tokens, bs) << "more than one partly filled block";
+    }
+    if (++guard > 100000) {
+      ADD_FAILURE() << "engine did not finish";
+      break;
+    }
+  }
+  r.preemptions = e->scheduler().num_preemptions_total() - preempt_before;
+  return r;
+}
+
+void expect_equal_outputs(LlamaModel& m, int n_prompts, int max_tokens) {
+  const auto prompts = make_prompts(n_prompts, m.config().vocab_size, 42);
+  std::map<std::string, std::vector<int32_t>> alone;
+  for (size_t i = 0; i < prompts.size(); ++i) alone["r" + std::to_string(i)] = greedy_alone(m, prompts[i], max_tokens);
+
+  EngineConfig base;
+  base.max_model_len = 1024;
+  base.log_stats = false;
+  base.num_kv_blocks = 1024;
+
+  RunResult batched = run_engine(m, base, prompts, max_tokens);
+  EXPECT_EQ(batched.tokens, alone) << "batched != alone";
+
+  EngineConfig chunked = base;
+  chunked.long_prefill_token_threshold = 7;
+  chunked.max_num_batched_tokens = 64;
+  RunResult c = run_engine(m, chunked, prompts, max_tokens);
+  EXPECT_EQ(c.tokens, alone) << "chunk size 7 != alone";
+
+  EngineConfig tiny = base;
+  tiny.max_model_len = 128;
+  tiny.num_kv_blocks = 12;  // one sequence of max_model_len needs 8 blocks: preemption is certain
+  RunResult p = run_engine(m, tiny, prompts, max_tokens);
+  EXPECT_GT(p.preemptions, 0) << "the pool was meant to force preemption";
+  EXPECT_EQ(p.tokens, alone) << "with preemption != alone";
+
+  // Second run on the same engine: prompts hit the prefix cache.
+  EngineCore e(m, base, {2});
+  run_engine(m, base, prompts, max_tokens, &e);
+  auto prompts2 = prompts;
+  RunResult second;
+  {
+    SamplingParams sp;
+    sp.temperature = 0;
+    sp.max_tokens = max_tokens;
+    for (size_t i = 0; i < prompts2.size(); ++i) ASSERT_EQ(e.add_request("s" + std::to_string(i), prompts2[i], sp), "");
+    while (e.has_unfinished())
+      for (auto& o : e.step()) {
+        auto& v = second.tokens["r" + o.request_id.substr(1)];
+        v.insert(v.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+        if (o.finished) second.cached[o.request_id] = o.stats.num_cached_tokens;
+      }
+  }
+  EXPECT_EQ(second.tokens, alone) << "with prefix-cache hits != alone";
+  int64_t hits = 0;
+  for (auto& [id, c] : second.cached) hits += c;
+  EXPECT_GT(hits, 0) << "the second run was meant to hit the prefix cache";
+}
+
+}  // namespace
+
+TEST(Engine, OutputEqualityStories) {
+  auto m = stories();
+  expect_equal_outputs(*m, 12, 40);
+}
+
+TEST(Engine, OutputEqualitySynthGqa) {
+  auto m = LlamaModel::load(synth_gqa_path());
+  expect_equal_outputs(*m, 8, 24);
+}
+
+TEST(Engine, PrefixCachingSharesAllFullBlocks) {
+  // The course's example: a 1000-token shared prefix with block size 16 → 62 full blocks = 992 tokens cached;
+  // the second request computes only what follows the last full shared block.
+  auto m = LlamaModel::load(synth_gqa_path());
+  EngineConfig cfg;
+  cfg.max_model_len = 1024;
+  cfg.num_kv_blocks = 256;
+  cfg.log_stats = false;
+  EngineCore e(*m, cfg, {2});
+  std::mt19937 rng(3);
+  std::vector<int32_t> prefix = {1};
+  while (prefix.size() < 1000) prefix.push_back(3 + static_cast<int32_t>(rng() % 500));
+  auto a = prefix, b = prefix;
+  a.push_back(10), a.push_back(11);
+  b.push_back(20), b.push_back(21), b.push_back(22);
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 2;
+  ASSERT_EQ(e.add_request("a", a, sp), "");
+  while (e.has_unfinished()) e.step();
+  ASSERT_EQ(e.add_request("b", b, sp), "");
+  int64_t first_step_tokens = -1, cached = -1;
+  while (e.has_unfinished()) {
+    for (auto& o : e.step())
+      if (o.finished) cached = o.stats.num_cached_tokens;
+    if (first_step_tokens < 0) first_step_tokens = e.last_step_tokens();
+  }
+  EXPECT_EQ(cached, 992);
+  EXPECT_EQ(first_step_tokens, static_cast<int64_t>(b.size()) - 992);  // 1003 - 992 = 11 tokens prefilled
+  const auto& st = e.kv_cache_manager().prefix_cache_stats();
+  EXPECT_EQ(st.hits, 992);
+  EXPECT_EQ(st.queries, static_cast<int64_t>(a.size() + b.size()));
+}
+
+TEST(Engine, RandomizedBlockAccountingInvariants) {
+  auto m = stories();
+  EngineConfig cfg;
+  cfg.max_model_len = 256;
+  cfg.num_kv_blocks = 40;  // tiny: forces preemption
+  cfg.max_num_seqs = 8;
+  cfg.max_num_batched_tokens = 96;
+  cfg.log_stats = false;
+  EngineCore e(*m, cfg, {2});
+  std::mt19937 rng(1234);
+  std::set<std::string> live;
+  std::set<std::string> done;
+  int next_id = 0;
+  int64_t ops = 0;
+  for (int iter = 0; iter < 2000; ++iter) {
+    const uint32_t op = rng() % 10;
+    if (op < 3) {
+      std::vector<int32_t> p = {1};
+      const int len = 1 + static_cast<int>(rng() % 120);
+      for (int j = 0; j < len; ++j) p.push_back(3 + static_cast<int32_t>(rng() % 8));  // few tokens: shared prefixes
+      SamplingParams sp;
+      sp.temperature = (rng() % 2) ? 0.0f : 0.8f;
+      sp.seed = rng();
+      sp.max_tokens = 1 + static_cast<int>(rng() % 40);
+      const std::string id = "q" + std::to_string(next_id++);
+      ASSERT_EQ(e.add_request(id, p, sp), "");
+      live.insert(id);
+    } else if (op == 3 && !live.empty()) {
+      auto it = live.begin();
+      std::advance(it, rng() % live.size());
+      e.abort(*it);
+    } else {
+      for (auto& o : e.step())
+        if (o.finished) {
+          EXPECT_TRUE(live.count(o.request_id)) << o.request_id;
+          EXPECT_FALSE(done.count(o.request_id)) << "finished twice: " << o.request_id;
+          live.erase(o.request_id);
+          done.insert(o.request_id);
+        }
+    }
+    ++ops;
+    // Invariants: every block's ref_cnt equals the number of requests holding it; free ⇔ ref_cnt 0.
+    const auto& kv = e.kv_cache_manager();
+    std::vector<int> holders(cfg.num_kv_blocks, 0);
+    for (const Request* r : e.scheduler().running())
+      for (const KVCacheBlock* b : kv.blocks_of(r->request_id)) ++holders[b->block_id];
+    for (const Request* r : e.scheduler().waiting()) EXPECT_TRUE(kv.blocks_of(r->request_id).empty());
+    std::vector<int32_t> free_ids = kv.pool().free_queue().block_ids();
+    std::set<int32_t> free_set(free_ids.begin(), free_ids.end());
+    ASSERT_EQ(free_set.size(), free_ids.size()) << "a block is twice in the free list";
+    for (int64_t b = 0; b < cfg.num_kv_blocks; ++b) {
+      ASSERT_EQ(kv.pool().block(static_cast<int32_t>(b)).ref_cnt, holders[b]) << "block " << b;
+      ASSERT_EQ(free_set.count(static_cast<int32_t>(b)) == 1, holders[b] == 0) << "block " << b;
+    }
+  }
+  // Drain: everything finishes or is aborted, and every block comes back.
+  while (e.has_unfinished())
+    for (auto& o : e.step())
+      if (o.finished) live.erase(o.request_id), done.insert(o.request_id);
+  EXPECT_TRUE(live.empty());
+  EXPECT_EQ(static_cast<int64_t>(done.size()), next_id);
+  EXPECT_EQ(e.kv_cache_manager().pool().num_free_blocks(), cfg.num_kv_blocks);
+  EXPECT_GT(e.scheduler().num_preemptions_total(), 0);
+  EXPECT_GT(ops, 0);
+}
