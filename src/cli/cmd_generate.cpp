@@ -1,84 +1,165 @@
+// kvik generate: one prompt (--prompt) or many (--prompts FILE.jsonl) through the engine.
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "engine/generate.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "engine/engine_core.h"
+#include "tokenizer/streaming_detokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvik::cli {
 
-void set_threads(int threads) {
-  ThreadPool::global().set_num_threads(threads);
+void set_threads(int threads) { ThreadPool::global().set_num_threads(threads); }
+
+namespace {
+
+struct Job {
+  std::string prompt;
+  SamplingParams params;
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> token_ids;
+  std::string text;
+  std::string finish_reason;
+  RequestStats stats;
+  std::unique_ptr<StreamingDetokenizer> detok;
+};
+
+SamplingParams params_from_json(const nlohmann::json& j, SamplingParams p, const std::string& where) {
+  static const std::set<std::string> known = {"prompt", "max_tokens", "temperature", "top_k", "top_p",
+                                              "min_p", "seed", "ignore_eos"};
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (!known.count(it.key())) fail("{}: unknown field '{}'", where, it.key());
+  try {
+    if (j.contains("max_tokens")) p.max_tokens = j["max_tokens"].get<int32_t>();
+    if (j.contains("temperature")) p.temperature = j["temperature"].get<float>();
+    if (j.contains("top_k")) p.top_k = j["top_k"].get<int32_t>();
+    if (j.contains("top_p")) p.top_p = j["top_p"].get<float>();
+    if (j.contains("min_p")) p.min_p = j["min_p"].get<float>();
+    if (j.contains("seed")) p.seed = j["seed"].get<uint64_t>();
+    if (j.contains("ignore_eos")) p.ignore_eos = j["ignore_eos"].get<bool>();
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: {}", where, e.what());
+  }
+  if (auto err = p.validate(); !err.empty()) fail("{}: {}", where, err);
+  return p;
 }
+
+nlohmann::json job_json(const Job& j) {
+  using namespace std::chrono;
+  const double prefill_ms =
+      j.stats.first_token ? duration<double, std::milli>(*j.stats.first_token - j.stats.arrival).count() : 0;
+  const double decode_ms = j.stats.decode_time_s * 1000;
+  const double n_decode = j.token_ids.empty() ? 0 : static_cast<double>(j.token_ids.size() - 1);
+  return {{"prompt_token_ids", j.prompt_ids},
+          {"token_ids", j.token_ids},
+          {"text", j.text},
+          {"finish_reason", j.finish_reason},
+          {"timings",
+           {{"prefill_ms", prefill_ms},
+            {"decode_ms", decode_ms},
+            {"prefill_tok_s", prefill_ms > 0 ? j.prompt_ids.size() / (prefill_ms / 1000) : 0.0},
+            {"decode_tok_s", decode_ms > 0 ? n_decode / (decode_ms / 1000) : 0.0}}}};
+}
+
+}  // namespace
 
 Run add_generate(CLI::App& app) {
   struct Opts {
-    std::string model, prompt;
-    int max_tokens = 16, top_k = 0, threads = 0;
-    float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f;
-    std::optional<uint64_t> seed;
-    bool json = false, ignore_eos = false;
-    int64_t max_model_len = 0;
-    std::string kv_cache_dtype = "f32";
+    std::string model, prompt, prompts_file;
+    SamplingParams params;
+    bool json = false;
+    EngineFlags engine;
   };
   auto o = std::make_shared<Opts>();
-  auto* c = app.add_subcommand("generate", "Continue a prompt and print the continuation");
+  o->params.max_tokens = 16;
+  auto* c = app.add_subcommand("generate", "Continue prompts and print the continuations");
   c->add_option("--model,-m", o->model, "GGUF model file")->required();
-  c->add_option("--prompt,-p", o->prompt, "Prompt text")->required();
-  c->add_option("--max-tokens,-n", o->max_tokens, "Tokens to generate at most")->capture_default_str();
-  c->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
-  c->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = all)")->capture_default_str();
-  c->add_option("--top-p", o->top_p, "Keep the smallest set with this much probability")->capture_default_str();
-  c->add_option("--min-p", o->min_p, "Drop tokens below min_p x the top probability")->capture_default_str();
-  c->add_option("--seed", o->seed, "Random seed (default: random)");
-  c->add_flag("--ignore-eos", o->ignore_eos, "Keep generating after EOS");
-  c->add_option("--max-model-len", o->max_model_len, "Context length (default: the model's)");
-  c->add_option("--kv-cache-dtype", o->kv_cache_dtype, "KV cache element type: f32 or f16")
-      ->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
-  c->add_option("--threads,-t", o->threads, "Threads (default: all cores)");
+  auto* p1 = c->add_option("--prompt,-p", o->prompt, "Prompt text");
+  auto* p2 = c->add_option("--prompts", o->prompts_file,
+                           "JSONL file: one {\"prompt\": ..., \"max_tokens\": N, ...} per line, run together");
+  p1->excludes(p2);
+  c->add_option("--max-tokens,-n", o->params.max_tokens, "Tokens to generate at most")->capture_default_str();
+  c->add_option("--temperature", o->params.temperature, "0 = greedy")->capture_default_str();
+  c->add_option("--top-k", o->params.top_k, "Keep the k most likely tokens (0 = all)")->capture_default_str();
+  c->add_option("--top-p", o->params.top_p, "Keep the smallest set with this much probability")->capture_default_str();
+  c->add_option("--min-p", o->params.min_p, "Drop tokens below min_p x the top probability")->capture_default_str();
+  c->add_option("--seed", o->params.seed, "Random seed (default: random)");
+  c->add_flag("--ignore-eos", o->params.ignore_eos, "Keep generating after EOS");
   c->add_flag("--json", o->json, "Print one JSON object with ids, text, finish_reason and timings");
+  add_engine_flags(c, o->engine);
   return [o]() {
-    set_threads(o->threads);
-    SamplingParams sp;
-    sp.temperature = o->temperature;
-    sp.top_k = o->top_k;
-    sp.top_p = o->top_p;
-    sp.min_p = o->min_p;
-    sp.seed = o->seed;
-    sp.max_tokens = o->max_tokens;
-    sp.ignore_eos = o->ignore_eos;
-    if (auto err = sp.validate(); !err.empty()) fail("{}", err);
+    if (o->prompt.empty() && o->prompts_file.empty() ) fail("give --prompt TEXT or --prompts FILE.jsonl");
+    if (auto err = o->params.validate(); !err.empty()) fail("{}", err);
+    std::vector<Job> jobs;
+    if (!o->prompts_file.empty()) {
+      std::ifstream in(o->prompts_file);
+      if (!in) fail("{}: cannot open", o->prompts_file);
+      std::string line;
+      for (int n = 1; std::getline(in, line); ++n) {
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        const std::string where = fmt::format("{}:{}", o->prompts_file, n);
+        nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+        if (j.is_discarded() || !j.is_object()) fail("{}: not a JSON object", where);
+        if (!j.contains("prompt") || !j["prompt"].is_string()) fail("{}: 'prompt' (a string) is required", where);
+        Job job;
+        job.prompt = j["prompt"].get<std::string>();
+        job.params = params_from_json(j, o->params, where);
+        jobs.push_back(std::move(job));
+      }
+      if (jobs.empty()) fail("{}: no prompts", o->prompts_file);
+    } else {
+      Job job;
+      job.prompt = o->prompt;
+      job.params = o->params;
+      jobs.push_back(std::move(job));
+    }
+
+    EngineConfig cfg = o->engine.resolve();
     auto model = LlamaModel::load(o->model);
     auto tok = load_tokenizer_from_gguf(model->gguf());
-    auto ids = tok->encode(o->prompt, tok->add_bos(), false);
-    GenerateOptions go;
-    go.max_model_len = o->max_model_len;
-    go.kv_dtype = o->kv_cache_dtype == "f16" ? KvDType::kF16 : KvDType::kF32;
-    if (!o->json) go.on_text = [](const std::string& s) {
-      std::fwrite(s.data(), 1, s.size(), stdout);
-      std::fflush(stdout);
-    };
-    GenerateResult r = generate(*model, *tok, ids, sp, go);
-    const double prefill_tok_s = r.prefill_ms > 0 ? r.prompt_token_ids.size() / (r.prefill_ms / 1000) : 0;
-    const double decode_tok_s = r.decode_ms > 0 ? r.decode_steps / (r.decode_ms / 1000) : 0;
-    if (o->json) {
-      nlohmann::json j = {{"prompt_token_ids", r.prompt_token_ids},
-                          {"token_ids", r.token_ids},
-                          {"text", r.text},
-                          {"finish_reason", r.finish_reason},
-                          {"timings",
-                           {{"prefill_ms", r.prefill_ms},
-                            {"decode_ms", r.decode_ms},
-                            {"prefill_tok_s", prefill_tok_s},
-                            {"decode_tok_s", decode_tok_s}}}};
-      std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-    } else {
-      std::printf("\n");
-      std::fprintf(stderr, "[%zu prompt tokens in %.1f ms (%.1f tok/s), %zu generated, %.1f tok/s decode, finish: %s, isa: %s]\n",
-                   r.prompt_token_ids.size(), r.prefill_ms, prefill_tok_s, r.token_ids.size(), decode_tok_s,
-                   r.finish_reason.c_str(), std::string(cpu_kernels().isa).c_str());
+    std::vector<int32_t> eos = tok->vocab().eog_ids;
+    if (eos.empty() && tok->eos_id() >= 0) eos.push_back(tok->eos_id());
+    EngineCore engine(*model, cfg, eos);
+    const bool stream = jobs.size() == 1 && !o->json;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      Job& j = jobs[i];
+      j.prompt_ids = tok->encode(j.prompt, tok->add_bos(), false);
+      j.detok = std::make_unique<StreamingDetokenizer>(*tok, j.prompt_ids);
+      if (auto err = engine.add_request(std::to_string(i), j.prompt_ids, j.params); !err.empty())
+        fail("prompt {}: {}", i + 1, err);
+    }
+    while (engine.has_unfinished()) {
+      for (auto& out : engine.step()) {
+        Job& j = jobs[std::stoul(out.request_id)];
+        for (int32_t id : out.new_token_ids) {
+          j.token_ids.push_back(id);
+          const std::string piece = j.detok->push(id);
+          j.text += piece;
+          if (stream) std::fwrite(piece.data(), 1, piece.size(), stdout), std::fflush(stdout);
+        }
+        if (out.finished) {
+          const std::string rest = j.detok->flush();
+          j.text += rest;
+          if (stream) std::fwrite(rest.data(), 1, rest.size(), stdout);
+          j.finish_reason = out.finish_reason;
+          j.stats = out.stats;
+        }
+      }
+    }
+    for (const Job& j : jobs) {
+      if (stream) {
+        const nlohmann::json t = job_json(j)["timings"];
+        std::printf("\n");
+        std::fprintf(stderr, "[%zu prompt tokens, %zu generated, prefill %.1f ms (%.1f tok/s), decode %.1f tok/s, finish: %s]\n",
+                     j.prompt_ids.size(), j.token_ids.size(), t["prefill_ms"].get<double>(),
+                     t["prefill_tok_s"].get<double>(), t["decode_tok_s"].get<double>(), j.finish_reason.c_str());
+      } else {
+        std::printf("%s\n", job_json(j).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      }
     }
     return 0;
   };

@@ -1,0 +1,38 @@
+#include "cli/engine_flags.h"
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "core/log.h"
+
+namespace kvik::cli {
+
+void add_engine_flags(CLI::App* c, EngineFlags& f) {
+  EngineConfig& e = f.config;
+  c->add_option("--max-model-len", e.max_model_len, "Max context per sequence (default: the model's)");
+  c->add_option("--max-num-seqs", e.max_num_seqs, "Max requests in one step (the decode batch size)")
+      ->capture_default_str();
+  c->add_option("--max-num-batched-tokens", e.max_num_batched_tokens, "Token budget per step (chunked prefill)")
+      ->capture_default_str();
+  c->add_option("--block-size", e.block_size, "Tokens per KV block")->capture_default_str();
+  c->add_option("--kv-cache-memory", e.kv_cache_memory_gib, "KV cache size in GiB (default: from --memory-utilization)");
+  c->add_option("--memory-utilization", e.memory_utilization,
+                "Fraction of RAM for weights + KV cache when --kv-cache-memory is not given")
+      ->capture_default_str();
+  c->add_option("--kv-cache-dtype", f.kv_cache_dtype, "KV cache element type")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
+  c->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", e.enable_prefix_caching,
+              "Reuse the KV blocks of shared prompt prefixes (default on)");
+  c->add_option("--long-prefill-token-threshold", e.long_prefill_token_threshold,
+                "Longest prompt chunk per step (0 = the token budget)");
+  c->add_option("--threads,-t", f.threads, "Compute threads (default: all cores)");
+}
+
+EngineConfig EngineFlags::resolve() {
+  config.kv_cache_dtype = kv_cache_dtype == "f16" ? KvDType::kF16 : KvDType::kF32;
+  ThreadPool::global().set_num_threads(threads);
+  log_info("CPU kernels: {}, {} threads", cpu_kernels().isa, ThreadPool::global().num_threads());
+  return config;
+}
+
+}  // namespace kvik::cli

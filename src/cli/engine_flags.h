@@ -1,0 +1,22 @@
+// The engine flags shared by `generate`, `bench` and `serve`, spelled as vLLM spells them.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "engine/engine_core.h"
+
+namespace kvik::cli {
+
+struct EngineFlags {
+  EngineConfig config;
+  std::string kv_cache_dtype = "f32";
+  int threads = 0;
+  // Applies the string-valued flags to `config`, sets the thread count; call before building the engine.
+  EngineConfig resolve();
+};
+
+void add_engine_flags(CLI::App* cmd, EngineFlags& f);
+
+}  // namespace kvik::cli
