@@ -28,7 +28,3 @@ const CpuKernels& cpu_kernels() {
 
 }  // namespace kvik
 
-namespace kvik {
-// No AVX-512 translation unit yet: the AVX2 table serves AVX-512 machines.
-const CpuKernels* avx512_kernels() { return nullptr; }
-}  // namespace kvik

@@ -1,0 +1,182 @@
+// AVX-512 (F/BW/VL/DQ) + VNNI kernels, compiled with those flags (CMakeLists.txt) and chosen at run time only on
+// CPUs that have all of them (dispatch.cpp). Integer dot products use vpdpbusd (u8 × s8 → s32, four pairs per
+// lane): Q4_0's nibbles are already unsigned; for Q8_0 × Q8_0 the sign of w moves onto x (|w| · sign(w)·x).
+// GCC 12's AVX-512 headers build casts and reductions from _mm512_undefined_*(), which -Wall reports as
+// uninitialised (a known false positive); silence it for this file only.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "core/fp16.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace kvik {
+namespace {
+
+inline float f16(uint16_t h) { return _cvtsh_ss(h); }  // exact, as fp16_to_f32
+
+float dot_f32(const float* w, const float* x, int64_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
+    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
+    a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 32), _mm512_loadu_ps(x + i + 32), a2);
+    a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 48), _mm512_loadu_ps(x + i + 48), a3);
+  }
+  for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
+  if (i < n) {  // masked tail: the missing lanes load as 0
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_maskz_loadu_ps(m, x + i), a1);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+inline __m512 load_f16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline __m512 load_f16(const uint16_t* p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+inline __m512 bf16_widen(__m256i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16)); }
+inline __m512 load_bf16(const uint16_t* p) { return bf16_widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline __m512 load_bf16(const uint16_t* p, __mmask16 m) { return bf16_widen(_mm256_maskz_loadu_epi16(m, p)); }
+
+template <bool kF16>
+float dot_half(const uint16_t* w, const uint16_t* x, int64_t n) {
+  auto load = [](const uint16_t* p) { return kF16 ? load_f16(p) : load_bf16(p); };
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm512_fmadd_ps(load(w + i), load(x + i), a0);
+    a1 = _mm512_fmadd_ps(load(w + i + 16), load(x + i + 16), a1);
+  }
+  for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(load(w + i), load(x + i), a0);
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 wv = kF16 ? load_f16(w + i, m) : load_bf16(w + i, m);
+    const __m512 xv = kF16 ? load_f16(x + i, m) : load_bf16(x + i, m);
+    a1 = _mm512_fmadd_ps(wv, xv, a1);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+float dot_f16(const uint16_t* w, const uint16_t* x, int64_t n) { return dot_half<true>(w, x, n); }
+float dot_bf16(const uint16_t* w, const uint16_t* x, int64_t n) { return dot_half<false>(w, x, n); }
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+// Lanes 0..7 = a, lanes 8..15 = b: the scales of two blocks side by side.
+inline __m512 two_scales(float a, float b) { return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1); }
+
+// Σ w·x over int8 pairs into 16 int32 lanes (four pairs per lane). Exact unless x = -128 where w < 0, which no
+// Q8_0 block produced by quantize_q8_0 holds (|q| ≤ 127).
+inline __m512i dot_i8(__m512i w, __m512i x) {
+  const __m512i sx = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
+  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), sx);
+}
+inline __m256i dot_i8(__m256i w, __m256i x) {
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
+// Two blocks per 512-bit step; an odd last block goes through the 256-bit path.
+float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const __m512i p = dot_i8(join(load256(w[b].qs), load256(w[b + 1].qs)), join(load256(x[b].qs), load256(x[b + 1].qs)));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), two_scales(f16(w[b].d) * f16(x[b].d), f16(w[b + 1].d) * f16(x[b + 1].d)), acc);
+  }
+  float s = _mm512_reduce_add_ps(acc);
+  if (b < nb) {
+    const __m256 p = _mm256_cvtepi32_ps(dot_i8(load256(w[b].qs), load256(x[b].qs)));
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(p), _mm256_extractf128_ps(p, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    s += _mm_cvtss_f32(h) * (f16(w[b].d) * f16(x[b].d));
+  }
+  return s;
+}
+
+// The 32 nibbles of a Q4_0 block in element order (low nibbles = elements 0..15, high = 16..31), as u8 0..15.
+inline __m256i q4_0_nibbles(const BlockQ4_0& blk) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+}
+
+// Σ (q - 8)·x = Σ q·x − Σ 8·x, both with vpdpbusd (q and 8 are unsigned).
+float dot_q4_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb) {
+  const __m512i eight = _mm512_set1_epi8(8);
+  __m512 acc = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const __m512i q = join(q4_0_nibbles(w[b]), q4_0_nibbles(w[b + 1]));
+    const __m512i xv = join(load256(x[b].qs), load256(x[b + 1].qs));
+    const __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xv),
+                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, xv));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), two_scales(f16(w[b].d) * f16(x[b].d), f16(w[b + 1].d) * f16(x[b + 1].d)), acc);
+  }
+  float s = _mm512_reduce_add_ps(acc);
+  if (b < nb) {
+    const __m256i xv = load256(x[b].qs);
+    const __m256i p = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), q4_0_nibbles(w[b]), xv),
+                                       _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), xv));
+    const __m256 pf = _mm256_cvtepi32_ps(p);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(pf), _mm256_extractf128_ps(pf, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    s += _mm_cvtss_f32(h) * (f16(w[b].d) * f16(x[b].d));
+  }
+  return s;
+}
+
+// roundf (half away from zero), exactly: t = trunc(v) and v − t is exact, so |v − t| ≥ ½ decides the step.
+inline __m512 round_half_away(__m512 v) {
+  const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m512 frac = _mm512_abs_ps(_mm512_sub_ps(v, t));
+  const __mmask16 step = _mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+  const __m512 one = _mm512_or_ps(_mm512_set1_ps(1.0f), _mm512_and_ps(v, _mm512_set1_ps(-0.0f)));  // ±1 as v
+  return _mm512_mask_add_ps(t, step, t, one);
+}
+
+// Bit-exact with the reference (quantize_row Q8_0): the same amax, d = amax/127, id = 1/d, roundf(x·id).
+void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
+  for (int64_t b = 0; b < n / kQK8_0; ++b) {
+    const float* xb = x + b * kQK8_0;
+    const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[b].d = f32_to_fp16(d);
+    const __m512 idv = _mm512_set1_ps(id);
+    const __m512i q0 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v0, idv)));
+    const __m512i q1 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v1, idv)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16), _mm512_cvtepi32_epi8(q1));
+  }
+}
+
+void to_f16(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) y[i] = f32_to_fp16(x[i]);
+}
+
+// Integer rounding as f32_to_bf16 (nearest even, NaN kept quiet); vcvtneps2bf16 would flush denormals.
+void to_bf16(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  for (; i + 16 <= n; i += 16) {
+    const __m512i u = _mm512_loadu_si512(x + i);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(64));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm512_cvtepi32_epi16(r));
+  }
+  for (; i < n; ++i) y[i] = f32_to_bf16(x[i]);
+}
+
+constexpr CpuKernels kAvx512 = {"avx512_vnni", dot_f32, dot_f16, dot_bf16, dot_q8_0, dot_q4_0, quantize_q8_0, to_f16, to_bf16};
+
+}  // namespace
+
+const CpuKernels* avx512_kernels() { return &kAvx512; }
+
+}  // namespace kvik

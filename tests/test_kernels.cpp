@@ -1,0 +1,181 @@
+// Every entry of every compiled kernel table against the generic (scalar reference) table, on random inputs of
+// many lengths, tails included. Tables this CPU cannot run are skipped.
+//
+// Bounds: integer parts are exact (tested with unit scales, where the whole result is an exactly representable
+// integer); conversions (quantize_q8_0, to_f16, to_bf16) are bit-exact; float sums may differ only by summation
+// order, so |fast − ref| ≤ γ·Σ|terms| with γ = (n + 64)·2⁻²⁴ (the classic worst-case bound for n additions,
+// plus slack for the per-lane partial sums).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/fp16.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+using namespace kvik;
+
+namespace {
+
+struct Table {
+  std::string name;
+  const CpuKernels* k;
+  bool runnable;
+};
+
+std::vector<Table> tables() {
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  std::vector<Table> t = {{"generic", &generic_kernels(), true}};
+  if (avx2_kernels()) t.push_back({"avx2", avx2_kernels(), avx2});
+  if (avx512_kernels()) t.push_back({"avx512", avx512_kernels(), avx512});
+  return t;
+}
+
+class KernelTable : public ::testing::TestWithParam<Table> {
+ protected:
+  void SetUp() override {
+    if (!GetParam().runnable) GTEST_SKIP() << GetParam().name << " table: this CPU lacks the instructions";
+  }
+  const CpuKernels& fast() const { return *GetParam().k; }
+  const CpuKernels& ref() const { return generic_kernels(); }
+  std::mt19937 rng{1234};
+  float normal() { return std::normal_distribution<float>(0.0f, 1.0f)(rng); }
+};
+
+double gamma(int64_t n) { return static_cast<double>(n + 64) * std::ldexp(1.0, -24); }
+
+const std::vector<int64_t> kLengths = [] {
+  std::vector<int64_t> v;
+  for (int64_t n = 1; n <= 80; ++n) v.push_back(n);
+  for (int64_t n : {95, 96, 127, 128, 129, 255, 256, 257, 1000, 2048, 4099}) v.push_back(n);
+  return v;
+}();
+
+TEST_P(KernelTable, DotF32MatchesReferenceWithinSummationBound) {
+  for (int64_t n : kLengths) {
+    std::vector<float> w(n), x(n);
+    double abs_sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      w[i] = normal(), x[i] = normal();
+      abs_sum += std::fabs(static_cast<double>(w[i]) * x[i]);
+    }
+    const float r = ref().dot_f32(w.data(), x.data(), n), f = fast().dot_f32(w.data(), x.data(), n);
+    EXPECT_LE(std::fabs(static_cast<double>(f) - r), gamma(n) * abs_sum) << "n=" << n;
+  }
+}
+
+TEST_P(KernelTable, DotF16AndBf16MatchReferenceWithinSummationBound) {
+  for (int64_t n : kLengths) {
+    std::vector<uint16_t> wh(n), xh(n), wb(n), xb(n);
+    double abs_h = 0, abs_b = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float a = normal(), b = normal();
+      wh[i] = f32_to_fp16(a), xh[i] = f32_to_fp16(b), wb[i] = f32_to_bf16(a), xb[i] = f32_to_bf16(b);
+      abs_h += std::fabs(static_cast<double>(fp16_to_f32(wh[i])) * fp16_to_f32(xh[i]));
+      abs_b += std::fabs(static_cast<double>(bf16_to_f32(wb[i])) * bf16_to_f32(xb[i]));
+    }
+    EXPECT_LE(std::fabs(static_cast<double>(fast().dot_f16(wh.data(), xh.data(), n)) - ref().dot_f16(wh.data(), xh.data(), n)),
+              gamma(n) * abs_h) << "n=" << n;
+    EXPECT_LE(std::fabs(static_cast<double>(fast().dot_bf16(wb.data(), xb.data(), n)) - ref().dot_bf16(wb.data(), xb.data(), n)),
+              gamma(n) * abs_b) << "n=" << n;
+  }
+}
+
+// Random blocks: int8 in [-127, 127] (what quantize_q8_0 produces), nibbles 0..15, fp16 scales.
+void fill_q8_0(std::mt19937& rng, std::vector<BlockQ8_0>& b, bool unit_scale) {
+  std::uniform_int_distribution<int> q(-127, 127);
+  std::uniform_real_distribution<float> d(0.001f, 0.1f);
+  for (auto& blk : b) {
+    blk.d = f32_to_fp16(unit_scale ? 1.0f : d(rng));
+    for (auto& v : blk.qs) v = static_cast<int8_t>(q(rng));
+  }
+}
+void fill_q4_0(std::mt19937& rng, std::vector<BlockQ4_0>& b, bool unit_scale) {
+  std::uniform_int_distribution<int> q(0, 255);
+  std::uniform_real_distribution<float> d(-0.1f, 0.1f);
+  for (auto& blk : b) {
+    blk.d = f32_to_fp16(unit_scale ? 1.0f : d(rng));
+    for (auto& v : blk.qs) v = static_cast<uint8_t>(q(rng));
+  }
+}
+
+const std::vector<int64_t> kBlockCounts = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 31, 64, 129};
+
+TEST_P(KernelTable, DotQ8_0IntegerPartIsExactAndScaledSumWithinBound) {
+  for (int64_t nb : kBlockCounts) {
+    std::vector<BlockQ8_0> w(nb), x(nb);
+    fill_q8_0(rng, w, true), fill_q8_0(rng, x, true);
+    EXPECT_EQ(fast().dot_q8_0(w.data(), x.data(), nb), ref().dot_q8_0(w.data(), x.data(), nb)) << "nb=" << nb;
+    fill_q8_0(rng, w, false), fill_q8_0(rng, x, false);
+    double abs_sum = 0;
+    for (int64_t b = 0; b < nb; ++b)
+      for (int j = 0; j < kQK8_0; ++j)
+        abs_sum += std::fabs(double(w[b].qs[j]) * x[b].qs[j] * fp16_to_f32(w[b].d) * fp16_to_f32(x[b].d));
+    EXPECT_LE(std::fabs(double(fast().dot_q8_0(w.data(), x.data(), nb)) - ref().dot_q8_0(w.data(), x.data(), nb)),
+              gamma(nb * kQK8_0) * abs_sum) << "nb=" << nb;
+  }
+}
+
+TEST_P(KernelTable, DotQ4_0IntegerPartIsExactAndScaledSumWithinBound) {
+  for (int64_t nb : kBlockCounts) {
+    std::vector<BlockQ4_0> w(nb);
+    std::vector<BlockQ8_0> x(nb);
+    fill_q4_0(rng, w, true), fill_q8_0(rng, x, true);
+    EXPECT_EQ(fast().dot_q4_0(w.data(), x.data(), nb), ref().dot_q4_0(w.data(), x.data(), nb)) << "nb=" << nb;
+    fill_q4_0(rng, w, false), fill_q8_0(rng, x, false);
+    double abs_sum = 0;
+    for (int64_t b = 0; b < nb; ++b)
+      for (int j = 0; j < kQK4_0 / 2; ++j) {
+        const double s = std::fabs(double(fp16_to_f32(w[b].d)) * fp16_to_f32(x[b].d));
+        abs_sum += s * (std::abs((w[b].qs[j] & 15) - 8) * std::abs(x[b].qs[j]) +
+                        std::abs((w[b].qs[j] >> 4) - 8) * std::abs(x[b].qs[j + 16]));
+      }
+    EXPECT_LE(std::fabs(double(fast().dot_q4_0(w.data(), x.data(), nb)) - ref().dot_q4_0(w.data(), x.data(), nb)),
+              gamma(nb * kQK4_0) * abs_sum) << "nb=" << nb;
+  }
+}
+
+TEST_P(KernelTable, QuantizeQ8_0IsBitExactIncludingRoundingTies) {
+  for (int64_t nb : kBlockCounts) {
+    const int64_t n = nb * kQK8_0;
+    std::vector<float> x(n);
+    for (auto& v : x) v = normal() * 3.0f;
+    // Block 0: amax 127 makes d = 1 and id = 1, so k + ½ values are exact rounding ties (roundf: away from 0).
+    x[0] = 127.0f;
+    for (int j = 1; j < kQK8_0; ++j) x[j] = static_cast<float>(j % 9 - 4) + (j % 2 ? 0.5f : -0.5f);
+    if (nb > 1)
+      for (int j = 0; j < kQK8_0; ++j) x[kQK8_0 + j] = 0.0f;  // all-zero block: d = 0, id = 0
+    std::vector<BlockQ8_0> a(nb), b(nb);
+    ref().quantize_q8_0(x.data(), a.data(), n);
+    fast().quantize_q8_0(x.data(), b.data(), n);
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(BlockQ8_0) * nb)) << "nb=" << nb;
+  }
+}
+
+TEST_P(KernelTable, HalfConversionsAreBitExact) {
+  std::vector<float> x;
+  for (int i = 0; i < 3000; ++i) x.push_back(normal() * std::ldexp(1.0f, static_cast<int>(rng() % 60) - 30));
+  for (float v : {0.0f, -0.0f, 65504.0f, 65520.0f, 1e9f, -1e9f, 6e-8f, 3e-8f, 1e-40f, -1e-41f,
+                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN()})
+    x.push_back(v);
+  for (int64_t n : {int64_t(x.size()), int64_t(1), int64_t(15), int64_t(17), int64_t(33)}) {
+    std::vector<uint16_t> a(n), b(n);
+    ref().to_f16(x.data(), a.data(), n), fast().to_f16(x.data(), b.data(), n);
+    EXPECT_EQ(a, b) << "f16 n=" << n;
+    ref().to_bf16(x.data(), a.data(), n), fast().to_bf16(x.data(), b.data(), n);
+    EXPECT_EQ(a, b) << "bf16 n=" << n;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTables, KernelTable, ::testing::ValuesIn(tables()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
