@@ -3,7 +3,6 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "formats/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvik::cli {
@@ -15,13 +14,12 @@ Run add_tokenize(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   auto* c = app.add_subcommand("tokenize", "Print the token ids a completion prompt feeds the model");
-  c->add_option("--model,-m", o->model, "GGUF model file")->required();
+  c->add_option("--model,-m", o->model, "GGUF model file, or a directory with tokenizer.json")->required();
   c->add_option("--text", o->text, "Text to tokenize")->required();
   c->add_flag("--parse-special", o->special, "Turn special-token texts such as <s> into their ids");
   c->add_flag("--json", o->json, "Print {\"ids\":[...]}");
   return [o]() {
-    auto g = GgufFile::open(o->model);
-    auto tok = load_tokenizer_from_gguf(*g);
+    auto tok = load_tokenizer(o->model);
     const auto ids = tok->encode(o->text, tok->add_bos(), o->special);
     if (o->json) {
       std::printf("%s\n", nlohmann::json({{"ids", ids}}).dump().c_str());
@@ -42,11 +40,10 @@ Run add_detokenize(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   auto* c = app.add_subcommand("detokenize", "Print the text of token ids");
-  c->add_option("--model,-m", o->model, "GGUF model file")->required();
+  c->add_option("--model,-m", o->model, "GGUF model file, or a directory with tokenizer.json")->required();
   c->add_option("--ids", o->ids, "Comma-separated token ids, e.g. 1,2,3")->required()->delimiter(',');
   return [o]() {
-    auto g = GgufFile::open(o->model);
-    auto tok = load_tokenizer_from_gguf(*g);
+    auto tok = load_tokenizer(o->model);
     for (int32_t id : o->ids)
       if (id < 0 || id >= tok->vocab_size()) fail("token id {} is outside the vocabulary (0..{})", id, tok->vocab_size() - 1);
     const std::string text = tok->decode(o->ids, true);

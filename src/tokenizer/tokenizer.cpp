@@ -1,9 +1,14 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/spm_tokenizer.h"
 
 namespace kvik {
@@ -77,6 +82,7 @@ Vocab Vocab::from_gguf(const GgufFile& gguf, int32_t bos_default, int32_t eos_de
       vocab.eog_ids.push_back(id);
   }
 
+  vocab.chat_template = gguf.get_string("tokenizer.chat_template").value_or("");
   vocab.add_bos = gguf.get_bool("tokenizer.ggml.add_bos_token").value_or(add_bos_default);
   vocab.add_eos = gguf.get_bool("tokenizer.ggml.add_eos_token").value_or(add_eos_default);
   if (vocab.add_bos && vocab.bos_id < 0)
@@ -112,7 +118,39 @@ const std::string& Tokenizer::token_text(int32_t id) const {
 std::unique_ptr<Tokenizer> load_tokenizer_from_gguf(const GgufFile& gguf) {
   const std::string model = gguf.require_string("tokenizer.ggml.model");
   if (model == "llama") return std::make_unique<SpmTokenizer>(gguf);
+  if (model == "gpt2") return BpeTokenizer::from_gguf(gguf);
   fail("{}: tokenizer.ggml.model '{}' is not supported yet", gguf.path(), model);
+}
+
+namespace {
+
+nlohmann::json read_json_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) fail("{}: cannot open", p.string());
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: invalid JSON: {}", p.string(), e.what());
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(path)) {
+    auto g = GgufFile::open(path);
+    return load_tokenizer_from_gguf(*g);
+  }
+  const fs::path dir(path);
+  const fs::path tj = dir / "tokenizer.json";
+  if (!fs::exists(tj))
+    fail("{}: no tokenizer.json in this directory (kvik reads Hugging Face tokenizer.json; tokenizer.model alone "
+         "is not supported)",
+         path);
+  const fs::path cfg = dir / "tokenizer_config.json";
+  const nlohmann::json config = fs::exists(cfg) ? read_json_file(cfg) : nlohmann::json();
+  return BpeTokenizer::from_hf_json(read_json_file(tj), config, tj.string());
 }
 
 }  // namespace kvik

@@ -1,5 +1,5 @@
-// Text <-> token ids. One class per tokenizer family (SentencePiece-style "llama" now, byte-level BPE
-// later); load_tokenizer_from_gguf() picks one from `tokenizer.ggml.model`.
+// Text <-> token ids. One class per tokenizer family (SentencePiece-style "llama", BPE from tokenizer.json
+// or GGUF "gpt2"); load_tokenizer() picks one for a GGUF file or a Hugging Face directory.
 //
 // The vocabulary part every family shares (token texts, types, special ids) lives in `Vocab`, read from
 // the GGUF once and validated there: a GGUF file is untrusted input.
@@ -44,6 +44,7 @@ struct Vocab {
   std::vector<int32_t> eog_ids;  // eos plus eot/eom when the file names them
   bool add_bos = false;
   bool add_eos = false;
+  std::string chat_template;  // Jinja source (tokenizer_config.json chat_template / tokenizer.chat_template)
 
   int32_t size() const { return static_cast<int32_t>(tokens.size()); }
   int32_t find(std::string_view text) const {
@@ -87,6 +88,10 @@ class Tokenizer {
   TokenType token_type(int32_t id) const;
   const std::string& token_text(int32_t id) const;  // throws kvik::Error outside the vocab
   const Vocab& vocab() const { return vocab_; }
+  const std::string& chat_template() const { return vocab_.chat_template; }
+  // The text of BOS / EOS, empty when the vocab has none (chat templates use them as bos_token, eos_token).
+  std::string bos_token() const { return vocab_.bos_id >= 0 ? vocab_.tokens[vocab_.bos_id] : std::string(); }
+  std::string eos_token() const { return vocab_.eos_id >= 0 ? vocab_.tokens[vocab_.eos_id] : std::string(); }
 
  protected:
   explicit Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) {}
@@ -95,7 +100,12 @@ class Tokenizer {
   Vocab vocab_;
 };
 
-// Dispatches on tokenizer.ggml.model; throws kvik::Error for a missing or unsupported value.
+// Dispatches on tokenizer.ggml.model ("llama": SentencePiece, "gpt2": byte-level BPE); throws kvik::Error
+// for a missing or unsupported value.
 std::unique_ptr<Tokenizer> load_tokenizer_from_gguf(const GgufFile& gguf);
+
+// A GGUF file, or a Hugging Face directory with tokenizer.json (+ tokenizer_config.json for bos/eos,
+// add_bos_token and chat_template). Throws kvik::Error naming the file that is missing or wrong.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
 
 }  // namespace kvik
