@@ -272,3 +272,74 @@ TEST(Engine, RandomizedBlockAccountingInvariants) {
   EXPECT_GT(e.scheduler().num_preemptions_total(), 0);
   EXPECT_GT(ops, 0);
 }
+
+TEST(Engine, StopsAtEosWithoutEmittingItAndHonoursIgnoreEos) {
+  auto m = stories();
+  EngineConfig cfg;
+  cfg.max_model_len = 256;
+  cfg.num_kv_blocks = 64;
+  cfg.log_stats = false;
+  // Greedy "Once upon a time" continues ", there was ..." (ids 432 383 ...): make 383 the end-of-sequence id.
+  EngineCore e(*m, cfg, {383});
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 20;
+  ASSERT_EQ(e.add_request("a", {1, 403, 407, 261, 378}, sp), "");
+  sp.ignore_eos = true;
+  ASSERT_EQ(e.add_request("b", {1, 403, 407, 261, 378}, sp), "");
+  std::map<std::string, std::vector<int32_t>> toks;
+  std::map<std::string, std::string> reason;
+  while (e.has_unfinished())
+    for (auto& o : e.step()) {
+      toks[o.request_id].insert(toks[o.request_id].end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      if (o.finished) reason[o.request_id] = o.finish_reason;
+    }
+  EXPECT_EQ(toks["a"], std::vector<int32_t>({432}));
+  EXPECT_EQ(reason["a"], "stop");
+  EXPECT_EQ(toks["b"].size(), 20u);
+  EXPECT_EQ(reason["b"], "length");
+}
+
+TEST(Engine, RejectsBadRequestsWithoutDisturbingOthers) {
+  auto m = stories();
+  EngineConfig cfg;
+  cfg.max_model_len = 64;
+  cfg.num_kv_blocks = 64;
+  cfg.log_stats = false;
+  EngineCore e(*m, cfg, {2});
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 5;
+  ASSERT_EQ(e.add_request("ok", {1, 403}, sp), "");
+  EXPECT_NE(e.add_request("ok", {1, 403}, sp), "");                      // duplicate id
+  EXPECT_NE(e.add_request("empty", {}, sp).find("empty"), std::string::npos);
+  EXPECT_NE(e.add_request("oov", {1, 99999}, sp).find("99999"), std::string::npos);
+  EXPECT_NE(e.add_request("long", std::vector<int32_t>(64, 5), sp).find("max_model_len"), std::string::npos);
+  SamplingParams bad = sp;
+  bad.top_p = 2;
+  EXPECT_NE(e.add_request("badp", {1}, bad).find("top_p"), std::string::npos);
+  int n = 0;
+  while (e.has_unfinished())
+    for (auto& o : e.step()) n += static_cast<int>(o.new_token_ids.size());
+  EXPECT_EQ(n, 5);
+}
+
+TEST(Engine, AbortFreesBlocksImmediately) {
+  auto m = stories();
+  EngineConfig cfg;
+  cfg.max_model_len = 256;
+  cfg.num_kv_blocks = 64;
+  cfg.log_stats = false;
+  EngineCore e(*m, cfg, {});
+  SamplingParams sp;
+  sp.max_tokens = 100;
+  ASSERT_EQ(e.add_request("x", std::vector<int32_t>(100, 7), sp), "");
+  e.step();
+  EXPECT_LT(e.kv_cache_manager().pool().num_free_blocks(), 64);
+  e.abort("x");
+  auto outs = e.step();
+  ASSERT_EQ(outs.size(), 1u);
+  EXPECT_EQ(outs[0].finish_reason, "abort");
+  EXPECT_EQ(e.kv_cache_manager().pool().num_free_blocks(), 64);
+  EXPECT_FALSE(e.has_unfinished());
+}
