@@ -153,13 +153,21 @@ std::vector<RequestOutput> EngineCore::step() {
   const Clock::time_point now = Clock::now();
   for (size_t i = 0; i < sample_reqs.size(); ++i) {
     Request& req = *sample_reqs[i];
-    const int32_t token = sample_token({logits + i * V, static_cast<size_t>(V)}, req.sampling_params, req.rng);
+    std::span<const float> row{logits + i * V, static_cast<size_t>(V)};
+    std::span<const float> sample_row = row;
+    if (req.sampling_params.has_penalties()) {
+      penalized_logits_.assign(row.begin(), row.end());
+      apply_penalties(penalized_logits_, req.prompt_token_ids, req.output_token_ids, req.sampling_params);
+      sample_row = penalized_logits_;
+    }
+    const int32_t token = sample_token(sample_row, req.sampling_params, req.rng);
     RequestOutput o;
     o.request_id = req.request_id;
     std::optional<RequestStatus> stop = check_stop(req, token);
     if (!stop) {
       req.append_output_token(token);
       o.new_token_ids.push_back(token);
+      if (req.sampling_params.logprobs >= 0) o.logprobs.push_back(compute_logprobs(row, token, req.sampling_params.logprobs));
       if (!req.stats.first_token) {
         req.stats.first_token = now;
         if (req.stats.first_scheduled)

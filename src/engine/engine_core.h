@@ -13,6 +13,7 @@
 #include "engine/kv_cache_manager.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
+#include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "model/kv_cache.h"
 #include "model/llama.h"
@@ -45,6 +46,7 @@ struct KvCapacity {
 struct RequestOutput {
   std::string request_id;
   std::vector<int32_t> new_token_ids;
+  std::vector<TokenLogprobs> logprobs;  // one per new token when the request asked for logprobs
   bool finished = false;
   std::string finish_reason;  // "stop", "length", "abort" when finished
   int64_t num_prompt_tokens = 0;
@@ -85,6 +87,7 @@ class EngineCore {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
   int64_t last_step_tokens_ = 0;
+  std::vector<float> penalized_logits_;  // [vocab] scratch for requests with penalties
   uint64_t seed_counter_;
 
   mutable std::mutex mu_;  // guards the pending queues below

@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "core/error.h"
+#include <fmt/format.h>
+#include <unordered_map>
 
 namespace kvik {
 
@@ -14,6 +16,10 @@ std::string SamplingParams::validate() const {
   if (!(top_p > 0.0f && top_p <= 1.0f)) return "top_p must be in (0, 1]";
   if (!(min_p >= 0.0f && min_p <= 1.0f)) return "min_p must be in [0, 1]";
   if (max_tokens < 1) return "max_tokens must be at least 1";
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) return "presence_penalty must be in [-2, 2]";
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) return "frequency_penalty must be in [-2, 2]";
+  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) return "repetition_penalty must be a finite number > 0";
+  if (logprobs < -1 || logprobs > kMaxLogprobs) return fmt::format("logprobs must be in 0..{}", kMaxLogprobs);
   return "";
 }
 
@@ -121,6 +127,51 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, Req
     if (u < cum) return x.first;
   }
   return d.back().first;
+}
+
+void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
+                     const SamplingParams& p) {
+  const auto V = static_cast<int64_t>(logits.size());
+  if (p.repetition_penalty != 1.0f) {
+    // Each seen token once: a token repeated k times is still penalised once (vLLM, CTRL paper).
+    std::unordered_map<int32_t, bool> seen;
+    auto penalise = [&](int32_t t) {
+      if (t < 0 || t >= V || !seen.emplace(t, true).second) return;
+      float& l = logits[t];
+      l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
+    };
+    for (int32_t t : prompt_ids) penalise(t);
+    for (int32_t t : output_ids) penalise(t);
+  }
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    std::unordered_map<int32_t, int32_t> counts;
+    for (int32_t t : output_ids)
+      if (t >= 0 && t < V) ++counts[t];
+    // logit -= frequency_penalty · count + presence_penalty · [count > 0]
+    for (const auto& [t, n] : counts) logits[t] -= p.frequency_penalty * static_cast<float>(n) + p.presence_penalty;
+  }
+}
+
+TokenLogprobs compute_logprobs(std::span<const float> logits, int32_t token, int32_t num_top) {
+  // log_softmax(l)_i = l_i − max − log Σ exp(l_j − max), summed in double.
+  float mx = -std::numeric_limits<float>::infinity();
+  for (float v : logits) mx = std::max(mx, v);
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
+  const double log_z = mx + std::log(sum);
+  TokenLogprobs r;
+  r.token = token;
+  r.logprob = static_cast<float>(logits[token] - log_z);
+  if (num_top > 0) {
+    const size_t k = std::min(static_cast<size_t>(num_top), logits.size());
+    std::vector<int32_t> idx(logits.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
+    std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (size_t i = 0; i < k; ++i) r.top.emplace_back(idx[i], static_cast<float>(logits[idx[i]] - log_z));
+  }
+  return r;
 }
 
 }  // namespace kvik

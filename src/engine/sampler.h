@@ -35,4 +35,18 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, Req
 // softmax(logits) (no temperature), for reporting probabilities.
 std::vector<float> softmax_probs(std::span<const float> logits);
 
+// Penalties of `p` applied in place to one request's logits (see SamplingParams for the formulas).
+void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
+                     const SamplingParams& p);
+
+inline constexpr int32_t kMaxLogprobs = 20;
+
+// The sampled token's log-probability and the `num_top` most likely tokens' (descending, ties: lower id).
+struct TokenLogprobs {
+  int32_t token = -1;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+TokenLogprobs compute_logprobs(std::span<const float> logits, int32_t token, int32_t num_top);
+
 }  // namespace kvik

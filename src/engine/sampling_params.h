@@ -16,6 +16,17 @@ struct SamplingParams {
   std::optional<uint64_t> seed;
   int32_t max_tokens = 16;
   bool ignore_eos = false;
+  // Penalties (vLLM's definitions): presence/frequency subtract from the logits of tokens already in the
+  // output (once / once per occurrence); repetition divides positive logits (multiplies negative ones) of
+  // tokens seen in the prompt or the output.
+  float presence_penalty = 0.0f;    // [-2, 2]
+  float frequency_penalty = 0.0f;   // [-2, 2]
+  float repetition_penalty = 1.0f;  // > 0, 1 = off
+  // Log-probabilities reported per generated token: -1 = none, 0 = the sampled token's only, k = also the
+  // k most likely tokens. Computed from the raw logits (before penalties and temperature), as vLLM does.
+  int32_t logprobs = -1;
+
+  bool has_penalties() const { return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f; }
 
   // Empty string when valid, otherwise what is wrong (naming the field).
   std::string validate() const;

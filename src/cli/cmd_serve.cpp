@@ -1,0 +1,146 @@
+// kvik serve: the OpenAI-compatible HTTP server. The listener starts first (answering 503 while the model
+// loads), then the model, tokenizer, engine and engine thread come up. SIGINT/SIGTERM stop accepting, let
+// in-flight requests finish (aborting them after a grace period) and exit 0.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/engine_flags.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/async_engine.h"
+#include "engine/engine_core.h"
+#include "model/llama.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvik::cli {
+
+namespace {
+
+constexpr const char* kDefaultModel = "../shared/models/stories260K.gguf";
+
+std::string default_model_path() {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates = {kDefaultModel};
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    // <repo>/<build dir>/kvik → <repo>/../shared/models/...
+    candidates.push_back(exe.parent_path().parent_path().parent_path() / "shared/models/stories260K.gguf");
+  }
+  for (const auto& c : candidates)
+    if (fs::exists(c, ec)) return c.string();
+  fail("no MODEL given and {} does not exist: pass the path of a GGUF model", kDefaultModel);
+}
+
+}  // namespace
+
+Run add_serve(CLI::App& app) {
+  struct Opts {
+    std::string model;
+    server::ServerConfig server;
+    EngineFlags engine;
+    double shutdown_grace_s = 10;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* c = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  c->add_option("model", o->model, "GGUF model file (default: ../shared/models/stories260K.gguf when it exists)");
+  c->add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
+  c->add_option("--port", o->server.port, "Port to listen on")->check(CLI::Range(1, 65535))->capture_default_str();
+  c->add_option("--served-model-name", o->server.served_model_name,
+                "Model name in the API (default: the model file's name without .gguf)");
+  c->add_option("--api-key", o->server.api_key, "Require 'Authorization: Bearer KEY' on /v1/* and tokenizer routes");
+  c->add_option("--max-waiting", o->server.max_waiting, "Answer 429 once this many requests wait for the engine")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  c->add_option("--shutdown-grace", o->shutdown_grace_s,
+                "Seconds in-flight requests may run after SIGINT/SIGTERM before they are aborted")
+      ->capture_default_str();
+  add_engine_flags(c, o->engine);
+  return [o]() {
+    if (o->model.empty()) o->model = default_model_path();
+    if (o->server.served_model_name.empty())
+      o->server.served_model_name = std::filesystem::path(o->model).stem().string();
+
+    // Signals go to one thread that waits for them; every other thread (started below) inherits the mask.
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    ::signal(SIGPIPE, SIG_IGN);  // a client that hangs up is a failed write, not a dead server
+
+    server::HttpServer http(o->server);
+    http.bind();
+    std::atomic<bool> stopping{false};
+    std::thread listener([&] { http.listen(); });
+    log_info("Listening on http://{}:{} (loading the model; /health answers 503 until it is ready)", o->server.host,
+             o->server.port);
+
+    std::thread signal_thread([&] {
+      int sig = 0;
+      sigwait(&signals, &sig);
+      if (stopping.exchange(true)) return;
+      log_info("{}: shutting down (no new connections; in-flight requests get {} s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
+               o->shutdown_grace_s);
+      http.stop();
+    });
+
+    auto shutdown_threads = [&] {
+      if (!stopping.exchange(true)) http.stop();
+      pthread_kill(signal_thread.native_handle(), SIGTERM);  // wakes sigwait when no signal came
+      signal_thread.join();
+    };
+    try {
+      if (const char* d = std::getenv("KVIK_SERVE_TEST_LOAD_DELAY_MS")) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(d)));
+      EngineConfig cfg = o->engine.resolve();
+      auto model = LlamaModel::load(o->model);
+      auto tok = load_tokenizer_from_gguf(model->gguf());
+      std::vector<int32_t> eos = tok->vocab().eog_ids;
+      if (eos.empty() && tok->eos_id() >= 0) eos.push_back(tok->eos_id());
+      EngineCore core(*model, cfg, eos);
+      server::ServerMetrics metrics(o->server.served_model_name);
+      auto engine = std::make_unique<AsyncEngine>(
+          core, [&metrics](const EngineCore& c, const std::vector<RequestOutput>& outs) { metrics.on_step(c, outs); });
+      server::ModelContext ctx;
+      ctx.tokenizer = tok.get();
+      ctx.engine = engine.get();
+      ctx.metrics = &metrics;
+      ctx.max_model_len = core.config().max_model_len;
+      http.set_ready(ctx);
+      log_info("Model {} ready as '{}' (max_model_len {})", o->model, o->server.served_model_name, ctx.max_model_len);
+
+      // listen() returns after stop(); its worker threads finish the in-flight requests first. A watchdog
+      // aborts them when the grace period runs out, so shutdown never hangs on a long generation.
+      std::thread watchdog([&] {
+        while (!stopping) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o->shutdown_grace_s);
+        while (engine->num_in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        engine->abort_all();
+      });
+      listener.join();
+      stopping = true;
+      watchdog.join();
+      engine->shutdown();
+      engine.reset();
+      shutdown_threads();
+      log_info("Shut down cleanly");
+      return 0;
+    } catch (...) {
+      shutdown_threads();
+      if (listener.joinable()) listener.join();
+      throw;
+    }
+  };
+}
+
+}  // namespace kvik::cli

@@ -1,0 +1,78 @@
+// AsyncEngine: runs an EngineCore on its own thread (step() while there is work, otherwise sleep on a
+// condition variable) and hands each request's outputs to the thread that asked for them through an
+// OutputQueue, so HTTP handler threads can block or stream while the engine keeps stepping.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/engine_core.h"
+
+namespace kvik {
+
+// Outputs of one or more engine requests (the n choices of one HTTP request share a queue).
+class OutputQueue {
+ public:
+  void push(RequestOutput out);
+  // Waits up to `timeout` for the next output.
+  std::optional<RequestOutput> pop(std::chrono::milliseconds timeout);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RequestOutput> queue_;
+};
+
+class AsyncEngine {
+ public:
+  // Called on the engine thread after every step with that step's outputs (metrics hook).
+  using StepObserver = std::function<void(const EngineCore&, const std::vector<RequestOutput>&)>;
+
+  AsyncEngine(EngineCore& core, StepObserver observer = nullptr);
+  ~AsyncEngine();  // shutdown()
+
+  // Queues a request whose outputs go to `queue`. Returns "" or the engine's validation error.
+  std::string add_request(const std::string& id, std::vector<int32_t> prompt_ids, const SamplingParams& params,
+                          std::shared_ptr<OutputQueue> queue);
+  // Aborts a request; its blocks are freed at the start of the next step. `reason` is the finish_reason its
+  // final output carries ("abort"; the server passes "stop" when it matched a stop string).
+  void abort(const std::string& id, const std::string& reason = "abort");
+  void abort_all();
+
+  // Requests added but not yet scheduled: the engine's waiting queue after the last step plus adds since.
+  int64_t num_waiting() const { return num_waiting_.load() + num_added_since_step_.load(); }
+  int64_t num_in_flight() const;
+
+  // Stops the engine thread after aborting whatever is still running. Idempotent.
+  void shutdown();
+
+  const EngineCore& core() const { return core_; }
+
+ private:
+  void loop();
+
+  EngineCore& core_;
+  StepObserver observer_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool has_new_work_ = false;
+  bool stop_ = false;
+  std::unordered_map<std::string, std::shared_ptr<OutputQueue>> queues_;
+  std::unordered_map<std::string, std::string> abort_reasons_;
+  std::atomic<int64_t> num_waiting_{0};
+  std::atomic<int64_t> num_added_since_step_{0};
+  std::thread thread_;
+};
+
+}  // namespace kvik

@@ -1,0 +1,102 @@
+#include "server/generation.h"
+
+#include <fmt/format.h>
+
+namespace kvik::server {
+
+std::string next_request_id() {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t salt = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  return fmt::format("{:x}{:06x}", salt & 0xffffffffffULL, counter++);
+}
+
+GenerationJob::GenerationJob(AsyncEngine& engine, const Tokenizer& tokenizer,
+                             std::vector<std::vector<int32_t>> prompts, const SamplingParams& params, int32_t n,
+                             std::vector<std::string> stop)
+    : engine_(engine), tokenizer_(tokenizer), prompts_(std::move(prompts)), params_(params), n_(n) {
+  const std::string base = next_request_id();
+  for (size_t p = 0; p < prompts_.size(); ++p)
+    for (int32_t i = 0; i < n_; ++i) {
+      Choice c;
+      c.request_id = fmt::format("{}-{}", base, choices_.size());
+      c.prompt_index = p;
+      c.detok = std::make_unique<StreamingDetokenizer>(tokenizer_, prompts_[p]);
+      c.stop = std::make_unique<StopStringMatcher>(stop);
+      choices_.push_back(std::move(c));
+    }
+}
+
+GenerationJob::~GenerationJob() { abort(); }
+
+std::optional<ApiError> GenerationJob::start() {
+  for (size_t k = 0; k < choices_.size(); ++k) {
+    SamplingParams sp = params_;
+    if (sp.seed) sp.seed = *sp.seed + static_cast<uint64_t>(k % static_cast<size_t>(n_));
+    std::string err = engine_.add_request(choices_[k].request_id, prompts_[choices_[k].prompt_index], sp, queue_);
+    if (!err.empty()) {
+      for (size_t j = 0; j < k; ++j) engine_.abort(choices_[j].request_id);
+      choices_.resize(k);  // the destructor aborts only what was queued
+      num_engine_finished_ = 0;
+      return ApiError::bad_request(err, "prompt");
+    }
+  }
+  started_ = true;
+  return std::nullopt;
+}
+
+void GenerationJob::abort() {
+  if (!started_) return;
+  for (const Choice& c : choices_)
+    if (!c.engine_finished) engine_.abort(c.request_id);
+}
+
+std::vector<ChoiceDelta> GenerationJob::next(std::chrono::milliseconds timeout) {
+  std::vector<ChoiceDelta> deltas;
+  std::optional<RequestOutput> out = queue_->pop(timeout);
+  if (!out) return deltas;
+  size_t k = 0;
+  while (k < choices_.size() && choices_[k].request_id != out->request_id) ++k;
+  if (k == choices_.size()) return deltas;
+  Choice& c = choices_[k];
+  if (out->finished && !c.engine_finished) {
+    c.engine_finished = true;
+    c.cached_tokens = out->stats.num_cached_tokens;
+    ++num_engine_finished_;
+  }
+  if (c.finished) return deltas;  // tokens past a stop string
+  ChoiceDelta d;
+  d.index = static_cast<int32_t>(k);
+  for (size_t t = 0; t < out->new_token_ids.size() && !c.stop->stopped(); ++t) {
+    ++c.num_tokens;
+    if (t < out->logprobs.size()) d.logprobs.push_back(out->logprobs[t]);
+    d.text += c.stop->push(c.detok->push(out->new_token_ids[t]));
+  }
+  if (c.stop->stopped()) {
+    c.finished = true;
+    d.finish_reason = "stop";
+    if (!c.engine_finished) engine_.abort(c.request_id, "stop");
+  } else if (out->finished) {
+    d.text += c.stop->push(c.detok->flush());
+    if (c.stop->stopped()) {
+      d.finish_reason = "stop";
+    } else {
+      d.text += c.stop->flush();
+      d.finish_reason = out->finish_reason;
+    }
+    c.finished = true;
+  }
+  deltas.push_back(std::move(d));
+  return deltas;
+}
+
+Usage GenerationJob::usage() const {
+  Usage u;
+  for (size_t p = 0; p < prompts_.size(); ++p) u.prompt_tokens += static_cast<int64_t>(prompts_[p].size());
+  for (size_t k = 0; k < choices_.size(); ++k) {
+    u.completion_tokens += choices_[k].num_tokens;
+    if (k % static_cast<size_t>(n_) == 0) u.cached_tokens += choices_[k].cached_tokens;
+  }
+  return u;
+}
+
+}  // namespace kvik::server

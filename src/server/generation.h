@@ -1,0 +1,78 @@
+// One HTTP generation request in flight: its prompts × n choices as engine requests, sharing one output
+// queue. Each engine output (one per step per request) becomes a ChoiceDelta: new text after incremental
+// detokenization and stop-string holdback, the tokens' logprobs, and the finish reason when it ends.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/async_engine.h"
+#include "server/api_error.h"
+#include "server/stop_strings.h"
+#include "tokenizer/streaming_detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvik::server {
+
+struct ChoiceDelta {
+  int32_t index = 0;
+  std::string text;
+  std::vector<TokenLogprobs> logprobs;
+  std::optional<std::string> finish_reason;
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;
+};
+
+class GenerationJob {
+ public:
+  // prompts: token ids of each prompt; choice index = prompt_index · n + i; choice i uses seed + i.
+  GenerationJob(AsyncEngine& engine, const Tokenizer& tokenizer, std::vector<std::vector<int32_t>> prompts,
+                const SamplingParams& params, int32_t n, std::vector<std::string> stop);
+  ~GenerationJob();  // aborts whatever is still running
+
+  // Queues every choice in the engine. Returns an error (and queues nothing) when the engine refuses one.
+  std::optional<ApiError> start();
+
+  // Waits up to `timeout` for the next engine output and turns it into deltas (empty on timeout, or when the
+  // output belonged to a choice that already ended on a stop string).
+  std::vector<ChoiceDelta> next(std::chrono::milliseconds timeout);
+  bool done() const { return num_engine_finished_ == choices_.size(); }
+  void abort();  // the client went away
+  Usage usage() const;
+  size_t num_choices() const { return choices_.size(); }
+
+ private:
+  struct Choice {
+    std::string request_id;
+    size_t prompt_index = 0;
+    std::unique_ptr<StreamingDetokenizer> detok;
+    std::unique_ptr<StopStringMatcher> stop;
+    bool finished = false;         // reported to the client
+    bool engine_finished = false;  // final engine output received
+    int64_t num_tokens = 0;        // completion tokens counted for usage
+    int64_t cached_tokens = 0;
+  };
+
+  AsyncEngine& engine_;
+  const Tokenizer& tokenizer_;
+  std::vector<std::vector<int32_t>> prompts_;
+  SamplingParams params_;
+  int32_t n_;
+  std::vector<Choice> choices_;
+  std::shared_ptr<OutputQueue> queue_ = std::make_shared<OutputQueue>();
+  size_t num_engine_finished_ = 0;
+  bool started_ = false;
+};
+
+// A process-unique id suffix for responses and engine requests.
+std::string next_request_id();
+
+}  // namespace kvik::server

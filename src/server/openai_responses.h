@@ -1,0 +1,43 @@
+// OpenAI response bodies: completion and chat.completion objects, their streaming chunks, logprobs in each
+// API's shape, and usage. Pure functions of the deltas, so the streamed and the whole responses agree.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "server/generation.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvik::server {
+
+struct ResponseMeta {
+  bool chat = false;
+  std::string id;  // "cmpl-..." or "chatcmpl-..."
+  int64_t created = 0;
+  std::string model;
+  bool logprobs = false;
+};
+
+// The accumulated result of one choice, for the non-streaming response.
+struct ChoiceResult {
+  std::string text;
+  std::vector<TokenLogprobs> logprobs;
+  std::string finish_reason;
+};
+
+nlohmann::json usage_json(const Usage& u);
+nlohmann::json logprobs_json(const ResponseMeta& m, const Tokenizer& tok, const std::vector<TokenLogprobs>& lps,
+                             size_t text_offset);
+// One SSE chunk (without "data: "). `first` adds the chat delta's role.
+nlohmann::json chunk_json(const ResponseMeta& m, const Tokenizer& tok, const ChoiceDelta& d, bool first,
+                          size_t text_offset, bool include_usage_field);
+nlohmann::json usage_chunk_json(const ResponseMeta& m, const Usage& u);
+nlohmann::json response_json(const ResponseMeta& m, const Tokenizer& tok, const std::vector<ChoiceResult>& choices,
+                             const Usage& u);
+
+// JSON text for the wire: invalid UTF-8 (a token piece ending inside a character) becomes U+FFFD.
+std::string dump(const nlohmann::json& j);
+
+}  // namespace kvik::server

@@ -1,0 +1,253 @@
+#include "server/openai_schema.h"
+
+#include <cmath>
+#include <fmt/format.h>
+#include <limits>
+
+#include "engine/sampler.h"
+
+namespace kvik::server {
+
+namespace {
+
+using nlohmann::json;
+
+// Field readers: each throws ApiError naming the field on a wrong type or an out-of-range value.
+class Fields {
+ public:
+  explicit Fields(const json& body) : body_(body) {}
+
+  const json* get(const char* name) const {
+    auto it = body_.find(name);
+    if (it == body_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  std::optional<double> number(const char* name, double lo, double hi, bool lo_open = false) const {
+    const json* v = get(name);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) throw ApiError::bad_request(fmt::format("'{}' must be a number", name), name);
+    const double d = v->get<double>();
+    if (!std::isfinite(d) || d < lo || d > hi || (lo_open && d == lo))
+      throw ApiError::bad_request(fmt::format("'{}' must be in {}{}, {}], got {}", name, lo_open ? "(" : "[", lo, hi, d), name);
+    return d;
+  }
+
+  std::optional<int64_t> integer(const char* name, int64_t lo, int64_t hi) const {
+    const json* v = get(name);
+    if (!v) return std::nullopt;
+    return as_integer(*v, name, lo, hi);
+  }
+
+  static int64_t as_integer(const json& v, const std::string& name, int64_t lo, int64_t hi) {
+    int64_t x;
+    if (v.is_number_integer() && !v.is_number_unsigned()) {
+      x = v.get<int64_t>();
+    } else if (v.is_number_unsigned()) {
+      const uint64_t u = v.get<uint64_t>();
+      if (u > static_cast<uint64_t>(hi))
+        throw ApiError::bad_request(fmt::format("'{}' must be in [{}, {}], got {}", name, lo, hi, u), name);
+      x = static_cast<int64_t>(u);
+    } else {
+      throw ApiError::bad_request(fmt::format("'{}' must be an integer", name), name);
+    }
+    if (x < lo || x > hi) throw ApiError::bad_request(fmt::format("'{}' must be in [{}, {}], got {}", name, lo, hi, x), name);
+    return x;
+  }
+
+  std::optional<bool> boolean(const char* name) const {
+    const json* v = get(name);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean()) throw ApiError::bad_request(fmt::format("'{}' must be a boolean", name), name);
+    return v->get<bool>();
+  }
+
+  std::optional<std::string> string(const char* name) const {
+    const json* v = get(name);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) throw ApiError::bad_request(fmt::format("'{}' must be a string", name), name);
+    return v->get<std::string>();
+  }
+
+ private:
+  const json& body_;
+};
+
+std::vector<int32_t> token_ids(const json& v, const std::string& name) {
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  for (const json& t : v) ids.push_back(static_cast<int32_t>(Fields::as_integer(t, name, 0, std::numeric_limits<int32_t>::max())));
+  return ids;
+}
+
+bool is_token_list(const json& v) {
+  return v.is_array() && !v.empty() && v[0].is_number();
+}
+
+std::vector<Prompt> parse_prompt(const json& v) {
+  const char* kField = "prompt";
+  std::vector<Prompt> prompts;
+  if (v.is_string()) {
+    prompts.emplace_back(v.get<std::string>());
+  } else if (is_token_list(v)) {
+    prompts.emplace_back(token_ids(v, kField));
+  } else if (v.is_array() && !v.empty()) {
+    if (v.size() > kMaxPrompts)
+      throw ApiError::bad_request(fmt::format("'prompt' holds {} prompts; at most {} are allowed", v.size(), kMaxPrompts), kField);
+    for (const json& p : v) {
+      if (p.is_string()) prompts.emplace_back(p.get<std::string>());
+      else if (is_token_list(p)) prompts.emplace_back(token_ids(p, kField));
+      else throw ApiError::bad_request("'prompt' must be a string, a list of strings, a list of token ids or a list of lists of token ids", kField);
+    }
+  } else {
+    throw ApiError::bad_request("'prompt' must be a string, a list of strings, a list of token ids or a list of lists of token ids", kField);
+  }
+  return prompts;
+}
+
+void validate_messages(const json& v) {
+  const char* kField = "messages";
+  if (!v.is_array() || v.empty()) throw ApiError::bad_request("'messages' must be a non-empty list", kField);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& m = v[i];
+    const std::string where = fmt::format("messages[{}]", i);
+    if (!m.is_object()) throw ApiError::bad_request(where + " must be an object", where);
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string())
+      throw ApiError::bad_request(where + ".role must be a string", where + ".role");
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null()) continue;  // e.g. an assistant turn with tool calls only
+    if (content->is_string()) continue;
+    if (!content->is_array()) throw ApiError::bad_request(where + ".content must be a string or a list of parts", where + ".content");
+    for (const json& part : *content) {
+      if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+        throw ApiError::bad_request(where + ".content parts must be objects with a 'type'", where + ".content");
+      if (part["type"] != "text")
+        throw ApiError::bad_request(fmt::format("{}.content: part type '{}' is not supported (only 'text')", where,
+                                                part["type"].get<std::string>()), where + ".content");
+      if (!part.contains("text") || !part["text"].is_string())
+        throw ApiError::bad_request(where + ".content text parts need a string 'text'", where + ".content");
+    }
+  }
+}
+
+GenerateRequest parse(const json& body, bool chat) {
+  if (!body.is_object()) throw ApiError::bad_request("the request body must be a JSON object");
+  Fields f(body);
+  GenerateRequest r;
+  r.chat = chat;
+  if (auto m = f.string("model")) r.model = *m;
+  if (chat) {
+    const json* m = f.get("messages");
+    if (!m) throw ApiError::bad_request("'messages' is required", "messages");
+    validate_messages(*m);
+    r.messages = *m;
+  } else {
+    const json* p = f.get("prompt");
+    if (!p) throw ApiError::bad_request("'prompt' is required", "prompt");
+    r.prompts = parse_prompt(*p);
+  }
+  SamplingParams& sp = r.params;
+  constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+  // max_completion_tokens is the newer name of max_tokens in the chat API.
+  for (const char* name : {"max_tokens", "max_completion_tokens"})
+    if (auto v = f.integer(name, 1, kIntMax)) {
+      sp.max_tokens = static_cast<int32_t>(*v);
+      r.max_tokens_given = true;
+    }
+  if (auto v = f.number("temperature", 0, 1e6)) sp.temperature = static_cast<float>(*v);
+  if (auto v = f.number("top_p", 0, 1, /*lo_open=*/true)) sp.top_p = static_cast<float>(*v);
+  if (auto v = f.integer("top_k", -1, kIntMax)) sp.top_k = static_cast<int32_t>(*v);
+  if (auto v = f.number("min_p", 0, 1)) sp.min_p = static_cast<float>(*v);
+  if (auto v = f.number("presence_penalty", -2, 2)) sp.presence_penalty = static_cast<float>(*v);
+  if (auto v = f.number("frequency_penalty", -2, 2)) sp.frequency_penalty = static_cast<float>(*v);
+  if (auto v = f.number("repetition_penalty", 0, 1e6, /*lo_open=*/true)) sp.repetition_penalty = static_cast<float>(*v);
+  if (auto v = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
+    sp.seed = static_cast<uint64_t>(*v);
+  if (auto v = f.boolean("ignore_eos")) sp.ignore_eos = *v;
+  if (auto v = f.integer("n", 1, kMaxN)) r.n = static_cast<int32_t>(*v);
+  if (chat) {
+    const bool want = f.boolean("logprobs").value_or(false);
+    const auto top = f.integer("top_logprobs", 0, kMaxLogprobs);
+    if (top && !want) throw ApiError::bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    if (want) sp.logprobs = static_cast<int32_t>(top.value_or(0));
+  } else {
+    if (auto v = f.integer("logprobs", 0, kMaxLogprobs)) sp.logprobs = static_cast<int32_t>(*v);
+    if (auto v = f.boolean("echo")) r.echo = *v;
+    if (r.echo) throw ApiError::bad_request("'echo' is not supported", "echo");
+  }
+  if (const json* s = f.get("stop")) {
+    if (s->is_string()) {
+      r.stop.push_back(s->get<std::string>());
+    } else if (s->is_array()) {
+      if (s->size() > kMaxStopStrings)
+        throw ApiError::bad_request(fmt::format("'stop' holds {} strings; at most {} are allowed", s->size(), kMaxStopStrings), "stop");
+      for (const json& x : *s) {
+        if (!x.is_string()) throw ApiError::bad_request("'stop' must be a string or a list of strings", "stop");
+        r.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      throw ApiError::bad_request("'stop' must be a string or a list of strings", "stop");
+    }
+    for (const std::string& x : r.stop)
+      if (x.empty()) throw ApiError::bad_request("'stop' strings must not be empty", "stop");
+  }
+  if (auto v = f.boolean("stream")) r.stream = *v;
+  if (const json* so = f.get("stream_options")) {
+    if (!so->is_object()) throw ApiError::bad_request("'stream_options' must be an object", "stream_options");
+    if (!r.stream) throw ApiError::bad_request("'stream_options' is only allowed with 'stream': true", "stream_options");
+    if (auto it = so->find("include_usage"); it != so->end() && !it->is_null()) {
+      if (!it->is_boolean()) throw ApiError::bad_request("'stream_options.include_usage' must be a boolean", "stream_options.include_usage");
+      r.include_usage = it->get<bool>();
+    }
+  }
+  if (std::string err = sp.validate(); !err.empty()) {
+    const std::string field = err.substr(0, err.find(' '));
+    throw ApiError::bad_request(err, field);
+  }
+  return r;
+}
+
+}  // namespace
+
+std::variant<GenerateRequest, ApiError> parse_generate_request(const nlohmann::json& body, bool chat) {
+  try {
+    return parse(body, chat);
+  } catch (const ApiError& e) {
+    return e;
+  } catch (const nlohmann::json::exception& e) {
+    return ApiError::bad_request(fmt::format("invalid request: {}", e.what()));
+  }
+}
+
+std::variant<TokenizeRequest, ApiError> parse_tokenize_request(const nlohmann::json& body) {
+  try {
+    if (!body.is_object()) throw ApiError::bad_request("the request body must be a JSON object");
+    Fields f(body);
+    TokenizeRequest r;
+    if (const json* m = f.get("messages")) {
+      validate_messages(*m);
+      r.messages = *m;
+    } else {
+      r.prompt = f.string("prompt");
+      if (!r.prompt) throw ApiError::bad_request("'prompt' (a string) or 'messages' is required", "prompt");
+    }
+    if (auto v = f.boolean("add_special_tokens")) r.add_special_tokens = *v;
+    return r;
+  } catch (const ApiError& e) {
+    return e;
+  }
+}
+
+std::variant<std::vector<int32_t>, ApiError> parse_detokenize_request(const nlohmann::json& body) {
+  try {
+    if (!body.is_object()) throw ApiError::bad_request("the request body must be a JSON object");
+    auto it = body.find("tokens");
+    if (it == body.end() || !it->is_array()) throw ApiError::bad_request("'tokens' (a list of token ids) is required", "tokens");
+    return token_ids(*it, "tokens");
+  } catch (const ApiError& e) {
+    return e;
+  }
+}
+
+}  // namespace kvik::server
