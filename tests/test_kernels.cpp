@@ -12,6 +12,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/fp16.h"
@@ -172,6 +173,42 @@ TEST_P(KernelTable, HalfConversionsAreBitExact) {
     EXPECT_EQ(a, b) << "f16 n=" << n;
     ref().to_bf16(x.data(), a.data(), n), fast().to_bf16(x.data(), b.data(), n);
     EXPECT_EQ(a, b) << "bf16 n=" << n;
+  }
+}
+
+// K-quant weight blocks from random bytes (every bit pattern of qs/qh/scales is valid) with finite fp16 scales, and
+// Q8_K activations quantized from Gaussian floats.
+template <typename Block>
+std::vector<Block> random_k_blocks(std::mt19937& rng, int64_t nb) {
+  std::vector<Block> b(nb);
+  auto* p = reinterpret_cast<uint8_t*>(b.data());
+  for (size_t i = 0; i < sizeof(Block) * nb; ++i) p[i] = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> d(0.0005f, 0.05f);
+  for (auto& blk : b) {
+    blk.d = f32_to_fp16(d(rng));
+    if constexpr (!std::is_same_v<Block, BlockQ6_K>) blk.dmin = f32_to_fp16(d(rng));
+  }
+  return b;
+}
+
+// The integer parts are exact everywhere and each block's float combination is the same scalar expression, so
+// the fast tables must agree with the reference bit for bit.
+TEST_P(KernelTable, KQuantDotsEqualReferenceExactly) {
+  for (int64_t nb : {1, 2, 3, 8, 9, 32}) {
+    std::vector<float> xf(nb * kQK_K);
+    for (auto& v : xf) v = normal();
+    xf[5] = 0.0f;
+    std::vector<BlockQ8_K> x(nb);
+    fast().quantize_q8_k(xf.data(), x.data(), nb * kQK_K);
+    std::vector<BlockQ8_K> xr(nb);
+    ref().quantize_q8_k(xf.data(), xr.data(), nb * kQK_K);
+    EXPECT_EQ(0, std::memcmp(x.data(), xr.data(), sizeof(BlockQ8_K) * nb)) << "quantize_q8_k nb=" << nb;
+    const auto w4 = random_k_blocks<BlockQ4_K>(rng, nb);
+    const auto w5 = random_k_blocks<BlockQ5_K>(rng, nb);
+    const auto w6 = random_k_blocks<BlockQ6_K>(rng, nb);
+    EXPECT_EQ(fast().dot_q4_k(w4.data(), x.data(), nb), ref().dot_q4_k(w4.data(), x.data(), nb)) << "q4_K nb=" << nb;
+    EXPECT_EQ(fast().dot_q5_k(w5.data(), x.data(), nb), ref().dot_q5_k(w5.data(), x.data(), nb)) << "q5_K nb=" << nb;
+    EXPECT_EQ(fast().dot_q6_k(w6.data(), x.data(), nb), ref().dot_q6_k(w6.data(), x.data(), nb)) << "q6_K nb=" << nb;
   }
 }
 

@@ -106,12 +106,17 @@ Run add_synth(CLI::App& app) {
   c->add_option("--ff", o->ff, "MLP width d_ff")->capture_default_str();
   c->add_option("--vocab", o->vocab, "Vocabulary size V")->capture_default_str();
   c->add_option("--context", o->context, "Context length")->capture_default_str();
-  c->add_option("--type", *type, "Weight type: f32 f16 bf16 q8_0 q4_0")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}))->capture_default_str();
+  c->add_option("--type", *type, "Weight type: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k, or q4_k_m (llama.cpp's mix)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q4_k_m"}))
+      ->capture_default_str();
   c->add_option("--tokenizer-from", o->tokenizer_from, "Copy the tokenizer of this GGUF (padded to --vocab)");
   c->add_option("--seed", o->seed, "Random seed")->capture_default_str();
+  c->add_option("--output-scale", o->output_scale,
+                 "Multiply the std of output.weight (3/sqrt(dim)) by this; above 1: peakier next-token distributions")
+      ->capture_default_str();
   return [o, type]() {
-    o->type = *dtype_from_name(*type);
+    o->q4_k_m = *type == "q4_k_m";
+    o->type = o->q4_k_m ? DType::Q4_K : *dtype_from_name(*type);
     synth_llama_gguf(*o);
     std::fprintf(stderr, "wrote %s\n", o->out_path.c_str());
     return 0;

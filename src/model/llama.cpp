@@ -21,7 +21,7 @@ const GgufTensorInfo& require_tensor(const GgufFile& g, const std::string& name,
   if (t->shape != shape)
     fail("{}: tensor '{}' has shape {}, expected {}", g.path(), name, shape_str(t->shape), shape_str(shape));
   if (!traits(t->dtype).can_compute)
-    fail("{}: tensor '{}' has type {}, which kvik cannot compute with yet (supported: f32, f16, bf16, q8_0, q4_0)",
+    fail("{}: tensor '{}' has type {}, which kvik cannot compute with yet (supported: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)",
          g.path(), name, dtype_name(t->dtype));
   return *t;
 }

@@ -59,9 +59,15 @@ uint32_t llama_file_type(DType t) {
     case DType::Q4_0: return 2;  // LLAMA_FTYPE_MOSTLY_Q4_0
     case DType::Q8_0: return 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
     case DType::BF16: return 32; // LLAMA_FTYPE_MOSTLY_BF16
-    default: fail("--type {} is not supported by synth (f32, f16, bf16, q8_0, q4_0)", dtype_name(t));
+    case DType::Q4_K: return 14; // LLAMA_FTYPE_MOSTLY_Q4_K_S (15, Q4_K_M, for the mix)
+    case DType::Q5_K: return 16; // LLAMA_FTYPE_MOSTLY_Q5_K_S
+    case DType::Q6_K: return 18; // LLAMA_FTYPE_MOSTLY_Q6_K
+    default: fail("--type {} is not supported by synth (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m)", dtype_name(t));
   }
 }
+
+// llama.cpp's use_more_bits(i_layer, n_layers) for the Q4_K_M / Q5_K_M mixes.
+bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
 void validate(const SynthOptions& o, int head_dim) {
   if (o.out_path.empty()) fail("synth: no output path given");
@@ -77,6 +83,7 @@ void validate(const SynthOptions& o, int head_dim) {
   positive(o.context, "--context");
   positive(head_dim, "--head-dim");
   llama_file_type(o.type);
+  if (o.q4_k_m && o.type != DType::Q4_K) fail("synth: the q4_k_m mix needs --type q4_k");
   if (o.head_dim == 0 && o.dim % o.heads != 0)
     fail("synth: --dim {} must be a multiple of --heads {} (or set --head-dim)", o.dim, o.heads);
   if (o.heads % o.kv_heads != 0)
@@ -84,6 +91,7 @@ void validate(const SynthOptions& o, int head_dim) {
   if (head_dim % 2 != 0) fail("synth: --head-dim {} must be even (RoPE rotates pairs)", head_dim);
   if (!(o.rms_eps > 0)) fail("synth: --rms-eps {} must be positive", o.rms_eps);
   if (!(o.rope_freq_base > 0)) fail("synth: --rope-freq-base {} must be positive", o.rope_freq_base);
+  if (!(o.output_scale > 0)) fail("synth: --output-scale {} must be positive", o.output_scale);
   const int64_t block = traits(o.type).block_size;
   const std::string_view tn = dtype_name(o.type);
   if (o.dim % block != 0) fail("synth: --dim {} must be a multiple of {} for {}", o.dim, block, tn);
@@ -198,7 +206,7 @@ void synth_llama_gguf(const SynthOptions& o) {
   w.set_string("general.architecture", "llama");
   w.set_string("general.name", fmt::format("kvik-synth d{} L{} h{}/{} hd{} ff{} v{} {}", o.dim, o.layers, o.heads,
                                            o.kv_heads, hd, o.ff, o.vocab, dtype_name(o.type)));
-  w.set_u32("general.file_type", llama_file_type(o.type));
+  w.set_u32("general.file_type", o.q4_k_m ? 15 : llama_file_type(o.type));  // 15: LLAMA_FTYPE_MOSTLY_Q4_K_M
   w.set_u32("llama.context_length", static_cast<uint32_t>(o.context));
   w.set_u32("llama.embedding_length", static_cast<uint32_t>(o.dim));
   w.set_u32("llama.block_count", static_cast<uint32_t>(o.layers));
@@ -220,7 +228,8 @@ void synth_llama_gguf(const SynthOptions& o) {
 
   // Scales: every projection has std 1/sqrt(fan_in), so with RMS-normed inputs each output is O(1). The
   // embedding has std 1 so the residual stream starts O(1) and depends clearly on the token. The output head
-  // has std 3/sqrt(dim): logits with std ≈ 3 give a peaked but not one-hot next-token distribution.
+  // has std 3/sqrt(dim) (times output_scale): logits with std ≈ 3 give a peaked but not one-hot next-token
+  // distribution; output_scale > 1 sharpens it.
   const float s_dim = 1.0f / std::sqrt(static_cast<float>(o.dim));
   const float s_q = 1.0f / std::sqrt(static_cast<float>(q_dim));
   const float s_ff = 1.0f / std::sqrt(static_cast<float>(o.ff));
@@ -228,18 +237,20 @@ void synth_llama_gguf(const SynthOptions& o) {
   const uint64_t seed = o.seed;
   add_random(w, "token_embd.weight", t, o.dim, o.vocab, 0.0f, 1.0f, seed);
   add_random(w, "output_norm.weight", DType::F32, o.dim, 0, 1.0f, 0.1f, seed);
-  add_random(w, "output.weight", t, o.dim, o.vocab, 0.0f, 3.0f * s_dim, seed);
+  const DType t_more = o.q4_k_m ? DType::Q6_K : t;  // the tensors the mix stores in more bits
+  add_random(w, "output.weight", t_more, o.dim, o.vocab, 0.0f, 3.0f * s_dim * o.output_scale, seed);
   for (int l = 0; l < o.layers; ++l) {
     const std::string p = fmt::format("blk.{}.", l);
     add_random(w, p + "attn_norm.weight", DType::F32, o.dim, 0, 1.0f, 0.1f, seed);
     add_random(w, p + "attn_q.weight", t, o.dim, q_dim, 0.0f, s_dim, seed);
     add_random(w, p + "attn_k.weight", t, o.dim, kv_dim, 0.0f, s_dim, seed);
-    add_random(w, p + "attn_v.weight", t, o.dim, kv_dim, 0.0f, s_dim, seed);
+    const DType t_layer = use_more_bits(l, o.layers) ? t_more : t;
+    add_random(w, p + "attn_v.weight", t_layer, o.dim, kv_dim, 0.0f, s_dim, seed);
     add_random(w, p + "attn_output.weight", t, q_dim, o.dim, 0.0f, s_q, seed);
     add_random(w, p + "ffn_norm.weight", DType::F32, o.dim, 0, 1.0f, 0.1f, seed);
     add_random(w, p + "ffn_gate.weight", t, o.dim, o.ff, 0.0f, s_dim, seed);
     add_random(w, p + "ffn_up.weight", t, o.dim, o.ff, 0.0f, s_dim, seed);
-    add_random(w, p + "ffn_down.weight", t, o.ff, o.dim, 0.0f, s_ff, seed);
+    add_random(w, p + "ffn_down.weight", t_layer, o.ff, o.dim, 0.0f, s_ff, seed);
   }
   w.write(o.out_path);
 }

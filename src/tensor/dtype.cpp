@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "tensor/k_quants.h"
 
 namespace kvik {
 namespace {
@@ -22,9 +23,9 @@ constexpr std::array kTraits = {
     DTypeTraits{DType::Q8_1, "q8_1", 32, 36, false},
     DTypeTraits{DType::Q2_K, "q2_K", 256, 84, false},
     DTypeTraits{DType::Q3_K, "q3_K", 256, 110, false},
-    DTypeTraits{DType::Q4_K, "q4_K", 256, 144, false},
-    DTypeTraits{DType::Q5_K, "q5_K", 256, 176, false},
-    DTypeTraits{DType::Q6_K, "q6_K", 256, 210, false},
+    DTypeTraits{DType::Q4_K, "q4_K", 256, 144, true},
+    DTypeTraits{DType::Q5_K, "q5_K", 256, 176, true},
+    DTypeTraits{DType::Q6_K, "q6_K", 256, 210, true},
     DTypeTraits{DType::Q8_K, "q8_K", 256, 292, false},
     DTypeTraits{DType::I8, "i8", 1, 1, false},
     DTypeTraits{DType::I16, "i16", 1, 2, false},
@@ -102,6 +103,10 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
       }
       return;
     }
+    case DType::Q4_K: return dequantize_row_q4_k(static_cast<const BlockQ4_K*>(src), dst, n);
+    case DType::Q5_K: return dequantize_row_q5_k(static_cast<const BlockQ5_K*>(src), dst, n);
+    case DType::Q6_K: return dequantize_row_q6_k(static_cast<const BlockQ6_K*>(src), dst, n);
+    case DType::Q8_K: return dequantize_row_q8_k(static_cast<const BlockQ8_K*>(src), dst, n);
     default:
       fail("dequantize: no kernel for dtype {}", dtype_name(t));
   }
@@ -158,6 +163,10 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
       }
       return;
     }
+    case DType::Q4_K: return quantize_row_q4_k(src, static_cast<BlockQ4_K*>(dst), n);
+    case DType::Q5_K: return quantize_row_q5_k(src, static_cast<BlockQ5_K*>(dst), n);
+    case DType::Q6_K: return quantize_row_q6_k(src, static_cast<BlockQ6_K*>(dst), n);
+    case DType::Q8_K: return quantize_row_q8_k(src, static_cast<BlockQ8_K*>(dst), n);
     default:
       fail("quantize: no kernel for dtype {}", dtype_name(t));
   }

@@ -47,8 +47,8 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ4_0) == 18);
 
-// Reference (scalar) conversions. n must be a multiple of the block size.
+// Reference (scalar) conversions. n must be a multiple of the block size. K-quant blocks: tensor/k_quants.h.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
-void quantize_row(DType t, const float* src, void* dst, int64_t n);  // F32 F16 BF16 Q8_0 Q4_0
+void quantize_row(DType t, const float* src, void* dst, int64_t n);  // F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q8_K
 
 }  // namespace kvik

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "tensor/dtype.h"
+#include "tensor/k_quants.h"
 
 namespace kvik {
 
@@ -18,8 +19,14 @@ struct CpuKernels {
   float (*dot_bf16)(const uint16_t* w, const uint16_t* x, int64_t n);  // both bf16, f32 accumulation
   float (*dot_q8_0)(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nblocks);
   float (*dot_q4_0)(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nblocks);
+  // K-quant weights against Q8_K activations. The integer sums are exact in every table and each block's float
+  // combination is the same scalar expression, so these agree bit for bit across tables.
+  float (*dot_q4_k)(const BlockQ4_K* w, const BlockQ8_K* x, int64_t nblocks);
+  float (*dot_q5_k)(const BlockQ5_K* w, const BlockQ8_K* x, int64_t nblocks);
+  float (*dot_q6_k)(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nblocks);
   // Activation conversions (the partner type of each weight type, as llama.cpp pairs them).
   void (*quantize_q8_0)(const float* x, BlockQ8_0* y, int64_t n);
+  void (*quantize_q8_k)(const float* x, BlockQ8_K* y, int64_t n);  // bit-exact with quantize_row_q8_k
   void (*to_f16)(const float* x, uint16_t* y, int64_t n);
   void (*to_bf16)(const float* x, uint16_t* y, int64_t n);
 };

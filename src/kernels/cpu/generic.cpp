@@ -54,7 +54,45 @@ float dot_q4_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb) {
   return s;
 }
 
+// Per block: s += d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·(Σx)_j, the sums in int32 (|·| < 2³¹ for 6-bit scales).
+template <typename Block, int (*Quant)(const Block&, int)>
+float dot_k_scale_min(const Block* w, const BlockQ8_K* x, int64_t nb) {
+  float s = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int32_t sumi = 0, summ = 0;
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, m;
+      k_scale_min(j, w[b].scales, sc, m);
+      int32_t p = 0;
+      for (int l = 0; l < 32; ++l) p += Quant(w[b], 32 * j + l) * x[b].qs[32 * j + l];
+      sumi += sc * p;
+      summ += m * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+    }
+    const float d = x[b].d * fp16_to_f32(w[b].d), dmin = x[b].d * fp16_to_f32(w[b].dmin);
+    s += d * static_cast<float>(sumi) - dmin * static_cast<float>(summ);
+  }
+  return s;
+}
+float dot_q4_k(const BlockQ4_K* w, const BlockQ8_K* x, int64_t nb) { return dot_k_scale_min<BlockQ4_K, q4_k_quant>(w, x, nb); }
+float dot_q5_k(const BlockQ5_K* w, const BlockQ8_K* x, int64_t nb) { return dot_k_scale_min<BlockQ5_K, q5_k_quant>(w, x, nb); }
+
+// Per block: s += d·Σ_j sc_j·Σ (q − 32)·x over 16 sub-blocks of 16.
+float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nb) {
+  float s = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int32_t sumi = 0;
+    for (int j = 0; j < 16; ++j) {
+      int32_t p = 0;
+      for (int l = 0; l < 16; ++l) p += (q6_k_quant(w[b], 16 * j + l) - 32) * x[b].qs[16 * j + l];
+      sumi += w[b].scales[j] * p;
+    }
+    s += x[b].d * fp16_to_f32(w[b].d) * static_cast<float>(sumi);
+  }
+  return s;
+}
+
 void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) { quantize_row(DType::Q8_0, x, y, n); }
+void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n) { quantize_row_q8_k(x, y, n); }
 void to_f16(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = f32_to_fp16(x[i]);
 }
@@ -62,7 +100,8 @@ void to_bf16(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
 }
 
-constexpr CpuKernels kGeneric = {"generic", dot_f32, dot_f16, dot_bf16, dot_q8_0, dot_q4_0, quantize_q8_0, to_f16, to_bf16};
+constexpr CpuKernels kGeneric = {"generic", dot_f32,  dot_f16,       dot_bf16,      dot_q8_0, dot_q4_0, dot_q4_k,
+                                  dot_q5_k,  dot_q6_k, quantize_q8_0, quantize_q8_k, to_f16,   to_bf16};
 
 }  // namespace
 

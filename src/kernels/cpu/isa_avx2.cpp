@@ -108,7 +108,89 @@ void to_bf16(const float* x, uint16_t* y, int64_t n) {
 
 void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) { generic_kernels().quantize_q8_0(x, y, n); }
 
-constexpr CpuKernels kAvx2 = {"avx2", dot_f32, dot_f16, dot_bf16, dot_q8_0, dot_q4_0, quantize_q8_0, to_f16, to_bf16};
+inline int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// Bits (2c) and (2c + 1) of each qh byte as the 0/16 fifth bit of chunk c's low and high nibbles.
+inline __m256i fifth_bit(__m256i qh, int shift) {
+  return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), _mm256_set1_epi8(1)), 4);
+}
+
+// Q4_K / Q5_K: q (u8, ≤ 31) × x (s8) pairs via maddubs (|pair| ≤ 2·31·127, no saturation), then madd with
+// the sub-block scale: exact int32, the same integers as the reference.
+template <bool kFifthBit, typename Block>
+float dot_k_scale_min(const Block* w, const BlockQ8_K* x, int64_t nb) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  float s = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; ++j) k_scale_min(j, w[b].scales, sc[j], m[j]);
+    __m256i acc = _mm256_setzero_si256();
+    __m256i qh = _mm256_setzero_si256();
+    if constexpr (kFifthBit) qh = load256(reinterpret_cast<const BlockQ5_K*>(&w[b])->qh);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i raw = load256(w[b].qs + 32 * c);
+      __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+      if constexpr (kFifthBit) {
+        lo = _mm256_or_si256(lo, fifth_bit(qh, 2 * c));
+        hi = _mm256_or_si256(hi, fifth_bit(qh, 2 * c + 1));
+      }
+      const __m256i p0 = _mm256_maddubs_epi16(lo, load256(x[b].qs + 64 * c));
+      const __m256i p1 = _mm256_maddubs_epi16(hi, load256(x[b].qs + 64 * c + 32));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c])));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1])));
+    }
+    int32_t summ = 0;
+    for (int j = 0; j < 8; ++j) summ += m[j] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+    const int32_t sumi = hsum_i32(acc);
+    const float d = x[b].d * fp16_to_f32(w[b].d), dmin = x[b].d * fp16_to_f32(w[b].dmin);
+    s += d * static_cast<float>(sumi) - dmin * static_cast<float>(summ);
+  }
+  return s;
+}
+float dot_q4_k(const BlockQ4_K* w, const BlockQ8_K* x, int64_t nb) { return dot_k_scale_min<false>(w, x, nb); }
+float dot_q5_k(const BlockQ5_K* w, const BlockQ8_K* x, int64_t nb) { return dot_k_scale_min<true>(w, x, nb); }
+
+// Q6_K: q (u8, 0..63) × x via maddubs, scaled per 16-element sub-block, minus 32·Σ_j sc_j·bsums_j.
+float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nb) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+  float s = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = load256(w[b].ql + 64 * h), ql1 = load256(w[b].ql + 64 * h + 32);
+      const __m256i qh = load256(w[b].qh + 32 * h);
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4))};
+      for (int k = 0; k < 4; ++k) {
+        const int j = 8 * h + 2 * k;  // sub-blocks j, j + 1 (16 elements each)
+        const __m256i p = _mm256_maddubs_epi16(q[k], load256(x[b].qs + 128 * h + 32 * k));
+        const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(w[b].scales[j + 1]), _mm_set1_epi16(w[b].scales[j]));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scv));
+      }
+    }
+    int32_t offs = 0;
+    for (int j = 0; j < 16; ++j) offs += w[b].scales[j] * x[b].bsums[j];
+    const int32_t sumi = hsum_i32(acc) - 32 * offs;
+    s += x[b].d * fp16_to_f32(w[b].d) * static_cast<float>(sumi);
+  }
+  return s;
+}
+
+void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n) { quantize_row_q8_k(x, y, n); }
+
+constexpr CpuKernels kAvx2 = {"avx2",   dot_f32,  dot_f16,       dot_bf16,      dot_q8_0, dot_q4_0, dot_q4_k,
+                              dot_q5_k, dot_q6_k, quantize_q8_0, quantize_q8_k, to_f16,   to_bf16};
 
 }  // namespace
 

@@ -173,7 +173,89 @@ void to_bf16(const float* x, uint16_t* y, int64_t n) {
   for (; i < n; ++i) y[i] = f32_to_bf16(x[i]);
 }
 
-constexpr CpuKernels kAvx512 = {"avx512_vnni", dot_f32, dot_f16, dot_bf16, dot_q8_0, dot_q4_0, quantize_q8_0, to_f16, to_bf16};
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+// Sixteen int16 lanes of a, then sixteen of b: the scales of two 32-element sub-blocks after maddubs.
+inline __m512i two_scales_i16(int a, int b) {
+  return _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(a)), _mm256_set1_epi16(static_cast<int16_t>(b)), 1);
+}
+inline __m256i fifth_bit(__m256i qh, int shift) {
+  return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), _mm256_set1_epi8(1)), 4);
+}
+
+// Q4_K / Q5_K: one 64-element chunk (two sub-blocks) per step. q (u8 ≤ 31) × x (s8) pairs via maddubs (no
+// saturation: 2·31·127 < 2¹⁵), then madd with the sub-block scales: exact int32, as the reference.
+template <bool kFifthBit, typename Block>
+float dot_k_scale_min(const Block* w, const BlockQ8_K* x, int64_t nb) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  float s = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; ++j) k_scale_min(j, w[b].scales, sc[j], m[j]);
+    __m512i acc = _mm512_setzero_si512();
+    __m256i qh = _mm256_setzero_si256();
+    if constexpr (kFifthBit) qh = load256(reinterpret_cast<const BlockQ5_K*>(&w[b])->qh);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i raw = load256(w[b].qs + 32 * c);
+      __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+      if constexpr (kFifthBit) {
+        lo = _mm256_or_si256(lo, fifth_bit(qh, 2 * c));
+        hi = _mm256_or_si256(hi, fifth_bit(qh, 2 * c + 1));
+      }
+      const __m512i p = _mm512_maddubs_epi16(join(lo, hi), load512(x[b].qs + 64 * c));
+      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(p, two_scales_i16(sc[2 * c], sc[2 * c + 1])));
+    }
+    int32_t summ = 0;
+    for (int j = 0; j < 8; ++j) summ += m[j] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+    const int32_t sumi = _mm512_reduce_add_epi32(acc);
+    const float d = x[b].d * f16(w[b].d), dmin = x[b].d * f16(w[b].dmin);
+    s += d * static_cast<float>(sumi) - dmin * static_cast<float>(summ);
+  }
+  return s;
+}
+float dot_q4_k(const BlockQ4_K* w, const BlockQ8_K* x, int64_t nb) { return dot_k_scale_min<false>(w, x, nb); }
+float dot_q5_k(const BlockQ5_K* w, const BlockQ8_K* x, int64_t nb) { return dot_k_scale_min<true>(w, x, nb); }
+
+// Q6_K: 64 elements (four 16-element sub-blocks) per step; each sub-block's scale covers 8 int16 lanes.
+float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nb) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+  // vpermw indices: lane i takes scale s0 + i/8.
+  alignas(64) int16_t idx_lo[32], idx_hi[32];
+  for (int i = 0; i < 32; ++i) idx_lo[i] = static_cast<int16_t>(i / 8), idx_hi[i] = static_cast<int16_t>(4 + i / 8);
+  const __m512i ilo = _mm512_load_si512(idx_lo), ihi = _mm512_load_si512(idx_hi);
+  float s = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i acc = _mm512_setzero_si512();
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales)));
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = load256(w[b].ql + 64 * h), ql1 = load256(w[b].ql + 64 * h + 32);
+      const __m256i qh = load256(w[b].qh + 32 * h);
+      const __m256i q0 = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+      const __m256i q1 =
+          _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+      const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+      const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+      // The 8 scales of this half as int16 lanes 0..7 of a 512-bit register, then spread 8 lanes each.
+      const __m512i sch = _mm512_castsi256_si512(h == 0 ? sc16 : _mm256_permute2x128_si256(sc16, sc16, 0x11));
+      const __m512i pa = _mm512_maddubs_epi16(join(q0, q1), load512(x[b].qs + 128 * h));
+      const __m512i pb = _mm512_maddubs_epi16(join(q2, q3), load512(x[b].qs + 128 * h + 64));
+      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(pa, _mm512_permutexvar_epi16(ilo, sch)));
+      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(pb, _mm512_permutexvar_epi16(ihi, sch)));
+    }
+    const __m256i offs = _mm256_madd_epi16(sc16, load256(x[b].bsums));  // Σ sc_j·bsums_j in 8 lanes
+    const __m128i o = _mm_add_epi32(_mm256_castsi256_si128(offs), _mm256_extracti128_si256(offs, 1));
+    const int32_t off = _mm_extract_epi32(o, 0) + _mm_extract_epi32(o, 1) + _mm_extract_epi32(o, 2) + _mm_extract_epi32(o, 3);
+    const int32_t sumi = _mm512_reduce_add_epi32(acc) - 32 * off;
+    s += x[b].d * f16(w[b].d) * static_cast<float>(sumi);
+  }
+  return s;
+}
+
+void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n) { quantize_row_q8_k(x, y, n); }
+
+constexpr CpuKernels kAvx512 = {"avx512_vnni", dot_f32,  dot_f16,       dot_bf16,      dot_q8_0, dot_q4_0, dot_q4_k,
+                                dot_q5_k,      dot_q6_k, quantize_q8_0, quantize_q8_k, to_f16,   to_bf16};
 
 }  // namespace
 

@@ -78,6 +78,27 @@ void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y) {
         });
       return;
     }
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K: {
+      thread_local std::vector<BlockQ8_K> buf;
+      const int64_t nb = n / kQK_K;
+      BlockQ8_K* xa = scratch(buf, static_cast<size_t>(T * nb));
+      for (int64_t t = 0; t < T; ++t) k.quantize_q8_k(x + t * n, xa + t * nb, n);
+      if (w.dtype == DType::Q4_K)
+        matmul_rows(xa, nb, T, w, y, [&](const uint8_t* wr, const BlockQ8_K* xr) {
+          return k.dot_q4_k(reinterpret_cast<const BlockQ4_K*>(wr), xr, nb);
+        });
+      else if (w.dtype == DType::Q5_K)
+        matmul_rows(xa, nb, T, w, y, [&](const uint8_t* wr, const BlockQ8_K* xr) {
+          return k.dot_q5_k(reinterpret_cast<const BlockQ5_K*>(wr), xr, nb);
+        });
+      else
+        matmul_rows(xa, nb, T, w, y, [&](const uint8_t* wr, const BlockQ8_K* xr) {
+          return k.dot_q6_k(reinterpret_cast<const BlockQ6_K*>(wr), xr, nb);
+        });
+      return;
+    }
     default:
       fail("matmul: no kernel for weight type {}", dtype_name(w.dtype));
   }
