@@ -3,7 +3,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libicu-dev libxxhash-dev libcli11-dev libfmt-dev
-      libgtest-dev libgmock-dev libbenchmark-dev clang nodejs npm)
+      libgtest-dev libgmock-dev libbenchmark-dev clang nodejs npm
+      curl prometheus)  # curl and promtool: the server's end-to-end tests
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -1,0 +1,102 @@
+// Starting and stopping `kvik serve` for the end-to-end tests, and small HTTP helpers.
+import { spawn, execFileSync } from 'node:child_process';
+import net from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const BINARY = process.env.KVIK_BINARY ?? path.join(here, '../../build/kvik');
+export const MODEL = process.env.KVIK_MODEL ?? path.join(here, '../../../shared/models/stories260K.gguf');
+
+export async function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.unref();
+    s.on('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Starts a server and waits for /health 200. Returns { url, proc, log(), stop() }.
+export async function startServer(args = [], env = {}) {
+  const port = await freePort();
+  const proc = spawn(BINARY, ['serve', MODEL, '--host', '127.0.0.1', '--port', String(port), ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let log = '';
+  proc.stdout.on('data', (d) => (log += d));
+  proc.stderr.on('data', (d) => (log += d));
+  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  const url = `http://127.0.0.1:${port}`;
+  const server = {
+    url,
+    port,
+    proc,
+    exited,
+    log: () => log,
+    async stop() {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+      return exited;
+    },
+  };
+  const deadline = Date.now() + 30000;
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error(`kvik serve exited early (${proc.exitCode}):\n${log}`);
+    try {
+      const r = await fetch(`${url}/health`);
+      if (r.status === 200) return server;
+    } catch {}
+    if (Date.now() > deadline) {
+      proc.kill('SIGKILL');
+      throw new Error(`kvik serve did not become healthy:\n${log}`);
+    }
+    await sleep(50);
+  }
+}
+
+export async function metrics(url) {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const values = {};
+  for (const line of text.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const m = line.match(/^([^{\s]+)(\{[^}]*\})?\s+(\S+)$/);
+    if (!m) continue;
+    const labels = (m[2] ?? '').replace(/model_name="[^"]*",?/, '').replace(/^\{\}$/, '').replace(/,\}$/, '}');
+    values[m[1] + labels] = Number(m[3]);
+  }
+  return { text, values };
+}
+
+// POST JSON (or a raw string body) and return { status, headers, body (parsed when JSON) }.
+export async function post(url, body, headers = {}) {
+  const r = await fetch(url, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', ...headers },
+    body: typeof body === 'string' || body instanceof Uint8Array ? body : JSON.stringify(body),
+  });
+  const text = await r.text();
+  let json;
+  try {
+    json = JSON.parse(text);
+  } catch {}
+  return { status: r.status, headers: r.headers, text, body: json };
+}
+
+export function curl(args) {
+  return execFileSync('curl', ['-sS', ...args], { encoding: 'utf8', maxBuffer: 64 << 20 });
+}
+
+export function promtool(text) {
+  try {
+    execFileSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe'] });
+    return { code: 0, output: '' };
+  } catch (e) {
+    return { code: e.status, output: `${e.stdout ?? ''}${e.stderr ?? ''}` };
+  }
+}
