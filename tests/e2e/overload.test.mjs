@@ -10,7 +10,7 @@ test('a burst beyond --max-waiting gets 429 with Retry-After and nothing else fa
   try {
     const results = await Promise.all(
       Array.from({ length: 30 }, (_, i) =>
-        post(`${srv.url}/v1/completions`, { prompt: `Burst ${i}`, max_tokens: 48, temperature: 0, ignore_eos: true }),
+        post(`${srv.url}/v1/completions`, { prompt: `Burst ${i}`, max_tokens: 128, temperature: 0, ignore_eos: true }),
       ),
     );
     const statuses = results.map((r) => r.status);
@@ -26,7 +26,7 @@ test('a burst beyond --max-waiting gets 429 with Retry-After and nothing else fa
     }
     for (const r of served) {
       assert.equal(r.body.choices[0].finish_reason, 'length');
-      assert.equal(r.body.usage.completion_tokens, 48);
+      assert.equal(r.body.usage.completion_tokens, 128);
     }
   } finally {
     assert.equal((await srv.stop()).code, 0);
