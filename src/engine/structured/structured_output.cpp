@@ -1,0 +1,95 @@
+#include "engine/structured/structured_output.h"
+
+#include <algorithm>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "engine/structured/json_schema_to_gbnf.h"
+#include "engine/structured/regex_to_gbnf.h"
+
+namespace kvik::structured {
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<GrammarDfa> dfa, std::shared_ptr<const VocabTrie> trie)
+    : dfa_(std::move(dfa)), trie_(std::move(trie)), cursor_(dfa_->start()) {}
+
+bool GrammarMatcher::accept_token(int32_t id) {
+  if (id < 0 || id >= trie_->vocab_size() || trie_->token_bytes(id).empty()) return false;
+  return dfa_->advance(cursor_, trie_->token_bytes(id));
+}
+
+std::string spec_to_gbnf(const StructuredOutputSpec& spec) {
+  using Kind = StructuredOutputSpec::Kind;
+  switch (spec.kind) {
+    case Kind::kJsonObject: return json_object_gbnf();
+    case Kind::kJsonSchema: return json_schema_to_gbnf(spec.text);
+    case Kind::kRegex: return "root ::= " + regex_to_gbnf(spec.text) + "\n";
+    case Kind::kGrammar: return spec.text;
+    case Kind::kChoice: return choice_gbnf(spec.choices);
+  }
+  fail("structured output: unknown kind");
+}
+
+StructuredOutputManager::StructuredOutputManager(std::shared_ptr<const VocabTrie> trie, size_t cache_size)
+    : trie_(std::move(trie)), cache_size_(std::max<size_t>(cache_size, 1)) {}
+
+size_t StructuredOutputManager::cache_entries() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lru_.size();
+}
+
+std::unique_ptr<GrammarMatcher> StructuredOutputManager::make_matcher(const StructuredOutputSpec& spec, std::string& error) {
+  std::string key = std::to_string(static_cast<int>(spec.kind)) + ":" +
+                    (spec.kind == StructuredOutputSpec::Kind::kChoice ? nlohmann::json(spec.choices).dump() : spec.text);
+  std::shared_ptr<GrammarDfa> dfa;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      dfa = it->second->second;
+    }
+  }
+  try {
+    if (!dfa) {
+      // Compiled outside the lock: a large schema does not hold up other requests.
+      dfa = std::make_shared<GrammarDfa>(parse_gbnf(spec_to_gbnf(spec)), trie_);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = cache_.find(key); it != cache_.end()) {
+        dfa = it->second->second;
+      } else {
+        lru_.emplace_front(key, dfa);
+        cache_.emplace(std::move(key), lru_.begin());
+        while (lru_.size() > cache_size_) {
+          cache_.erase(lru_.back().first);
+          lru_.pop_back();
+        }
+      }
+    }
+    return std::make_unique<GrammarMatcher>(dfa, trie_);
+  } catch (const Error& e) {
+    error = e.what();
+    return nullptr;
+  }
+}
+
+void apply_token_mask(std::span<const float> logits_in, std::span<float> logits_out, const TokenMask& mask,
+                      std::span<const int32_t> eos_ids, bool allow_eos) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const size_t V = logits_in.size();
+  const size_t covered = std::min(V, mask.bits.size() * 64);
+  for (size_t w = 0; w * 64 < covered; ++w) {
+    const uint64_t bits = mask.bits[w];
+    const size_t end = std::min(covered, w * 64 + 64);
+    if (bits == 0) {
+      std::fill(logits_out.begin() + static_cast<std::ptrdiff_t>(w * 64), logits_out.begin() + static_cast<std::ptrdiff_t>(end), kNegInf);
+      continue;
+    }
+    for (size_t i = w * 64; i < end; ++i) logits_out[i] = (bits >> (i & 63)) & 1 ? logits_in[i] : kNegInf;
+  }
+  for (size_t i = covered; i < V; ++i) logits_out[i] = kNegInf;
+  for (int32_t e : eos_ids)
+    if (e >= 0 && static_cast<size_t>(e) < V) logits_out[e] = allow_eos && mask.accepting ? logits_in[e] : kNegInf;
+}
+
+}  // namespace kvik::structured

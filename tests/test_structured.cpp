@@ -1,0 +1,230 @@
+// Structured output: GBNF parsing and recognition, regex and JSON Schema translation, token masks against
+// a brute-force check of every token.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "core/error.h"
+#include "engine/structured/grammar.h"
+#include "engine/structured/grammar_dfa.h"
+#include "engine/structured/json_schema_to_gbnf.h"
+#include "engine/structured/regex_to_gbnf.h"
+#include "engine/structured/structured_output.h"
+#include "engine/structured/vocab_trie.h"
+
+using namespace kvik;
+using namespace kvik::structured;
+
+namespace {
+
+std::shared_ptr<const VocabTrie> byte_trie() {
+  std::vector<std::string> v;
+  for (int b = 0; b < 256; ++b) v.emplace_back(1, static_cast<char>(b));
+  return std::make_shared<VocabTrie>(std::move(v));
+}
+
+// Whole-string match of a GBNF grammar.
+bool matches_gbnf(const std::string& gbnf, std::string_view text) {
+  GrammarDfa dfa(parse_gbnf(gbnf), byte_trie());
+  DfaCursor c = dfa.start();
+  return dfa.advance(c, text) && dfa.accepting(c);
+}
+bool matches_regex(const std::string& re, std::string_view text) { return matches_gbnf("root ::= " + regex_to_gbnf(re) + "\n", text); }
+bool matches_schema(const std::string& schema, std::string_view text) { return matches_gbnf(json_schema_to_gbnf(schema), text); }
+
+const char* kArithmetic = R"GBNF(# arithmetic with precedence
+root   ::= expr
+expr   ::= term (("+" | "-") term)*
+term   ::= factor (("*" | "/") factor)*
+factor ::= number | "(" expr ")" | "-" factor
+number ::= [0-9]+ ("." [0-9]+)?
+)GBNF";
+
+// llama.cpp's grammars/json.gbnf.
+const char* kJsonGbnf = R"GBNF(root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+
+object ::=
+  "{" ws (
+            string ":" ws value
+    ("," ws string ":" ws value)*
+  )? "}" ws
+
+array  ::=
+  "[" ws (
+            value
+    ("," ws value)*
+  )? "]" ws
+
+string ::=
+  "\"" (
+    [^"\\\x7F\x00-\x1F] |
+    "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4}) # escapes
+  )* "\"" ws
+
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws
+
+# Optional space: by convention, applied in this grammar after literal chars when allowed
+ws ::= | " " | "\n" [ \t]{0,20}
+)GBNF";
+
+}  // namespace
+
+TEST(Gbnf, ArithmeticGrammarAcceptsExpressionsOnly) {
+  for (const char* ok : {"1", "1+2*3", "(1+2)*-3.5", "((7))/2-1"}) EXPECT_TRUE(matches_gbnf(kArithmetic, ok)) << ok;
+  for (const char* bad : {"", "1+", "(1", "1..2", "a", "1 + 2"}) EXPECT_FALSE(matches_gbnf(kArithmetic, bad)) << bad;
+}
+
+TEST(Gbnf, LlamaCppJsonGrammarWorks) {
+  EXPECT_TRUE(matches_gbnf(kJsonGbnf, R"({"a": [1, 2.5e3, "x\n", {"b": null}], "c": true})"));
+  EXPECT_TRUE(matches_gbnf(kJsonGbnf, "{}"));
+  EXPECT_TRUE(matches_gbnf(kJsonGbnf, "{\"é\": \"日本\"}"));
+  EXPECT_FALSE(matches_gbnf(kJsonGbnf, R"({"a": })"));
+  EXPECT_FALSE(matches_gbnf(kJsonGbnf, "[1]"));
+}
+
+TEST(Gbnf, ClassesRepetitionsAndEscapes) {
+  EXPECT_TRUE(matches_gbnf("root ::= [^a-c]{2,3}\n", "xé"));
+  EXPECT_FALSE(matches_gbnf("root ::= [^a-c]{2,3}\n", "xa"));
+  EXPECT_FALSE(matches_gbnf("root ::= [^a-c]{2,3}\n", "xyzw"));
+  EXPECT_TRUE(matches_gbnf("root ::= \"\\x41\\u00e9\\t\" .\n", "Aé\t日"));
+  EXPECT_TRUE(matches_gbnf("root ::= ( \"a\"\n | \"b\" )+ # comment\n", "abba"));
+  EXPECT_TRUE(matches_gbnf("root ::= x?\nx ::= \"x\"\n", ""));
+  EXPECT_TRUE(matches_gbnf("root ::= [а-я]+\n", "привет"));
+  EXPECT_FALSE(matches_gbnf("root ::= [а-я]+\n", "hello"));
+}
+
+TEST(Gbnf, ErrorsNameTheProblem) {
+  auto err = [](const std::string& g) {
+    try {
+      parse_gbnf(g);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+
+  EXPECT_NE(err("root ::= foo\n").find("'foo' is used but not defined"), std::string::npos);
+  EXPECT_NE(err("start ::= \"a\"\n").find("no 'root'"), std::string::npos);
+  EXPECT_NE(err("root ::= root \"a\" | \"b\"\n").find("left-recursive"), std::string::npos);
+  EXPECT_NE(err("root ::= x \"a\"\nx ::= \"\" | root\n").find("left-recursive"), std::string::npos);
+  EXPECT_NE(err("root ::= \"a\n").find("line 1"), std::string::npos);
+  EXPECT_NE(err("root ::= [a-\n").find("unterminated"), std::string::npos);
+  EXPECT_NE(err("root ::= \"a\"{3,1}\n").find("n < m"), std::string::npos);
+  EXPECT_NE(err("root = \"a\"\n").find("'::='"), std::string::npos);
+}
+
+TEST(Regex, DatesEmailsAndClasses) {
+  const std::string date = R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))";
+  EXPECT_TRUE(matches_regex(date, "2024-02-29"));
+  EXPECT_FALSE(matches_regex(date, "2024-13-01"));
+  EXPECT_FALSE(matches_regex(date, "2024-1-01"));
+  const std::string email = R"(^[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\.[a-zA-Z]{2,}$)";
+  EXPECT_TRUE(matches_regex(email, "john.doe+x@mail.example.org"));
+  EXPECT_FALSE(matches_regex(email, "john@localhost"));
+  EXPECT_TRUE(matches_regex("(?:ab|c)*d?", "ababcd"));
+  EXPECT_TRUE(matches_regex("[^\\d\\s]+\\.", "abc."));
+  EXPECT_FALSE(matches_regex("[^\\d\\s]+\\.", "a1."));
+  EXPECT_TRUE(matches_regex("a.c", "a日c"));
+  EXPECT_FALSE(matches_regex("a.c", "a\nc"));
+  EXPECT_TRUE(matches_regex("x{2}y{1,}z{0,1}", "xxyyy"));
+  EXPECT_THROW(regex_to_gbnf("(a)\\1"), Error);
+  EXPECT_THROW(regex_to_gbnf("a(?=b)"), Error);
+  EXPECT_THROW(regex_to_gbnf("a(b"), Error);
+}
+
+TEST(JsonSchema, PropertiesRequiredAndOptionalInOrder) {
+  const std::string s = R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string","maxLength":3},
+      "c":{"type":"boolean"}},"required":["b"]})";
+  EXPECT_TRUE(matches_schema(s, R"({"b":"xyz"})"));
+  EXPECT_TRUE(matches_schema(s, R"({"a": -12, "b": "", "c": true})"));
+  EXPECT_TRUE(matches_schema(s, R"({ "b":"x" ,"c":false })"));
+  EXPECT_FALSE(matches_schema(s, R"({"a":1})"));
+  EXPECT_FALSE(matches_schema(s, R"({"b":"xyzw"})"));
+  EXPECT_FALSE(matches_schema(s, R"({"b":"x","a":1})"));
+  EXPECT_FALSE(matches_schema(s, R"({"b":"x","d":1})"));
+  EXPECT_FALSE(matches_schema(s, R"({,"b":"x"})"));
+}
+
+TEST(JsonSchema, ArraysEnumsConstAnyOfRefsAndPatterns) {
+  EXPECT_TRUE(matches_schema(R"({"type":"array","items":{"enum":["x",1,null]},"minItems":1,"maxItems":2})", R"(["x", null])"));
+  EXPECT_FALSE(matches_schema(R"({"type":"array","items":{"enum":["x",1,null]},"minItems":1,"maxItems":2})", "[]"));
+  EXPECT_FALSE(matches_schema(R"({"type":"array","items":{"enum":["x",1,null]},"minItems":1,"maxItems":2})", "[1,1,1]"));
+  EXPECT_TRUE(matches_schema(R"({"const":{"k":[1,2]}})", R"({"k":[1,2]})"));
+  EXPECT_TRUE(matches_schema(R"({"anyOf":[{"type":"number"},{"type":"null"}]})", "-1.5e3"));
+  EXPECT_TRUE(matches_schema(R"({"type":["string","null"]})", "null"));
+  EXPECT_TRUE(matches_schema(R"({"$defs":{"n":{"type":"object","properties":{"next":{"anyOf":[{"$ref":"#/$defs/n"},{"type":"null"}]}},
+      "required":["next"]}},"$ref":"#/$defs/n"})", R"({"next":{"next":null}})"));
+  const std::string pat = R"({"type":"string","pattern":"^\\d{3}-[a-z\"]+$"})";
+  EXPECT_TRUE(matches_schema(pat, R"("123-ab\"c")"));
+  EXPECT_FALSE(matches_schema(pat, R"("123-ab"c")"));
+  EXPECT_TRUE(matches_gbnf(json_object_gbnf(), R"({"a":{"b":[1,{}]}})"));
+  EXPECT_FALSE(matches_gbnf(json_object_gbnf(), "[1]"));
+}
+
+TEST(JsonSchema, UnsupportedKeywordsAreErrorsThatNameThePath) {
+  try {
+    json_schema_to_gbnf(R"({"type":"object","properties":{"age":{"type":"integer","minimum":0}}})");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/properties/age"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'minimum'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(json_schema_to_gbnf("{not json"), Error);
+  EXPECT_THROW(json_schema_to_gbnf(R"({"required":["x"]})"), Error);
+  EXPECT_THROW(json_schema_to_gbnf(R"({"$ref":"http://x"})"), Error);
+}
+
+// The trie walk must give exactly the tokens whose bytes the grammar accepts from the current state.
+TEST(TokenMask, EqualsBruteForceOverRandomVocabAndStates) {
+  std::mt19937 rng(5);
+  const std::string alphabet = "{}[]\":, 0123456789abe.-tnrulf\\\xc3\xa9";
+  std::vector<std::string> vocab;
+  for (int i = 0; i < 3000; ++i) {
+    std::string t;
+    const int len = 1 + static_cast<int>(rng() % 5);
+    for (int k = 0; k < len; ++k) t += alphabet[rng() % alphabet.size()];
+    vocab.push_back(t);
+  }
+  vocab.push_back("");  // a never-allowed token
+  auto trie = std::make_shared<VocabTrie>(vocab);
+  auto dfa = std::make_shared<GrammarDfa>(parse_gbnf(json_object_gbnf()), trie);
+  GrammarMatcher m(dfa, trie);
+  int steps = 0;
+  for (; steps < 300; ++steps) {
+    auto mask = m.mask();
+    std::vector<int32_t> allowed;
+    for (int32_t id = 0; id < static_cast<int32_t>(vocab.size()); ++id) {
+      bool ok = false;
+      if (!vocab[id].empty()) {
+        GrammarMatcher copy = m;
+        ok = copy.accept_token(id);
+      }
+      ASSERT_EQ(mask->allowed(id), ok) << "token '" << vocab[id] << "' at step " << steps;
+      if (ok) allowed.push_back(id);
+    }
+    if (allowed.empty()) break;
+    ASSERT_TRUE(m.accept_token(allowed[rng() % allowed.size()]));
+  }
+  EXPECT_GT(steps, 50);
+}
+
+TEST(StructuredOutputManager, CachesCompiledGrammarsAndReportsErrors) {
+  StructuredOutputManager mgr(byte_trie(), 2);
+  std::string err;
+  EXPECT_TRUE(mgr.make_matcher(StructuredOutputSpec::regex("a+"), err)) << err;
+  EXPECT_TRUE(mgr.make_matcher(StructuredOutputSpec::regex("a+"), err));
+  EXPECT_EQ(mgr.cache_entries(), 1u);
+  EXPECT_TRUE(mgr.make_matcher(StructuredOutputSpec::choice({"yes", "no"}), err));
+  EXPECT_TRUE(mgr.make_matcher(StructuredOutputSpec::json_object(), err));
+  EXPECT_EQ(mgr.cache_entries(), 2u);
+  EXPECT_FALSE(mgr.make_matcher(StructuredOutputSpec::json_schema(R"({"type":"object","minProperties":1})"), err));
+  EXPECT_NE(err.find("minProperties"), std::string::npos) << err;
+  auto m = mgr.make_matcher(StructuredOutputSpec::choice({"yes", "no"}), err);
+  EXPECT_TRUE(m->accept_token('n'));
+  EXPECT_FALSE(m->accepting());
+  EXPECT_FALSE(m->accept_token('x'));
+  EXPECT_TRUE(m->accept_token('o'));
+  EXPECT_TRUE(m->accepting());
+  EXPECT_FALSE(m->mask()->any);
+}
