@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/thread_pool.h"
 #include "engine/sampler.h"
 
 namespace kvik {
@@ -80,6 +81,14 @@ EngineCore::EngineCore(LlamaModel& model, const EngineConfig& config, std::vecto
 
 std::string EngineCore::add_request(const std::string& id, std::vector<int32_t> prompt_ids, const SamplingParams& params) {
   if (std::string err = params.validate(); !err.empty()) return err;
+  std::unique_ptr<structured::GrammarMatcher> grammar;
+  if (params.structured_output) {
+    if (!structured_)
+      return "structured output is not available: the engine was started without the tokenizer's vocabulary";
+    std::string err;
+    grammar = structured_->make_matcher(*params.structured_output, err);
+    if (!grammar) return err;
+  }
   if (prompt_ids.empty()) return "the prompt is empty: at least one token is needed";
   const int64_t V = model_.config().vocab_size;
   for (int32_t t : prompt_ids)
@@ -88,12 +97,45 @@ std::string EngineCore::add_request(const std::string& id, std::vector<int32_t> 
     return fmt::format("the prompt has {} tokens, but max_model_len is {}: no room to generate",
                        prompt_ids.size(), config_.max_model_len);
   std::lock_guard<std::mutex> lock(mu_);
-  if (scheduler_->find(id)) return fmt::format("request id '{}' is already in use", id);
-  for (const auto& p : pending_adds_)
-    if (p->request_id == id) return fmt::format("request id '{}' is already in use", id);
+  if (!live_ids_.insert(id).second) return fmt::format("request id '{}' is already in use", id);
   const uint64_t seed = params.seed ? *params.seed : seed_counter_++ * 0x9e3779b97f4a7c15ULL;
   pending_adds_.push_back(std::make_unique<Request>(id, std::move(prompt_ids), params, eos_token_ids_, seed));
+  pending_adds_.back()->grammar = std::move(grammar);
   return "";
+}
+
+void EngineCore::enable_structured_output(std::vector<std::string> token_bytes) {
+  structured_ = std::make_unique<structured::StructuredOutputManager>(
+      std::make_shared<structured::VocabTrie>(std::move(token_bytes)));
+}
+
+// The masks of this step's constrained requests. A mask depends only on the request's grammar state (the
+// tokens sampled so far), so the requests are independent and run on the thread pool; each GrammarDfa
+// serializes the requests that share it, and its per-state mask cache makes repeated states free.
+void EngineCore::compute_grammar_masks(const std::vector<Request*>& sample_reqs) {
+  last_step_mask_s_ = 0;
+  std::vector<size_t> constrained;
+  for (size_t i = 0; i < sample_reqs.size(); ++i)
+    if (sample_reqs[i]->grammar) constrained.push_back(i);
+  if (constrained.empty()) return;
+  const Clock::time_point t0 = Clock::now();
+  grammar_masks_.assign(sample_reqs.size(), nullptr);
+  grammar_errors_.assign(sample_reqs.size(), std::string());
+  auto one = [&](size_t i) {
+    try {
+      grammar_masks_[i] = sample_reqs[i]->grammar->mask();
+    } catch (const Error& e) {
+      grammar_errors_[i] = e.what();
+    }
+  };
+  if (constrained.size() == 1) {
+    one(constrained[0]);
+  } else {
+    ThreadPool::global().parallel_for_dynamic(static_cast<int64_t>(constrained.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) one(constrained[static_cast<size_t>(k)]);
+    });
+  }
+  last_step_mask_s_ = std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 void EngineCore::abort(const std::string& id) {
@@ -103,7 +145,13 @@ void EngineCore::abort(const std::string& id) {
 
 bool EngineCore::has_unfinished() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return !pending_adds_.empty() || !pending_aborts_.empty() || scheduler_->has_unfinished();
+  return !live_ids_.empty();
+}
+
+void EngineCore::retire(const std::vector<RequestOutput>& outputs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& o : outputs)
+    if (o.finished) live_ids_.erase(o.request_id);
 }
 
 void EngineCore::drain_pending(std::vector<RequestOutput>& outputs) {
@@ -140,15 +188,21 @@ std::vector<RequestOutput> EngineCore::step() {
   std::vector<RequestOutput> outputs;
   drain_pending(outputs);
   last_step_tokens_ = 0;
-  if (!scheduler_->has_unfinished()) return outputs;
+  if (scheduler_->has_unfinished()) run_step(outputs);
+  retire(outputs);
+  return outputs;
+}
+
+void EngineCore::run_step(std::vector<RequestOutput>& outputs) {
   const SchedulerOutput so = scheduler_->schedule();
   last_step_tokens_ = so.total_num_scheduled_tokens;
-  if (so.scheduled.empty()) return outputs;
+  if (so.scheduled.empty()) return;
 
   std::vector<Request*> sample_reqs;
   const float* logits = runner_->execute(so, *kv_, sample_reqs);
   scheduler_->update_after_step(so);
 
+  compute_grammar_masks(sample_reqs);
   const int64_t V = model_.config().vocab_size;
   const Clock::time_point now = Clock::now();
   for (size_t i = 0; i < sample_reqs.size(); ++i) {
@@ -160,10 +214,30 @@ std::vector<RequestOutput> EngineCore::step() {
       apply_penalties(penalized_logits_, req.prompt_token_ids, req.output_token_ids, req.sampling_params);
       sample_row = penalized_logits_;
     }
-    const int32_t token = sample_token(sample_row, req.sampling_params, req.rng);
     RequestOutput o;
     o.request_id = req.request_id;
-    std::optional<RequestStatus> stop = check_stop(req, token);
+    std::optional<RequestStatus> stop;
+    if (req.grammar) {
+      // Structured output: tokens the grammar rejects get −∞. With nothing left to allow, the output is done
+      // ("stop") when the grammar accepts it, and an error otherwise — never an invalid token.
+      const structured::TokenMask* mask = grammar_masks_[i].get();
+      if (!mask || !mask->any) {
+        stop = mask && mask->accepting ? RequestStatus::kFinishedStopped : RequestStatus::kFinishedError;
+        if (*stop == RequestStatus::kFinishedError)
+          o.error = mask ? "structured output: no token of the vocabulary can continue the output here"
+                         : grammar_errors_[i];
+      } else {
+        masked_logits_.resize(row.size());
+        structured::apply_token_mask(sample_row, masked_logits_, *mask, req.eos_token_ids, !req.sampling_params.ignore_eos);
+        sample_row = masked_logits_;
+      }
+    }
+    const int32_t token = stop ? -1 : sample_token(sample_row, req.sampling_params, req.rng);
+    if (!stop) stop = check_stop(req, token);
+    if (!stop && req.grammar && !req.grammar->accept_token(token)) {
+      stop = RequestStatus::kFinishedError;  // unreachable: the mask allowed it
+      o.error = fmt::format("structured output: the grammar rejected token {} that its mask allowed", token);
+    }
     if (!stop) {
       req.append_output_token(token);
       o.new_token_ids.push_back(token);
@@ -191,7 +265,6 @@ std::vector<RequestOutput> EngineCore::step() {
     }
     outputs.push_back(std::move(o));
   }
-  return outputs;
 }
 
 }  // namespace kvik

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,8 @@ struct RequestOutput {
   std::vector<int32_t> new_token_ids;
   std::vector<TokenLogprobs> logprobs;  // one per new token when the request asked for logprobs
   bool finished = false;
-  std::string finish_reason;  // "stop", "length", "abort" when finished
+  std::string finish_reason;  // "stop", "length", "abort", "error" when finished
+  std::string error;          // what went wrong when finish_reason is "error"
   int64_t num_prompt_tokens = 0;
   int64_t num_output_tokens = 0;
   RequestStats stats;  // complete when finished
@@ -62,8 +64,14 @@ class EngineCore {
   const KvCapacity& capacity() const { return capacity_; }
 
   // Validates and queues a request. Returns an error message naming the problem, or "" when queued.
+  // Thread-safe, like abort() and has_unfinished(); everything else belongs to the engine thread.
   std::string add_request(const std::string& id, std::vector<int32_t> prompt_ids, const SamplingParams& params);
   void abort(const std::string& id);
+
+  // Structured output needs every token's bytes (structured::VocabTrie::token_bytes_of(tokenizer), the
+  // control tokens left empty). Until this is called, requests with structured_output are refused. Call
+  // before the first add_request.
+  void enable_structured_output(std::vector<std::string> token_bytes);
 
   // One engine step. Returns the new tokens and finishes of this step (aborts included).
   std::vector<RequestOutput> step();
@@ -73,10 +81,14 @@ class EngineCore {
   const Scheduler& scheduler() const { return *scheduler_; }
   const KVCacheManager& kv_cache_manager() const { return *kv_; }
   int64_t last_step_tokens() const { return last_step_tokens_; }
+  double last_step_mask_seconds() const { return last_step_mask_s_; }  // structured-output masks of the last step
 
  private:
   void drain_pending(std::vector<RequestOutput>& outputs);
+  void run_step(std::vector<RequestOutput>& outputs);
+  void retire(const std::vector<RequestOutput>& outputs);  // forget the ids of finished requests
   std::optional<RequestStatus> check_stop(const Request& r, int32_t token) const;
+  void compute_grammar_masks(const std::vector<Request*>& sample_reqs);
 
   LlamaModel& model_;
   EngineConfig config_;
@@ -88,9 +100,15 @@ class EngineCore {
   std::unique_ptr<ModelRunner> runner_;
   int64_t last_step_tokens_ = 0;
   std::vector<float> penalized_logits_;  // [vocab] scratch for requests with penalties
+  std::unique_ptr<structured::StructuredOutputManager> structured_;
+  std::vector<std::shared_ptr<const structured::TokenMask>> grammar_masks_;  // per sampled request this step
+  std::vector<std::string> grammar_errors_;
+  std::vector<float> masked_logits_;  // [vocab]
+  double last_step_mask_s_ = 0;
   uint64_t seed_counter_;
 
-  mutable std::mutex mu_;  // guards the pending queues below
+  mutable std::mutex mu_;  // guards the members below; the scheduler is touched by the engine thread only
+  std::set<std::string> live_ids_;  // added and not yet reported finished
   std::vector<std::unique_ptr<Request>> pending_adds_;
   std::vector<std::string> pending_aborts_;
 };
