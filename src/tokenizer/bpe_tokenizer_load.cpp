@@ -105,6 +105,11 @@ std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const json& p, bool& byte_leve
 
 // Whether the post-processor puts `bos` in front of a single sequence (HF TemplateProcessing).
 bool post_processor_adds(const json& post, const std::string& bos) {
+  if (post.is_object() && post.value("type", std::string()) == "Sequence" && post.contains("processors")) {
+    for (const json& p : post.at("processors"))
+      if (post_processor_adds(p, bos)) return true;
+    return false;
+  }
   if (!post.is_object() || post.value("type", std::string()) != "TemplateProcessing" || bos.empty()) return false;
   const json& single = post.value("single", json::array());
   return !single.empty() && single[0].contains("SpecialToken") && single[0]["SpecialToken"].value("id", "") == bos;
