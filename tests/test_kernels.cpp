@@ -212,6 +212,60 @@ TEST_P(KernelTable, KQuantDotsEqualReferenceExactly) {
   }
 }
 
+// dot4_* must return exactly what four dot_* calls return: the tiled matmul's batch invariance rests on it.
+TEST_P(KernelTable, FourRowDotsEqualSingleRowDotsBitForBit) {
+  auto expect_same = [](const float* four, const float* single, const char* what, int64_t n) {
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(four[i], single[i]) << what << " row " << i << " n=" << n;
+  };
+  float four[4], single[4];
+  for (int64_t n : {1, 15, 16, 17, 63, 64, 65, 100, 256, 1000}) {
+    const int64_t xs = n + 3;  // a row stride that is not the row length
+    std::vector<float> w(n), x(4 * xs);
+    for (auto& v : w) v = normal();
+    for (auto& v : x) v = normal();
+    fast().dot4_f32(w.data(), x.data(), xs, n, four);
+    for (int i = 0; i < 4; ++i) single[i] = fast().dot_f32(w.data(), x.data() + i * xs, n);
+    expect_same(four, single, "f32", n);
+    std::vector<uint16_t> wh(n), xh(4 * xs);
+    for (int64_t i = 0; i < n; ++i) wh[i] = f32_to_fp16(w[i]);
+    for (size_t i = 0; i < xh.size(); ++i) xh[i] = f32_to_fp16(x[i]);
+    fast().dot4_f16(wh.data(), xh.data(), xs, n, four);
+    for (int i = 0; i < 4; ++i) single[i] = fast().dot_f16(wh.data(), xh.data() + i * xs, n);
+    expect_same(four, single, "f16", n);
+    fast().dot4_bf16(wh.data(), xh.data(), xs, n, four);  // any bit pattern is a bf16 number
+    for (int i = 0; i < 4; ++i) single[i] = fast().dot_bf16(wh.data(), xh.data() + i * xs, n);
+    expect_same(four, single, "bf16", n);
+  }
+  for (int64_t nb : {1, 2, 3, 8, 9}) {
+    const int64_t xs = nb + 1;
+    std::vector<BlockQ8_0> w8(nb), x8(4 * xs);
+    std::vector<BlockQ4_0> w4(nb);
+    fill_q8_0(rng, w8, false), fill_q8_0(rng, x8, false), fill_q4_0(rng, w4, false);
+    fast().dot4_q8_0(w8.data(), x8.data(), xs, nb, four);
+    for (int i = 0; i < 4; ++i) single[i] = fast().dot_q8_0(w8.data(), x8.data() + i * xs, nb);
+    expect_same(four, single, "q8_0", nb);
+    fast().dot4_q4_0(w4.data(), x8.data(), xs, nb, four);
+    for (int i = 0; i < 4; ++i) single[i] = fast().dot_q4_0(w4.data(), x8.data() + i * xs, nb);
+    expect_same(four, single, "q4_0", nb);
+    std::vector<float> xf(4 * xs * kQK_K);
+    for (auto& v : xf) v = normal();
+    std::vector<BlockQ8_K> xk(4 * xs);
+    fast().quantize_q8_k(xf.data(), xk.data(), 4 * xs * kQK_K);
+    const auto k4 = random_k_blocks<BlockQ4_K>(rng, nb);
+    const auto k5 = random_k_blocks<BlockQ5_K>(rng, nb);
+    const auto k6 = random_k_blocks<BlockQ6_K>(rng, nb);
+    fast().dot4_q4_k(k4.data(), xk.data(), xs, nb, four);
+    for (int i = 0; i < 4; ++i) single[i] = fast().dot_q4_k(k4.data(), xk.data() + i * xs, nb);
+    expect_same(four, single, "q4_K", nb);
+    fast().dot4_q5_k(k5.data(), xk.data(), xs, nb, four);
+    for (int i = 0; i < 4; ++i) single[i] = fast().dot_q5_k(k5.data(), xk.data() + i * xs, nb);
+    expect_same(four, single, "q5_K", nb);
+    fast().dot4_q6_k(k6.data(), xk.data(), xs, nb, four);
+    for (int i = 0; i < 4; ++i) single[i] = fast().dot_q6_k(k6.data(), xk.data() + i * xs, nb);
+    expect_same(four, single, "q6_K", nb);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTables, KernelTable, ::testing::ValuesIn(tables()),
                          [](const auto& info) { return info.param.name; });
 

@@ -24,12 +24,29 @@ struct CpuKernels {
   float (*dot_q4_k)(const BlockQ4_K* w, const BlockQ8_K* x, int64_t nblocks);
   float (*dot_q5_k)(const BlockQ5_K* w, const BlockQ8_K* x, int64_t nblocks);
   float (*dot_q6_k)(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nblocks);
+  // Four activation rows against one weight row: out[i] = dot(w, x + i·x_stride) (x_stride in elements for
+  // plain types, in blocks for quantized ones), bit for bit what the single-row entry returns. The tiled matmul
+  // uses them so that the weight row is loaded and unpacked once per four tokens without changing any result.
+  void (*dot4_f32)(const float* w, const float* x, int64_t x_stride, int64_t n, float* out);
+  void (*dot4_f16)(const uint16_t* w, const uint16_t* x, int64_t x_stride, int64_t n, float* out);
+  void (*dot4_bf16)(const uint16_t* w, const uint16_t* x, int64_t x_stride, int64_t n, float* out);
+  void (*dot4_q8_0)(const BlockQ8_0* w, const BlockQ8_0* x, int64_t x_stride, int64_t nblocks, float* out);
+  void (*dot4_q4_0)(const BlockQ4_0* w, const BlockQ8_0* x, int64_t x_stride, int64_t nblocks, float* out);
+  void (*dot4_q4_k)(const BlockQ4_K* w, const BlockQ8_K* x, int64_t x_stride, int64_t nblocks, float* out);
+  void (*dot4_q5_k)(const BlockQ5_K* w, const BlockQ8_K* x, int64_t x_stride, int64_t nblocks, float* out);
+  void (*dot4_q6_k)(const BlockQ6_K* w, const BlockQ8_K* x, int64_t x_stride, int64_t nblocks, float* out);
   // Activation conversions (the partner type of each weight type, as llama.cpp pairs them).
   void (*quantize_q8_0)(const float* x, BlockQ8_0* y, int64_t n);
   void (*quantize_q8_k)(const float* x, BlockQ8_K* y, int64_t n);  // bit-exact with quantize_row_q8_k
   void (*to_f16)(const float* x, uint16_t* y, int64_t n);
   void (*to_bf16)(const float* x, uint16_t* y, int64_t n);
 };
+
+// A four-row entry made of four single-row calls (for tables without a fused version).
+template <typename W, typename X, float (*Dot)(const W*, const X*, int64_t)>
+void dot4_by_rows(const W* w, const X* x, int64_t x_stride, int64_t n, float* out) {
+  for (int i = 0; i < 4; ++i) out[i] = Dot(w, x + i * x_stride, n);
+}
 
 const CpuKernels& generic_kernels();
 const CpuKernels* avx2_kernels();    // nullptr when not compiled in

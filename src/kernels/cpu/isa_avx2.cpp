@@ -189,8 +189,29 @@ float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nb) {
 
 void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n) { quantize_row_q8_k(x, y, n); }
 
-constexpr CpuKernels kAvx2 = {"avx2",   dot_f32,  dot_f16,       dot_bf16,      dot_q8_0, dot_q4_0, dot_q4_k,
-                              dot_q5_k, dot_q6_k, quantize_q8_0, quantize_q8_k, to_f16,   to_bf16};
+constexpr CpuKernels kAvx2 = {
+    .isa = "avx2",
+    .dot_f32 = dot_f32,
+    .dot_f16 = dot_f16,
+    .dot_bf16 = dot_bf16,
+    .dot_q8_0 = dot_q8_0,
+    .dot_q4_0 = dot_q4_0,
+    .dot_q4_k = dot_q4_k,
+    .dot_q5_k = dot_q5_k,
+    .dot_q6_k = dot_q6_k,
+    .dot4_f32 = dot4_by_rows<float, float, dot_f32>,
+    .dot4_f16 = dot4_by_rows<uint16_t, uint16_t, dot_f16>,
+    .dot4_bf16 = dot4_by_rows<uint16_t, uint16_t, dot_bf16>,
+    .dot4_q8_0 = dot4_by_rows<BlockQ8_0, BlockQ8_0, dot_q8_0>,
+    .dot4_q4_0 = dot4_by_rows<BlockQ4_0, BlockQ8_0, dot_q4_0>,
+    .dot4_q4_k = dot4_by_rows<BlockQ4_K, BlockQ8_K, dot_q4_k>,
+    .dot4_q5_k = dot4_by_rows<BlockQ5_K, BlockQ8_K, dot_q5_k>,
+    .dot4_q6_k = dot4_by_rows<BlockQ6_K, BlockQ8_K, dot_q6_k>,
+    .quantize_q8_0 = quantize_q8_0,
+    .quantize_q8_k = quantize_q8_k,
+    .to_f16 = to_f16,
+    .to_bf16 = to_bf16,
+};
 
 }  // namespace
 

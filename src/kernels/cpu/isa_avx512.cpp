@@ -15,82 +15,113 @@ namespace {
 
 inline float f16(uint16_t h) { return _cvtsh_ss(h); }  // exact, as fp16_to_f32
 
-float dot_f32(const float* w, const float* x, int64_t n) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+// Every dot product below is a template over R activation rows sharing one pass over the weight row: row r of
+// x starts at x + r·xs and gets its own accumulators, updated by exactly the instructions the R = 1 instance
+// uses, so dot4_* (R = 4) returns bit for bit what four dot_* (R = 1) calls return. The tiled matmul relies on
+// that for batch invariance.
+
+inline __mmask16 tail_mask(int64_t k) { return static_cast<__mmask16>((1u << k) - 1); }
+
+template <int R>
+void rows_f32(const float* w, const float* x, int64_t xs, int64_t n, float* out) {
+  __m512 a[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < 4; ++k) a[r][k] = _mm512_setzero_ps();
   int64_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
-    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
-    a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 32), _mm512_loadu_ps(x + i + 32), a2);
-    a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 48), _mm512_loadu_ps(x + i + 48), a3);
+  for (; i + 64 <= n; i += 64)
+    for (int k = 0; k < 4; ++k) {
+      const __m512 wv = _mm512_loadu_ps(w + i + 16 * k);
+      for (int r = 0; r < R; ++r) a[r][k] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + r * xs + i + 16 * k), a[r][k]);
+    }
+  for (; i + 16 <= n; i += 16) {
+    const __m512 wv = _mm512_loadu_ps(w + i);
+    for (int r = 0; r < R; ++r) a[r][0] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + r * xs + i), a[r][0]);
   }
-  for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
   if (i < n) {  // masked tail: the missing lanes load as 0
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_maskz_loadu_ps(m, x + i), a1);
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 wv = _mm512_maskz_loadu_ps(m, w + i);
+    for (int r = 0; r < R; ++r) a[r][1] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + r * xs + i), a[r][1]);
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  for (int r = 0; r < R; ++r)
+    out[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[r][0], a[r][1]), _mm512_add_ps(a[r][2], a[r][3])));
 }
 
-inline __m512 load_f16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
-inline __m512 load_f16(const uint16_t* p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
 inline __m512 bf16_widen(__m256i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16)); }
-inline __m512 load_bf16(const uint16_t* p) { return bf16_widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
-inline __m512 load_bf16(const uint16_t* p, __mmask16 m) { return bf16_widen(_mm256_maskz_loadu_epi16(m, p)); }
-
 template <bool kF16>
-float dot_half(const uint16_t* w, const uint16_t* x, int64_t n) {
-  auto load = [](const uint16_t* p) { return kF16 ? load_f16(p) : load_bf16(p); };
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    a0 = _mm512_fmadd_ps(load(w + i), load(x + i), a0);
-    a1 = _mm512_fmadd_ps(load(w + i + 16), load(x + i + 16), a1);
-  }
-  for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(load(w + i), load(x + i), a0);
-  if (i < n) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    const __m512 wv = kF16 ? load_f16(w + i, m) : load_bf16(w + i, m);
-    const __m512 xv = kF16 ? load_f16(x + i, m) : load_bf16(x + i, m);
-    a1 = _mm512_fmadd_ps(wv, xv, a1);
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+inline __m512 load_half(const uint16_t* p) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return kF16 ? _mm512_cvtph_ps(v) : bf16_widen(v);
 }
-float dot_f16(const uint16_t* w, const uint16_t* x, int64_t n) { return dot_half<true>(w, x, n); }
-float dot_bf16(const uint16_t* w, const uint16_t* x, int64_t n) { return dot_half<false>(w, x, n); }
+template <bool kF16>
+inline __m512 load_half(const uint16_t* p, __mmask16 m) {
+  const __m256i v = _mm256_maskz_loadu_epi16(m, p);
+  return kF16 ? _mm512_cvtph_ps(v) : bf16_widen(v);
+}
+
+template <bool kF16, int R>
+void rows_half(const uint16_t* w, const uint16_t* x, int64_t xs, int64_t n, float* out) {
+  __m512 a[R][2];
+  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int k = 0; k < 2; ++k) {
+      const __m512 wv = load_half<kF16>(w + i + 16 * k);
+      for (int r = 0; r < R; ++r) a[r][k] = _mm512_fmadd_ps(wv, load_half<kF16>(x + r * xs + i + 16 * k), a[r][k]);
+    }
+  for (; i + 16 <= n; i += 16) {
+    const __m512 wv = load_half<kF16>(w + i);
+    for (int r = 0; r < R; ++r) a[r][0] = _mm512_fmadd_ps(wv, load_half<kF16>(x + r * xs + i), a[r][0]);
+  }
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 wv = load_half<kF16>(w + i, m);
+    for (int r = 0; r < R; ++r) a[r][1] = _mm512_fmadd_ps(wv, load_half<kF16>(x + r * xs + i, m), a[r][1]);
+  }
+  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(a[r][0], a[r][1]));
+}
 
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
 inline __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 // Lanes 0..7 = a, lanes 8..15 = b: the scales of two blocks side by side.
 inline __m512 two_scales(float a, float b) { return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1); }
-
-// Σ w·x over int8 pairs into 16 int32 lanes (four pairs per lane). Exact unless x = -128 where w < 0, which no
-// Q8_0 block produced by quantize_q8_0 holds (|q| ≤ 127).
-inline __m512i dot_i8(__m512i w, __m512i x) {
-  const __m512i sx = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
-  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), sx);
-}
-inline __m256i dot_i8(__m256i w, __m256i x) {
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+inline float hsum256(__m256 p) {
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(p), _mm256_extractf128_ps(p, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
 }
 
-// Two blocks per 512-bit step; an odd last block goes through the 256-bit path.
-float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb) {
-  __m512 acc = _mm512_setzero_ps();
+// Q8_0 × Q8_0: vpdpbusd multiplies u8 by s8, so |w| goes in as u8 and w's sign moves onto x. Exact unless
+// x = −128 where w < 0, which no block made by quantize_q8_0 holds (|q| ≤ 127). Two blocks per 512-bit step; an
+// odd last block takes the 256-bit path.
+template <int R>
+void rows_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t xs, int64_t nb, float* out) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    const __m512i p = dot_i8(join(load256(w[b].qs), load256(w[b + 1].qs)), join(load256(x[b].qs), load256(x[b + 1].qs)));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), two_scales(f16(w[b].d) * f16(x[b].d), f16(w[b + 1].d) * f16(x[b + 1].d)), acc);
+    const __m512i wv = join(load256(w[b].qs), load256(w[b + 1].qs));
+    const __m512i aw = _mm512_abs_epi8(wv);
+    const __mmask64 neg = _mm512_movepi8_mask(wv);
+    const float d0 = f16(w[b].d), d1 = f16(w[b + 1].d);
+    for (int r = 0; r < R; ++r) {
+      const BlockQ8_0* xr = x + r * xs;
+      const __m512i xv = join(load256(xr[b].qs), load256(xr[b + 1].qs));
+      const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aw, _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), two_scales(d0 * f16(xr[b].d), d1 * f16(xr[b + 1].d)), acc[r]);
+    }
   }
-  float s = _mm512_reduce_add_ps(acc);
-  if (b < nb) {
-    const __m256 p = _mm256_cvtepi32_ps(dot_i8(load256(w[b].qs), load256(x[b].qs)));
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(p), _mm256_extractf128_ps(p, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    s += _mm_cvtss_f32(h) * (f16(w[b].d) * f16(x[b].d));
+  for (int r = 0; r < R; ++r) {
+    float s = _mm512_reduce_add_ps(acc[r]);
+    if (b < nb) {
+      const BlockQ8_0* xr = x + r * xs;
+      const __m256i wq = load256(w[b].qs);
+      const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(wq, wq), _mm256_sign_epi8(load256(xr[b].qs), wq));
+      s += hsum256(_mm256_cvtepi32_ps(p)) * (f16(w[b].d) * f16(xr[b].d));
+    }
+    out[r] = s;
   }
-  return s;
 }
 
 // The 32 nibbles of a Q4_0 block in element order (low nibbles = elements 0..15, high = 16..31), as u8 0..15.
@@ -99,30 +130,35 @@ inline __m256i q4_0_nibbles(const BlockQ4_0& blk) {
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
 }
 
-// Σ (q - 8)·x = Σ q·x − Σ 8·x, both with vpdpbusd (q and 8 are unsigned).
-float dot_q4_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb) {
+// Σ (q − 8)·x = Σ q·x − Σ 8·x, both with vpdpbusd (q and 8 are unsigned).
+template <int R>
+void rows_q4_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t xs, int64_t nb, float* out) {
   const __m512i eight = _mm512_set1_epi8(8);
-  __m512 acc = _mm512_setzero_ps();
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
     const __m512i q = join(q4_0_nibbles(w[b]), q4_0_nibbles(w[b + 1]));
-    const __m512i xv = join(load256(x[b].qs), load256(x[b + 1].qs));
-    const __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xv),
-                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, xv));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), two_scales(f16(w[b].d) * f16(x[b].d), f16(w[b + 1].d) * f16(x[b + 1].d)), acc);
+    const float d0 = f16(w[b].d), d1 = f16(w[b + 1].d);
+    for (int r = 0; r < R; ++r) {
+      const BlockQ8_0* xr = x + r * xs;
+      const __m512i xv = join(load256(xr[b].qs), load256(xr[b + 1].qs));
+      const __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xv),
+                                         _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, xv));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), two_scales(d0 * f16(xr[b].d), d1 * f16(xr[b + 1].d)), acc[r]);
+    }
   }
-  float s = _mm512_reduce_add_ps(acc);
-  if (b < nb) {
-    const __m256i xv = load256(x[b].qs);
-    const __m256i p = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), q4_0_nibbles(w[b]), xv),
-                                       _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), xv));
-    const __m256 pf = _mm256_cvtepi32_ps(p);
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(pf), _mm256_extractf128_ps(pf, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    s += _mm_cvtss_f32(h) * (f16(w[b].d) * f16(x[b].d));
+  for (int r = 0; r < R; ++r) {
+    float s = _mm512_reduce_add_ps(acc[r]);
+    if (b < nb) {
+      const BlockQ8_0* xr = x + r * xs;
+      const __m256i xv = load256(xr[b].qs);
+      const __m256i p = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), q4_0_nibbles(w[b]), xv),
+                                         _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), xv));
+      s += hsum256(_mm256_cvtepi32_ps(p)) * (f16(w[b].d) * f16(xr[b].d));
+    }
+    out[r] = s;
   }
-  return s;
 }
 
 // roundf (half away from zero), exactly: t = trunc(v) and v − t is exact, so |v − t| ≥ ½ decides the step.
@@ -173,7 +209,6 @@ void to_bf16(const float* x, uint16_t* y, int64_t n) {
   for (; i < n; ++i) y[i] = f32_to_bf16(x[i]);
 }
 
-inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
 // Sixteen int16 lanes of a, then sixteen of b: the scales of two 32-element sub-blocks after maddubs.
 inline __m512i two_scales_i16(int a, int b) {
   return _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(a)), _mm256_set1_epi16(static_cast<int16_t>(b)), 1);
@@ -183,15 +218,18 @@ inline __m256i fifth_bit(__m256i qh, int shift) {
 }
 
 // Q4_K / Q5_K: one 64-element chunk (two sub-blocks) per step. q (u8 ≤ 31) × x (s8) pairs via maddubs (no
-// saturation: 2·31·127 < 2¹⁵), then madd with the sub-block scales: exact int32, as the reference.
-template <bool kFifthBit, typename Block>
-float dot_k_scale_min(const Block* w, const BlockQ8_K* x, int64_t nb) {
+// saturation: 2·31·127 < 2¹⁵), then madd with the sub-block scales: exact int32, as the reference. The weight
+// block is unpacked once for all R rows.
+template <bool kFifthBit, int R, typename Block>
+void rows_k_scale_min(const Block* w, const BlockQ8_K* x, int64_t xs, int64_t nb, float* out) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  float s = 0.0f;
+  float s[R];
+  for (int r = 0; r < R; ++r) s[r] = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t sc[8], m[8];
     for (int j = 0; j < 8; ++j) k_scale_min(j, w[b].scales, sc[j], m[j]);
-    __m512i acc = _mm512_setzero_si512();
+    __m512i acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
     __m256i qh = _mm256_setzero_si256();
     if constexpr (kFifthBit) qh = load256(reinterpret_cast<const BlockQ5_K*>(&w[b])->qh);
     for (int c = 0; c < 4; ++c) {
@@ -201,30 +239,38 @@ float dot_k_scale_min(const Block* w, const BlockQ8_K* x, int64_t nb) {
         lo = _mm256_or_si256(lo, fifth_bit(qh, 2 * c));
         hi = _mm256_or_si256(hi, fifth_bit(qh, 2 * c + 1));
       }
-      const __m512i p = _mm512_maddubs_epi16(join(lo, hi), load512(x[b].qs + 64 * c));
-      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(p, two_scales_i16(sc[2 * c], sc[2 * c + 1])));
+      const __m512i q = join(lo, hi), scv = two_scales_i16(sc[2 * c], sc[2 * c + 1]);
+      for (int r = 0; r < R; ++r) {
+        const __m512i p = _mm512_maddubs_epi16(q, load512(x[r * xs + b].qs + 64 * c));
+        acc[r] = _mm512_add_epi32(acc[r], _mm512_madd_epi16(p, scv));
+      }
     }
-    int32_t summ = 0;
-    for (int j = 0; j < 8; ++j) summ += m[j] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
-    const int32_t sumi = _mm512_reduce_add_epi32(acc);
-    const float d = x[b].d * f16(w[b].d), dmin = x[b].d * f16(w[b].dmin);
-    s += d * static_cast<float>(sumi) - dmin * static_cast<float>(summ);
+    const float dw = f16(w[b].d), dminw = f16(w[b].dmin);
+    for (int r = 0; r < R; ++r) {
+      const BlockQ8_K& xb = x[r * xs + b];
+      int32_t summ = 0;
+      for (int j = 0; j < 8; ++j) summ += m[j] * (xb.bsums[2 * j] + xb.bsums[2 * j + 1]);
+      const int32_t sumi = _mm512_reduce_add_epi32(acc[r]);
+      const float d = xb.d * dw, dmin = xb.d * dminw;
+      s[r] += d * static_cast<float>(sumi) - dmin * static_cast<float>(summ);
+    }
   }
-  return s;
+  for (int r = 0; r < R; ++r) out[r] = s[r];
 }
-float dot_q4_k(const BlockQ4_K* w, const BlockQ8_K* x, int64_t nb) { return dot_k_scale_min<false>(w, x, nb); }
-float dot_q5_k(const BlockQ5_K* w, const BlockQ8_K* x, int64_t nb) { return dot_k_scale_min<true>(w, x, nb); }
 
 // Q6_K: 64 elements (four 16-element sub-blocks) per step; each sub-block's scale covers 8 int16 lanes.
-float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nb) {
+template <int R>
+void rows_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t xs, int64_t nb, float* out) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
-  // vpermw indices: lane i takes scale s0 + i/8.
+  // vpermw indices: lane i takes scale i/8 (first four sub-blocks of a half) or 4 + i/8 (last four).
   alignas(64) int16_t idx_lo[32], idx_hi[32];
   for (int i = 0; i < 32; ++i) idx_lo[i] = static_cast<int16_t>(i / 8), idx_hi[i] = static_cast<int16_t>(4 + i / 8);
   const __m512i ilo = _mm512_load_si512(idx_lo), ihi = _mm512_load_si512(idx_hi);
-  float s = 0.0f;
+  float s[R];
+  for (int r = 0; r < R; ++r) s[r] = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
-    __m512i acc = _mm512_setzero_si512();
+    __m512i acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales)));
     for (int h = 0; h < 2; ++h) {
       const __m256i ql0 = load256(w[b].ql + 64 * h), ql1 = load256(w[b].ql + 64 * h + 32);
@@ -236,26 +282,70 @@ float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nb) {
                                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
       const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
                                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
-      // The 8 scales of this half as int16 lanes 0..7 of a 512-bit register, then spread 8 lanes each.
+      // The 8 scales of this half as int16 lanes 0..7, then spread 8 lanes each.
       const __m512i sch = _mm512_castsi256_si512(h == 0 ? sc16 : _mm256_permute2x128_si256(sc16, sc16, 0x11));
-      const __m512i pa = _mm512_maddubs_epi16(join(q0, q1), load512(x[b].qs + 128 * h));
-      const __m512i pb = _mm512_maddubs_epi16(join(q2, q3), load512(x[b].qs + 128 * h + 64));
-      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(pa, _mm512_permutexvar_epi16(ilo, sch)));
-      acc = _mm512_add_epi32(acc, _mm512_madd_epi16(pb, _mm512_permutexvar_epi16(ihi, sch)));
+      const __m512i qa = join(q0, q1), qb = join(q2, q3);
+      const __m512i sa = _mm512_permutexvar_epi16(ilo, sch), sb = _mm512_permutexvar_epi16(ihi, sch);
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xq = x[r * xs + b].qs + 128 * h;
+        acc[r] = _mm512_add_epi32(acc[r], _mm512_madd_epi16(_mm512_maddubs_epi16(qa, load512(xq)), sa));
+        acc[r] = _mm512_add_epi32(acc[r], _mm512_madd_epi16(_mm512_maddubs_epi16(qb, load512(xq + 64)), sb));
+      }
     }
-    const __m256i offs = _mm256_madd_epi16(sc16, load256(x[b].bsums));  // Σ sc_j·bsums_j in 8 lanes
-    const __m128i o = _mm_add_epi32(_mm256_castsi256_si128(offs), _mm256_extracti128_si256(offs, 1));
-    const int32_t off = _mm_extract_epi32(o, 0) + _mm_extract_epi32(o, 1) + _mm_extract_epi32(o, 2) + _mm_extract_epi32(o, 3);
-    const int32_t sumi = _mm512_reduce_add_epi32(acc) - 32 * off;
-    s += x[b].d * f16(w[b].d) * static_cast<float>(sumi);
+    const float dw = f16(w[b].d);
+    for (int r = 0; r < R; ++r) {
+      const BlockQ8_K& xb = x[r * xs + b];
+      const __m256i offs = _mm256_madd_epi16(sc16, load256(xb.bsums));  // Σ sc_j·bsums_j in 8 lanes
+      const __m128i o = _mm_add_epi32(_mm256_castsi256_si128(offs), _mm256_extracti128_si256(offs, 1));
+      const int32_t off = _mm_extract_epi32(o, 0) + _mm_extract_epi32(o, 1) + _mm_extract_epi32(o, 2) + _mm_extract_epi32(o, 3);
+      const int32_t sumi = _mm512_reduce_add_epi32(acc[r]) - 32 * off;
+      s[r] += xb.d * dw * static_cast<float>(sumi);
+    }
   }
-  return s;
+  for (int r = 0; r < R; ++r) out[r] = s[r];
 }
+
+// Single-row entries and the four-row entries of the table: the R = 1 and R = 4 instances.
+template <auto Rows, typename W, typename X>
+float one(const W* w, const X* x, int64_t n) {
+  float o;
+  Rows(w, x, 0, n, &o);
+  return o;
+}
+float dot_f32(const float* w, const float* x, int64_t n) { return one<rows_f32<1>>(w, x, n); }
+float dot_f16(const uint16_t* w, const uint16_t* x, int64_t n) { return one<rows_half<true, 1>>(w, x, n); }
+float dot_bf16(const uint16_t* w, const uint16_t* x, int64_t n) { return one<rows_half<false, 1>>(w, x, n); }
+float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb) { return one<rows_q8_0<1>>(w, x, nb); }
+float dot_q4_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb) { return one<rows_q4_0<1>>(w, x, nb); }
+float dot_q4_k(const BlockQ4_K* w, const BlockQ8_K* x, int64_t nb) { return one<rows_k_scale_min<false, 1, BlockQ4_K>>(w, x, nb); }
+float dot_q5_k(const BlockQ5_K* w, const BlockQ8_K* x, int64_t nb) { return one<rows_k_scale_min<true, 1, BlockQ5_K>>(w, x, nb); }
+float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nb) { return one<rows_q6_k<1>>(w, x, nb); }
 
 void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n) { quantize_row_q8_k(x, y, n); }
 
-constexpr CpuKernels kAvx512 = {"avx512_vnni", dot_f32,  dot_f16,       dot_bf16,      dot_q8_0, dot_q4_0, dot_q4_k,
-                                dot_q5_k,      dot_q6_k, quantize_q8_0, quantize_q8_k, to_f16,   to_bf16};
+constexpr CpuKernels kAvx512 = {
+    .isa = "avx512_vnni",
+    .dot_f32 = dot_f32,
+    .dot_f16 = dot_f16,
+    .dot_bf16 = dot_bf16,
+    .dot_q8_0 = dot_q8_0,
+    .dot_q4_0 = dot_q4_0,
+    .dot_q4_k = dot_q4_k,
+    .dot_q5_k = dot_q5_k,
+    .dot_q6_k = dot_q6_k,
+    .dot4_f32 = rows_f32<4>,
+    .dot4_f16 = rows_half<true, 4>,
+    .dot4_bf16 = rows_half<false, 4>,
+    .dot4_q8_0 = rows_q8_0<4>,
+    .dot4_q4_0 = rows_q4_0<4>,
+    .dot4_q4_k = rows_k_scale_min<false, 4, BlockQ4_K>,
+    .dot4_q5_k = rows_k_scale_min<true, 4, BlockQ5_K>,
+    .dot4_q6_k = rows_q6_k<4>,
+    .quantize_q8_0 = quantize_q8_0,
+    .quantize_q8_k = quantize_q8_k,
+    .to_f16 = to_f16,
+    .to_bf16 = to_bf16,
+};
 
 }  // namespace
 

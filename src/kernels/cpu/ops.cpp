@@ -24,19 +24,37 @@ constexpr int64_t kRowsPerTask = 16;
 // Multiply-adds below which an op is not worth splitting across threads.
 constexpr int64_t kMinParallelWork = int64_t{1} << 20;
 
-template <typename Act, typename Dot>
-void matmul_rows(const Act* xa, size_t act_stride, int64_t T, const WeightMatrix& w, float* y, Dot dot) {
+// Tiles of 4 tokens × kRowsPerTask weight rows: each weight row is loaded (and unpacked) once per 4 tokens by
+// dot4, whose results equal the single-row dot bit for bit, so no output depends on T or on how tokens group.
+template <typename Act, typename Dot, typename Dot4>
+void matmul_rows(const Act* xa, int64_t act_stride, int64_t T, const WeightMatrix& w, float* y, Dot dot, Dot4 dot4) {
   const int64_t n_tasks = (w.rows + kRowsPerTask - 1) / kRowsPerTask;
   auto tasks = [&](int64_t task_begin, int64_t task_end) {
+    float out[4];
     for (int64_t task = task_begin; task < task_end; ++task) {
       const int64_t r0 = task * kRowsPerTask, r1 = std::min(w.rows, r0 + kRowsPerTask);
-      for (int64_t t = 0; t < T; ++t)
+      int64_t t = 0;
+      for (; t + 4 <= T; t += 4)
+        for (int64_t r = r0; r < r1; ++r) {
+          dot4(w.row(r), xa + t * act_stride, act_stride, out);
+          for (int i = 0; i < 4; ++i) y[(t + i) * w.rows + r] = out[i];
+        }
+      for (; t < T; ++t)
         for (int64_t r = r0; r < r1; ++r) y[t * w.rows + r] = dot(w.row(r), xa + t * act_stride);
     }
   };
   // Small products run on the calling thread: waking the pool costs more than the work.
   if (T * w.rows * w.cols < kMinParallelWork) tasks(0, n_tasks);
   else ThreadPool::global().parallel_for(n_tasks, tasks);
+}
+
+// Adapts a table's (dot, dot4) pair for weight blocks of type W to matmul_rows' byte-row interface.
+template <typename W, typename X>
+void matmul_typed(const X* xa, int64_t act_stride, int64_t T, const WeightMatrix& w, float* y, int64_t len,
+                  float (*dot)(const W*, const X*, int64_t), void (*dot4)(const W*, const X*, int64_t, int64_t, float*)) {
+  matmul_rows(
+      xa, act_stride, T, w, y, [&](const uint8_t* wr, const X* xr) { return dot(reinterpret_cast<const W*>(wr), xr, len); },
+      [&](const uint8_t* wr, const X* xr, int64_t xs, float* out) { dot4(reinterpret_cast<const W*>(wr), xr, xs, len, out); });
 }
 
 }  // namespace
@@ -46,21 +64,15 @@ void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y) {
   const int64_t n = w.cols;
   switch (w.dtype) {
     case DType::F32:
-      matmul_rows(x, n, T, w, y, [&](const uint8_t* wr, const float* xr) {
-        return k.dot_f32(reinterpret_cast<const float*>(wr), xr, n);
-      });
-      return;
+      return matmul_typed<float, float>(x, n, T, w, y, n, k.dot_f32, k.dot4_f32);
     case DType::F16:
     case DType::BF16: {
       thread_local std::vector<uint16_t> buf;
       uint16_t* xa = scratch(buf, static_cast<size_t>(T * n));
       const bool f16 = w.dtype == DType::F16;
       for (int64_t t = 0; t < T; ++t) (f16 ? k.to_f16 : k.to_bf16)(x + t * n, xa + t * n, n);
-      auto dot = f16 ? k.dot_f16 : k.dot_bf16;
-      matmul_rows(xa, n, T, w, y, [&](const uint8_t* wr, const uint16_t* xr) {
-        return dot(reinterpret_cast<const uint16_t*>(wr), xr, n);
-      });
-      return;
+      return matmul_typed<uint16_t, uint16_t>(xa, n, T, w, y, n, f16 ? k.dot_f16 : k.dot_bf16,
+                                              f16 ? k.dot4_f16 : k.dot4_bf16);
     }
     case DType::Q8_0:
     case DType::Q4_0: {
@@ -68,15 +80,8 @@ void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y) {
       const int64_t nb = n / kQK8_0;
       BlockQ8_0* xa = scratch(buf, static_cast<size_t>(T * nb));
       for (int64_t t = 0; t < T; ++t) k.quantize_q8_0(x + t * n, xa + t * nb, n);
-      if (w.dtype == DType::Q8_0)
-        matmul_rows(xa, nb, T, w, y, [&](const uint8_t* wr, const BlockQ8_0* xr) {
-          return k.dot_q8_0(reinterpret_cast<const BlockQ8_0*>(wr), xr, nb);
-        });
-      else
-        matmul_rows(xa, nb, T, w, y, [&](const uint8_t* wr, const BlockQ8_0* xr) {
-          return k.dot_q4_0(reinterpret_cast<const BlockQ4_0*>(wr), xr, nb);
-        });
-      return;
+      if (w.dtype == DType::Q8_0) return matmul_typed<BlockQ8_0, BlockQ8_0>(xa, nb, T, w, y, nb, k.dot_q8_0, k.dot4_q8_0);
+      return matmul_typed<BlockQ4_0, BlockQ8_0>(xa, nb, T, w, y, nb, k.dot_q4_0, k.dot4_q4_0);
     }
     case DType::Q4_K:
     case DType::Q5_K:
@@ -85,19 +90,9 @@ void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y) {
       const int64_t nb = n / kQK_K;
       BlockQ8_K* xa = scratch(buf, static_cast<size_t>(T * nb));
       for (int64_t t = 0; t < T; ++t) k.quantize_q8_k(x + t * n, xa + t * nb, n);
-      if (w.dtype == DType::Q4_K)
-        matmul_rows(xa, nb, T, w, y, [&](const uint8_t* wr, const BlockQ8_K* xr) {
-          return k.dot_q4_k(reinterpret_cast<const BlockQ4_K*>(wr), xr, nb);
-        });
-      else if (w.dtype == DType::Q5_K)
-        matmul_rows(xa, nb, T, w, y, [&](const uint8_t* wr, const BlockQ8_K* xr) {
-          return k.dot_q5_k(reinterpret_cast<const BlockQ5_K*>(wr), xr, nb);
-        });
-      else
-        matmul_rows(xa, nb, T, w, y, [&](const uint8_t* wr, const BlockQ8_K* xr) {
-          return k.dot_q6_k(reinterpret_cast<const BlockQ6_K*>(wr), xr, nb);
-        });
-      return;
+      if (w.dtype == DType::Q4_K) return matmul_typed<BlockQ4_K, BlockQ8_K>(xa, nb, T, w, y, nb, k.dot_q4_k, k.dot4_q4_k);
+      if (w.dtype == DType::Q5_K) return matmul_typed<BlockQ5_K, BlockQ8_K>(xa, nb, T, w, y, nb, k.dot_q5_k, k.dot4_q5_k);
+      return matmul_typed<BlockQ6_K, BlockQ8_K>(xa, nb, T, w, y, nb, k.dot_q6_k, k.dot4_q6_k);
     }
     default:
       fail("matmul: no kernel for weight type {}", dtype_name(w.dtype));
