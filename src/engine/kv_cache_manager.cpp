@@ -11,6 +11,7 @@ const char* finish_reason_name(RequestStatus s) {
     case RequestStatus::kFinishedStopped: return "stop";
     case RequestStatus::kFinishedLength: return "length";
     case RequestStatus::kFinishedAborted: return "abort";
+    case RequestStatus::kFinishedError: return "error";
     default: return "";
   }
 }

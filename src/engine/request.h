@@ -11,13 +11,17 @@
 #include "engine/block_pool.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
+#include "engine/structured/structured_output.h"
 
 namespace kvik {
 
-enum class RequestStatus { kWaiting, kRunning, kPreempted, kFinishedStopped, kFinishedLength, kFinishedAborted };
+// kFinishedError: the request cannot go on (structured output reached a state no token can continue).
+enum class RequestStatus {
+  kWaiting, kRunning, kPreempted, kFinishedStopped, kFinishedLength, kFinishedAborted, kFinishedError
+};
 
 inline bool is_finished(RequestStatus s) { return s >= RequestStatus::kFinishedStopped; }
-const char* finish_reason_name(RequestStatus s);  // "stop", "length", "abort"
+const char* finish_reason_name(RequestStatus s);  // "stop", "length", "abort", "error"
 
 using Clock = std::chrono::steady_clock;
 
@@ -46,6 +50,7 @@ struct Request {
   RequestRng rng;
   RequestStats stats;
   int64_t admission_seq = 0;  // order of admission to running, for preemption priority
+  std::unique_ptr<structured::GrammarMatcher> grammar;  // set when sampling_params.structured_output is
 
   Request(std::string id, std::vector<int32_t> prompt, SamplingParams params, std::vector<int32_t> eos, uint64_t seed)
       : request_id(std::move(id)),

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/structured/structured_output_spec.h"
+
 namespace kvik {
 
 struct SamplingParams {
@@ -25,6 +27,9 @@ struct SamplingParams {
   // Log-probabilities reported per generated token: -1 = none, 0 = the sampled token's only, k = also the
   // k most likely tokens. Computed from the raw logits (before penalties and temperature), as vLLM does.
   int32_t logprobs = -1;
+  // Structured output: every token outside the spec's grammar is masked to −∞ before sampling, and EOS is
+  // allowed only where the grammar accepts (engine/structured/). Compiled by EngineCore::add_request.
+  std::optional<StructuredOutputSpec> structured_output;
 
   bool has_penalties() const { return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f; }
 
