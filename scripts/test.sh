@@ -8,5 +8,6 @@ dir=$(scripts/build.sh "$@" | tail -n 1)
 # Test-time references (real tokenizer files, @huggingface/jinja), pinned by package-lock.json.
 (cd tests/tokenizer_ref && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 (cd tests/e2e && npm ci --no-audit --no-fund --loglevel=error >/dev/null)  # the openai client for the server tests
+(cd tests/structured && npm ci --no-audit --no-fund --loglevel=error >/dev/null)  # ajv, the independent schema validator
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ctest --test-dir "$dir" -j2 --output-on-failure --timeout 900
