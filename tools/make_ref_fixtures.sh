@@ -8,7 +8,8 @@
 # tools/llamacpp_ref_greedy.mjs (the peer's `ref` mode, but it does not stop at EOS).
 # Usage (from the repository root, after building kvik):
 #   tools/make_ref_fixtures.sh [KVIK_BINARY]        default binary: build/kvik
-# Environment: KVIK_PEER_DIR (default /tmp/kvik-peer), KVIK_SHARED_DIR (default ../shared).
+# Environment: KVIK_PEER_DIR (default /tmp/kvik-peer), KVIK_SHARED_DIR (default ../shared),
+#   KVIK_REF_ONLY=stories|synth to re-create only one of the two fixtures (default: both).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,6 +18,8 @@ PEER="${KVIK_PEER_DIR:-/tmp/kvik-peer}"
 SHARED="${KVIK_SHARED_DIR:-$ROOT/../shared}"
 STORIES="$SHARED/models/stories260K.gguf"
 OUT="$ROOT/tests/fixtures"
+ONLY="${KVIK_REF_ONLY:-}"
+[[ -z "$ONLY" || "$ONLY" == stories || "$ONLY" == synth ]] || { echo "KVIK_REF_ONLY must be stories or synth" >&2; exit 1; }
 
 [[ -x "$KVIK" ]] || { echo "kvik binary not found: $KVIK (build it, or pass its path)" >&2; exit 1; }
 [[ -f "$STORIES" ]] || { echo "missing $STORIES" >&2; exit 1; }
@@ -60,6 +63,7 @@ write_fixture() {  # out header_json key case_files...
 }
 
 # ---- stories260K ---------------------------------------------------------------------------------------------
+if [[ "$ONLY" != synth ]]; then
 STORY_PROMPTS=(
   "Once upon a time"
   "Lily and Tom"
@@ -90,8 +94,11 @@ STORIES_SHA=$(sha256sum "$STORIES" | cut -d' ' -f1)
 write_fixture "$OUT/ref_stories260k.json" \
   "{\"model\":\"stories260K.gguf\",\"model_sha256\":\"$STORIES_SHA\",\"n_generated\":$N_STORY,\"topk\":5,\"generator\":\"tools/make_ref_fixtures.sh\",\"reference\":\"llama.cpp via node-llama-cpp, CPU, f16 KV cache, greedy\"}" \
   cases "${files[@]}"
+echo "wrote $OUT/ref_stories260k.json" >&2
+fi
 
 # ---- random-weight models ------------------------------------------------------------------------------------
+if [[ "$ONLY" != stories ]]; then
 # name | type | dim | layers | heads | kv_heads | head_dim (0 = dim/heads) | ff | seed | prompt
 SYNTH_MODELS=(
   "f32_gqa_hd32|f32|256|2|8|2|0|512|11|Once upon a time"
@@ -105,17 +112,22 @@ SYNTH_MODELS=(
 )
 N_SYNTH=256
 VOCAB=512
+# `kvik synth --output-scale` (recorded per model; the test passes it back to synth_llama_gguf). Kept at 1: a larger
+# scale only multiplies the logits (2 gave llama.cpp's median top-1 probability 0.59-0.78 instead of 0.24-0.36, but
+# the very same 256 greedy ids and top-2 logit gaps exactly ×2 on all 8 models), so it cannot change an argmax and
+# the teacher-forced agreement stayed the same, position for position (tools/README.md).
+OUTPUT_SCALE=1
 files=()
 i=0
 for spec in "${SYNTH_MODELS[@]}"; do
   IFS='|' read -r name type dim layers heads kvh hd ff seed prompt <<< "$spec"
   model="$TMP/$name.gguf"
   "$KVIK" synth "$model" --dim "$dim" --layers "$layers" --heads "$heads" --kv-heads "$kvh" --head-dim "$hd" \
-    --ff "$ff" --vocab "$VOCAB" --type "$type" --seed "$seed" --tokenizer-from "$STORIES" > /dev/null 2>&1
+    --ff "$ff" --vocab "$VOCAB" --type "$type" --seed "$seed" --output-scale "$OUTPUT_SCALE" --tokenizer-from "$STORIES" > /dev/null 2>&1
   size=$(stat -c %s "$model")
   sha=$(sha256sum "$model" | cut -d' ' -f1)
   cat > "$TMP/m$i.extra.json" <<EOF
-{"name":"$name","synth":{"type":"$type","dim":$dim,"layers":$layers,"heads":$heads,"kv_heads":$kvh,"head_dim":$hd,"ff":$ff,"vocab":$VOCAB,"seed":$seed,"tokenizer_from":"stories260K.gguf"},"size":$size,"sha256":"$sha"}
+{"name":"$name","synth":{"type":"$type","dim":$dim,"layers":$layers,"heads":$heads,"kv_heads":$kvh,"head_dim":$hd,"ff":$ff,"vocab":$VOCAB,"seed":$seed,"output_scale":$OUTPUT_SCALE,"tokenizer_from":"stories260K.gguf"},"size":$size,"sha256":"$sha"}
 EOF
   node "$REF" "$model" "$prompt" "$N_SYNTH" 2 > "$TMP/m$i.raw.json"
   node "$TMP/post.mjs" synth "$TMP/m$i.raw.json" "$TMP/m$i.extra.json" > "$TMP/m$i.json"
@@ -126,4 +138,5 @@ done
 write_fixture "$OUT/ref_synth.json" \
   "{\"n_generated\":$N_SYNTH,\"topk\":2,\"generator\":\"tools/make_ref_fixtures.sh\",\"reference\":\"llama.cpp via node-llama-cpp, CPU, f16 KV cache, greedy\"}" \
   models "${files[@]}"
-echo "wrote $OUT/ref_stories260k.json and $OUT/ref_synth.json" >&2
+echo "wrote $OUT/ref_synth.json" >&2
+fi
