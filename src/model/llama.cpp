@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "core/error.h"
 #include "kernels/cpu/ops.h"
@@ -43,11 +44,13 @@ const float* norm_vector(const GgufFile& g, const std::string& name, int64_t n) 
 }  // namespace
 
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
+  if (std::filesystem::is_directory(path)) return load_hf(path);
   std::unique_ptr<LlamaModel> m(new LlamaModel());
+  m->path_ = path;
   m->gguf_ = GgufFile::open(path);
   const GgufFile& g = *m->gguf_;
   const ModelConfig& c = m->config_ = config_from_gguf(g);
-  m->token_embd_ = &require_tensor(g, "token_embd.weight", {c.dim, c.vocab_size});
+  m->token_embd_ = matrix(g, "token_embd.weight", c.vocab_size, c.dim);
   m->output_norm_ = norm_vector(g, "output_norm.weight", c.dim);
   m->output_ = c.tied_embeddings ? matrix(g, "token_embd.weight", c.vocab_size, c.dim)
                                  : matrix(g, "output.weight", c.vocab_size, c.dim);
@@ -59,6 +62,15 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
     w.wk = matrix(g, p + "attn_k.weight", c.kv_dim(), c.dim);
     w.wv = matrix(g, p + "attn_v.weight", c.kv_dim(), c.dim);
     w.wo = matrix(g, p + "attn_output.weight", c.dim, c.q_dim());
+    if (c.attn_bias) {
+      w.bq = norm_vector(g, p + "attn_q.bias", c.q_dim());
+      w.bk = norm_vector(g, p + "attn_k.bias", c.kv_dim());
+      w.bv = norm_vector(g, p + "attn_v.bias", c.kv_dim());
+    }
+    if (c.qk_norm) {
+      w.q_norm = norm_vector(g, p + "attn_q_norm.weight", c.head_dim);
+      w.k_norm = norm_vector(g, p + "attn_k_norm.weight", c.head_dim);
+    }
     w.ffn_norm = norm_vector(g, p + "ffn_norm.weight", c.dim);
     w.w_gate = matrix(g, p + "ffn_gate.weight", c.ff_dim, c.dim);
     w.w_up = matrix(g, p + "ffn_up.weight", c.ff_dim, c.dim);
@@ -68,15 +80,93 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
   return m;
 }
 
+const float* LlamaModel::owned_floats(const uint8_t* data, DType dtype, int64_t n) {
+  owned_.emplace_back(static_cast<size_t>(n));
+  dequantize_row(dtype, data, owned_.back().data(), n);
+  return owned_.back().data();
+}
+
+// A Hugging Face checkpoint: tensors named model.layers.N.self_attn.q_proj.weight, stored [out, in] row-major,
+// which is WeightMatrix's rows = out features; q/k rows in HF's rotate_half order (RopeType::kNeox).
+std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir) {
+  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  m->path_ = dir;
+  const ModelConfig& c = m->config_ = config_from_hf(dir);
+  m->safetensors_ = SafetensorsModel::open_dir(dir);
+  const SafetensorsModel& st = *m->safetensors_;
+  const auto tensor = [&](const std::string& name, const std::vector<int64_t>& shape) -> const SafetensorsTensor& {
+    const SafetensorsTensor* t = st.find(name);
+    if (!t) fail("{}: required tensor '{}' is missing from the safetensors files", dir, name);
+    if (t->shape != shape)
+      fail("{}: tensor '{}' has shape {}, expected {} (config.json)", t->file, name, shape_str(t->shape),
+           shape_str(shape));
+    if (reinterpret_cast<uintptr_t>(t->data) % (t->dtype == DType::F32 ? 4 : 2) != 0)
+      fail("{}: tensor '{}' data is not aligned to its element size", t->file, name);
+    return *t;
+  };
+  const auto mat = [&](const std::string& name, int64_t rows, int64_t cols) {
+    const SafetensorsTensor& t = tensor(name, {rows, cols});
+    return WeightMatrix{t.dtype, rows, cols, t.data, *row_bytes(t.dtype, cols)};
+  };
+  const auto vec = [&](const std::string& name, int64_t n) {
+    const SafetensorsTensor& t = tensor(name, {n});
+    return m->owned_floats(t.data, t.dtype, n);
+  };
+  m->token_embd_ = mat("model.embed_tokens.weight", c.vocab_size, c.dim);
+  m->output_norm_ = vec("model.norm.weight", c.dim);
+  if (c.tied_embeddings) {
+    m->output_ = m->token_embd_;
+  } else {
+    if (!st.find("lm_head.weight"))
+      fail("{}: tensor 'lm_head.weight' is missing and config.json has tie_word_embeddings false", dir);
+    m->output_ = mat("lm_head.weight", c.vocab_size, c.dim);
+  }
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerWeights w;
+    w.attn_norm = vec(p + "input_layernorm.weight", c.dim);
+    w.wq = mat(p + "self_attn.q_proj.weight", c.q_dim(), c.dim);
+    w.wk = mat(p + "self_attn.k_proj.weight", c.kv_dim(), c.dim);
+    w.wv = mat(p + "self_attn.v_proj.weight", c.kv_dim(), c.dim);
+    w.wo = mat(p + "self_attn.o_proj.weight", c.dim, c.q_dim());
+    if (c.attn_bias) {
+      w.bq = vec(p + "self_attn.q_proj.bias", c.q_dim());
+      w.bk = vec(p + "self_attn.k_proj.bias", c.kv_dim());
+      w.bv = vec(p + "self_attn.v_proj.bias", c.kv_dim());
+    }
+    if (c.qk_norm) {
+      w.q_norm = vec(p + "self_attn.q_norm.weight", c.head_dim);
+      w.k_norm = vec(p + "self_attn.k_norm.weight", c.head_dim);
+    }
+    w.ffn_norm = vec(p + "post_attention_layernorm.weight", c.dim);
+    w.w_gate = mat(p + "mlp.gate_proj.weight", c.ff_dim, c.dim);
+    w.w_up = mat(p + "mlp.up_proj.weight", c.ff_dim, c.dim);
+    w.w_down = mat(p + "mlp.down_proj.weight", c.dim, c.ff_dim);
+    m->layers_.push_back(w);
+  }
+  return m;
+}
+
+const GgufFile& LlamaModel::gguf() const {
+  if (!gguf_) fail("{}: a Hugging Face directory, not a GGUF file", path_);
+  return *gguf_;
+}
+
 int64_t LlamaModel::parameter_count() const {
   int64_t n = 0;
-  for (const auto& t : gguf_->tensors()) n += t.numel();
+  if (gguf_)
+    for (const auto& t : gguf_->tensors()) n += t.numel();
+  else
+    for (const SafetensorsTensor* t : safetensors_->all()) n += t->numel();
   return n;
 }
 
 int64_t LlamaModel::weight_bytes() const {
   int64_t n = 0;
-  for (const auto& t : gguf_->tensors()) n += static_cast<int64_t>(t.nbytes);
+  if (gguf_)
+    for (const auto& t : gguf_->tensors()) n += static_cast<int64_t>(t.nbytes);
+  else
+    for (const SafetensorsTensor* t : safetensors_->all()) n += static_cast<int64_t>(t->nbytes);
   return n;
 }
 
@@ -93,6 +183,35 @@ void LlamaModel::Workspace::reserve(const ModelConfig& c, int64_t T) {
   gate.resize(T * c.ff_dim);
   up.resize(T * c.ff_dim);
   rows.resize(T * c.dim);
+  rope_cs.resize(c.rope_dim);
+}
+
+// RoPE for one token's heads; with rope_freq_factors (Llama 3.1 scaling) each pair's angle is divided by its
+// factor: θ_i = pos · base^(−2i/rope_dim) / f_i. Without, the shared kernel.
+void LlamaModel::rope_rows(float* x, int64_t n_heads, int32_t pos) {
+  const ModelConfig& c = config_;
+  if (c.rope_freq_factors.empty()) {
+    rope(x, n_heads, c.head_dim, c.rope_dim, pos, c.rope_freq_base, c.rope_type);
+    return;
+  }
+  const int64_t half = c.rope_dim / 2;
+  float* cs = ws_.rope_cs.data();  // [cos_0..cos_{half-1}, sin_0..]
+  for (int64_t i = 0; i < half; ++i) {
+    const double theta = pos * std::pow(static_cast<double>(c.rope_freq_base), -2.0 * i / c.rope_dim) /
+                         c.rope_freq_factors[i];
+    cs[i] = static_cast<float>(std::cos(theta));
+    cs[half + i] = static_cast<float>(std::sin(theta));
+  }
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* v = x + h * c.head_dim;
+    for (int64_t i = 0; i < half; ++i) {
+      const int64_t a = c.rope_type == RopeType::kNorm ? 2 * i : i;
+      const int64_t b = c.rope_type == RopeType::kNorm ? 2 * i + 1 : i + half;
+      const float x0 = v[a], x1 = v[b];
+      v[a] = x0 * cs[i] - x1 * cs[half + i];
+      v[b] = x0 * cs[half + i] + x1 * cs[i];
+    }
+  }
 }
 
 void LlamaModel::forward(const ForwardBatch& b, KvCacheTensors& cache, float* logits) {
@@ -102,11 +221,10 @@ void LlamaModel::forward(const ForwardBatch& b, KvCacheTensors& cache, float* lo
   ws_.reserve(c, T);
 
   // Embedding lookup: x [T, d]
-  const size_t emb_row = *row_bytes(token_embd_->dtype, c.dim);
   for (int64_t t = 0; t < T; ++t) {
     const int32_t id = b.token_ids[t];
     if (id < 0 || id >= c.vocab_size) fail("token id {} is outside the vocabulary (0..{})", id, c.vocab_size - 1);
-    dequantize_row(token_embd_->dtype, token_embd_->data + static_cast<size_t>(id) * emb_row, &ws_.x[t * c.dim], c.dim);
+    dequantize_row(token_embd_.dtype, token_embd_.row(id), &ws_.x[t * c.dim], c.dim);
   }
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
@@ -129,9 +247,22 @@ void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensor
   matmul(ws_.xn.data(), T, w.wq, ws_.q.data());                            // q [T, n_h, d_h]
   matmul(ws_.xn.data(), T, w.wk, ws_.k.data());                            // k [T, n_kv, d_h]
   matmul(ws_.xn.data(), T, w.wv, ws_.v.data());                            // v [T, n_kv, d_h]
+  if (w.bq) {  // q += b_q, k += b_k, v += b_v (Qwen2)
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t i = 0; i < c.q_dim(); ++i) ws_.q[t * c.q_dim() + i] += w.bq[i];
+      for (int64_t i = 0; i < c.kv_dim(); ++i) ws_.k[t * c.kv_dim() + i] += w.bk[i];
+      for (int64_t i = 0; i < c.kv_dim(); ++i) ws_.v[t * c.kv_dim() + i] += w.bv[i];
+    }
+  }
+  if (w.q_norm) {  // RMSNorm over each head's d_h (Qwen3): q [T·n_h, d_h], k [T·n_kv, d_h]
+    rmsnorm(ws_.q.data(), w.q_norm, ws_.attn.data(), T * c.n_heads, c.head_dim, c.rms_eps);
+    std::copy_n(ws_.attn.data(), T * c.q_dim(), ws_.q.data());
+    rmsnorm(ws_.k.data(), w.k_norm, ws_.attn.data(), T * c.n_kv_heads, c.head_dim, c.rms_eps);
+    std::copy_n(ws_.attn.data(), T * c.kv_dim(), ws_.k.data());
+  }
   for (int64_t t = 0; t < T; ++t) {
-    rope(&ws_.q[t * c.q_dim()], c.n_heads, c.head_dim, c.rope_dim, b.positions[t], c.rope_freq_base, c.rope_type);
-    rope(&ws_.k[t * c.kv_dim()], c.n_kv_heads, c.head_dim, c.rope_dim, b.positions[t], c.rope_freq_base, c.rope_type);
+    rope_rows(&ws_.q[t * c.q_dim()], c.n_heads, b.positions[t]);
+    rope_rows(&ws_.k[t * c.kv_dim()], c.n_kv_heads, b.positions[t]);
   }
   write_kv(ws_.k.data(), ws_.v.data(), b.slot_mapping.data(), T, c.kv_dim(), cache.k(l), cache.v(l), cache.dtype());
 

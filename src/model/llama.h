@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "formats/gguf.h"
+#include "formats/safetensors.h"
 #include "model/kv_cache.h"
 #include "model/model_config.h"
 #include "tensor/tensor.h"
@@ -29,18 +30,23 @@ struct ForwardBatch {
 struct LayerWeights {
   const float* attn_norm = nullptr;  // [d]
   WeightMatrix wq, wk, wv, wo;       // [d → n_h·d_h], [d → n_kv·d_h] ×2, [n_h·d_h → d]
+  const float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // attention biases (Qwen2), or null
+  const float *q_norm = nullptr, *k_norm = nullptr;         // per-head RMSNorm weights [d_h] (Qwen3), or null
   const float* ffn_norm = nullptr;   // [d]
   WeightMatrix w_gate, w_up, w_down; // [d → d_ff] ×2, [d_ff → d]
 };
 
 class LlamaModel {
  public:
-  // Loads (mmaps) a GGUF file and validates every tensor's dtype and shape; throws kvik::Error naming
-  // the tensor with expected vs found.
+  // Loads (mmaps) a GGUF file, or a Hugging Face directory (config.json + model.safetensors or a sharded
+  // index), and validates every tensor's dtype and shape; throws kvik::Error naming the file and the tensor
+  // with expected vs found.
   static std::unique_ptr<LlamaModel> load(const std::string& path);
 
   const ModelConfig& config() const { return config_; }
-  const GgufFile& gguf() const { return *gguf_; }
+  const std::string& path() const { return path_; }
+  bool is_gguf() const { return gguf_ != nullptr; }
+  const GgufFile& gguf() const;  // throws kvik::Error for a Hugging Face directory
   int64_t parameter_count() const;
   int64_t weight_bytes() const;
 
@@ -50,17 +56,23 @@ class LlamaModel {
  private:
   struct Workspace {
     int64_t capacity = 0;
-    std::vector<float> x, xn, q, k, v, attn, proj, gate, up, rows;
+    std::vector<float> x, xn, q, k, v, attn, proj, gate, up, rows, rope_cs;
     void reserve(const ModelConfig& c, int64_t T);
   };
 
   LlamaModel() = default;
+  static std::unique_ptr<LlamaModel> load_hf(const std::string& dir);
+  const float* owned_floats(const uint8_t* data, DType dtype, int64_t n);  // a dequantized copy kept by the model
+  void rope_rows(float* x, int64_t n_heads, int32_t pos);
   void attention_block(int64_t layer, const ForwardBatch& b, KvCacheTensors& cache, int64_t T);
   void mlp_block(int64_t layer, int64_t T);
 
+  std::string path_;
   std::unique_ptr<GgufFile> gguf_;
+  std::unique_ptr<SafetensorsModel> safetensors_;
+  std::vector<std::vector<float>> owned_;  // norms/biases converted to f32
   ModelConfig config_;
-  const GgufTensorInfo* token_embd_ = nullptr;
+  WeightMatrix token_embd_;  // [V, d]
   const float* output_norm_ = nullptr;
   WeightMatrix output_;
   std::vector<LayerWeights> layers_;
