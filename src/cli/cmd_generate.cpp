@@ -120,7 +120,7 @@ Run add_generate(CLI::App& app) {
 
     EngineConfig cfg = o->engine.resolve();
     auto model = LlamaModel::load(o->model);
-    auto tok = load_tokenizer_from_gguf(model->gguf());
+    auto tok = load_tokenizer(model->path());
     std::vector<int32_t> eos = tok->vocab().eog_ids;
     if (eos.empty() && tok->eos_id() >= 0) eos.push_back(tok->eos_id());
     EngineCore engine(*model, cfg, eos);
