@@ -89,6 +89,24 @@ TEST_P(KernelTable, DotF16AndBf16MatchReferenceWithinSummationBound) {
   }
 }
 
+TEST_P(KernelTable, AttentionKernelsMatchReference) {
+  for (int64_t n : {1, 7, 16, 31, 32, 33, 64, 80, 128, 130, 256}) {
+    std::vector<float> x(n), y0(n), y1(n), xf(n);
+    std::vector<uint16_t> h(n);
+    double abs_dot = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = normal(), h[i] = f32_to_fp16(normal()), xf[i] = normal(), y0[i] = y1[i] = normal();
+      abs_dot += std::fabs(double(x[i]) * fp16_to_f32(h[i]));
+    }
+    EXPECT_LE(std::fabs(double(fast().dot_f32_f16(x.data(), h.data(), n)) - ref().dot_f32_f16(x.data(), h.data(), n)),
+              gamma(n) * abs_dot) << "n=" << n;
+    // axpy: one rounding per element for FMA versus two without, so within 2 ulps of the larger term.
+    ref().axpy_f32(0.37f, xf.data(), y0.data(), n), fast().axpy_f32(0.37f, xf.data(), y1.data(), n);
+    ref().axpy_f16(-1.25f, h.data(), y0.data(), n), fast().axpy_f16(-1.25f, h.data(), y1.data(), n);
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y0[i], y1[i], 1e-6f * (4.0f + std::fabs(y0[i]))) << "n=" << n << " i=" << i;
+  }
+}
+
 // Random blocks: int8 in [-127, 127] (what quantize_q8_0 produces), nibbles 0..15, fp16 scales.
 void fill_q8_0(std::mt19937& rng, std::vector<BlockQ8_0>& b, bool unit_scale) {
   std::uniform_int_distribution<int> q(-127, 127);

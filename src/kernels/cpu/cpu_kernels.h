@@ -35,6 +35,10 @@ struct CpuKernels {
   void (*dot4_q4_k)(const BlockQ4_K* w, const BlockQ8_K* x, int64_t x_stride, int64_t nblocks, float* out);
   void (*dot4_q5_k)(const BlockQ5_K* w, const BlockQ8_K* x, int64_t x_stride, int64_t nblocks, float* out);
   void (*dot4_q6_k)(const BlockQ6_K* w, const BlockQ8_K* x, int64_t x_stride, int64_t nblocks, float* out);
+  // Attention over the KV cache (f32 or f16 rows): q·k scores and the weighted sum of v rows.
+  float (*dot_f32_f16)(const float* x, const uint16_t* h, int64_t n);  // Σ x·h, h in fp16
+  void (*axpy_f32)(float a, const float* x, float* y, int64_t n);      // y += a·x
+  void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n);   // y += a·x, x in fp16
   // Activation conversions (the partner type of each weight type, as llama.cpp pairs them).
   void (*quantize_q8_0)(const float* x, BlockQ8_0* y, int64_t n);
   void (*quantize_q8_k)(const float* x, BlockQ8_K* y, int64_t n);  // bit-exact with quantize_row_q8_k

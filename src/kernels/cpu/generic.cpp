@@ -91,6 +91,18 @@ float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nb) {
   return s;
 }
 
+float dot_f32_f16(const float* x, const uint16_t* h, int64_t n) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) s += x[i] * fp16_to_f32(h[i]);
+  return s;
+}
+void axpy_f32(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_f32(x[i]);
+}
+
 void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) { quantize_row(DType::Q8_0, x, y, n); }
 void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n) { quantize_row_q8_k(x, y, n); }
 void to_f16(const float* x, uint16_t* y, int64_t n) {
@@ -118,6 +130,9 @@ constexpr CpuKernels kGeneric = {
     .dot4_q4_k = dot4_by_rows<BlockQ4_K, BlockQ8_K, dot_q4_k>,
     .dot4_q5_k = dot4_by_rows<BlockQ5_K, BlockQ8_K, dot_q5_k>,
     .dot4_q6_k = dot4_by_rows<BlockQ6_K, BlockQ8_K, dot_q6_k>,
+    .dot_f32_f16 = dot_f32_f16,
+    .axpy_f32 = axpy_f32,
+    .axpy_f16 = axpy_f16,
     .quantize_q8_0 = quantize_q8_0,
     .quantize_q8_k = quantize_q8_k,
     .to_f16 = to_f16,

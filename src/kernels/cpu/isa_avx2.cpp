@@ -189,6 +189,31 @@ float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nb) {
 
 void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n) { quantize_row_q8_k(x, y, n); }
 
+float dot_f32_f16(const float* x, const uint16_t* h, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), load_f16(h + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), load_f16(h + i + 8), a1);
+  }
+  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), load_f16(h + i), a0);
+  float s = hsum(_mm256_add_ps(a0, a1));
+  for (; i < n; ++i) s += x[i] * fp16_to_f32(h[i]);
+  return s;
+}
+void axpy_f32(float a, const float* x, float* y, int64_t n) {
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, load_f16(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * fp16_to_f32(x[i]);
+}
+
 constexpr CpuKernels kAvx2 = {
     .isa = "avx2",
     .dot_f32 = dot_f32,
@@ -207,6 +232,9 @@ constexpr CpuKernels kAvx2 = {
     .dot4_q4_k = dot4_by_rows<BlockQ4_K, BlockQ8_K, dot_q4_k>,
     .dot4_q5_k = dot4_by_rows<BlockQ5_K, BlockQ8_K, dot_q5_k>,
     .dot4_q6_k = dot4_by_rows<BlockQ6_K, BlockQ8_K, dot_q6_k>,
+    .dot_f32_f16 = dot_f32_f16,
+    .axpy_f32 = axpy_f32,
+    .axpy_f16 = axpy_f16,
     .quantize_q8_0 = quantize_q8_0,
     .quantize_q8_k = quantize_q8_k,
     .to_f16 = to_f16,

@@ -323,6 +323,39 @@ float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nb) { return one<
 
 void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n) { quantize_row_q8_k(x, y, n); }
 
+float dot_f32_f16(const float* x, const uint16_t* h, int64_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), load_half<true>(h + i), a0);
+    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), load_half<true>(h + i + 16), a1);
+  }
+  for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), load_half<true>(h + i), a0);
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), load_half<true>(h + i, m), a1);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+void axpy_f32(float a, const float* x, float* y, int64_t n) {
+  const __m512 av = _mm512_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
+  const __m512 av = _mm512_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, load_half<true>(x + i), _mm512_loadu_ps(y + i)));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(av, load_half<true>(x + i, m), _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+
 constexpr CpuKernels kAvx512 = {
     .isa = "avx512_vnni",
     .dot_f32 = dot_f32,
@@ -341,6 +374,9 @@ constexpr CpuKernels kAvx512 = {
     .dot4_q4_k = rows_k_scale_min<false, 4, BlockQ4_K>,
     .dot4_q5_k = rows_k_scale_min<true, 4, BlockQ5_K>,
     .dot4_q6_k = rows_q6_k<4>,
+    .dot_f32_f16 = dot_f32_f16,
+    .axpy_f32 = axpy_f32,
+    .axpy_f16 = axpy_f16,
     .quantize_q8_0 = quantize_q8_0,
     .quantize_q8_k = quantize_q8_k,
     .to_f16 = to_f16,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/fp16.h"
@@ -167,14 +168,11 @@ void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64
 
 namespace {
 
-template <typename KV>
-inline float to_f32(KV v) {
-  if constexpr (std::is_same_v<KV, float>) return v;
-  else return fp16_to_f32(v);
-}
 
+// Vectorised over head_dim through the kernel table (q·k and Σ p·v per key).
 template <typename KV>
 void attention_impl(const PagedAttentionArgs& a) {
+  const CpuKernels& k = cpu_kernels();
   const KV* kc = static_cast<const KV*>(a.k_cache);
   const KV* vc = static_cast<const KV*>(a.v_cache);
   const int64_t d = a.head_dim, kv_dim = a.n_kv_heads * d, group = a.n_heads / a.n_kv_heads;
@@ -196,9 +194,8 @@ void attention_impl(const PagedAttentionArgs& a) {
     for (int32_t p = 0; p < n_keys; ++p) {
       const int64_t slot = static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size;
       const KV* kr = kc + slot * kv_dim + kvh * d;
-      float s = 0.0f;
-      for (int64_t i = 0; i < d; ++i) s += q[i] * to_f32(kr[i]);
-      scores[p] = s * a.scale;
+      if constexpr (std::is_same_v<KV, float>) scores[p] = k.dot_f32(q, kr, d) * a.scale;
+      else scores[p] = k.dot_f32_f16(q, kr, d) * a.scale;
     }
     softmax(scores, n_keys);
     float* o = a.out + (t * a.n_heads + h) * d;
@@ -206,8 +203,8 @@ void attention_impl(const PagedAttentionArgs& a) {
     for (int32_t p = 0; p < n_keys; ++p) {
       const int64_t slot = static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size;
       const KV* vr = vc + slot * kv_dim + kvh * d;
-      const float w = scores[p];
-      for (int64_t i = 0; i < d; ++i) o[i] += w * to_f32(vr[i]);
+      if constexpr (std::is_same_v<KV, float>) k.axpy_f32(scores[p], vr, o, d);
+      else k.axpy_f16(scores[p], vr, o, d);
     }
   };
   auto range = [&](int64_t b, int64_t e) {
