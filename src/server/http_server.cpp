@@ -169,8 +169,13 @@ void HttpServer::handle_tokenize(const httplib::Request& req, httplib::Response&
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
   const TokenizeRequest& r = std::get<TokenizeRequest>(parsed);
   const Tokenizer& tok = *ctx_.tokenizer;
-  const std::string text = r.prompt ? *r.prompt : render_chat(r.messages, true);
-  const std::vector<int32_t> ids = tok.encode(text, r.add_special_tokens && tok.add_bos(), false);
+  std::vector<int32_t> ids;
+  try {
+    ids = r.prompt ? tok.encode(*r.prompt, r.add_special_tokens && tok.add_bos(), false)
+                   : chat_prompt_ids(tok, r.messages, true);
+  } catch (const Error& e) {
+    return send_error(res, ApiError::bad_request(fmt::format("chat template: {}", e.what()), "messages"));
+  }
   send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", ctx_.max_model_len}});
 }
 
@@ -205,7 +210,11 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
   const Tokenizer& tok = *ctx_.tokenizer;
   std::vector<std::vector<int32_t>> prompts;
   if (chat) {
-    prompts.push_back(tok.encode(render_chat(r.messages, true), tok.add_bos(), false));
+    try {
+      prompts.push_back(chat_prompt_ids(tok, r.messages, true));
+    } catch (const Error& e) {
+      return send_error(res, ApiError::bad_request(fmt::format("chat template: {}", e.what()), "messages"));
+    }
   } else {
     for (const Prompt& p : r.prompts) {
       if (const auto* text = std::get_if<std::string>(&p)) prompts.push_back(tok.encode(*text, tok.add_bos(), false));
