@@ -1,0 +1,103 @@
+// kvik against llama.cpp on random-weight K-quant models (Q4_K, Q5_K, Q6_K, and llama.cpp's Q4_K_M mix),
+// teacher-forced: llama.cpp's 256 greedy tokens are fed to kvik, whose argmax must agree with llama.cpp's on ≥ 96%
+// of positions, and every disagreement must be a swap of llama.cpp's top two. Why 96% and not the 97% of the Q4_0
+// parity test: the Q4_K_M model sits at 248/256 (96.9%, all misses top-2 swaps with llama.cpp gaps < 0.03); the
+// Q4_0 models of tests/test_llamacpp_parity.cpp show the same spread (q4_0_mqa_hd32: 95.7–96.1% on every ISA
+// table). Quantized models deviate from llama.cpp by up to ~0.04 in probability where F32/F16 models deviate by
+// ~0.002, so something in activation quantization still differs between the engines (open question; K-quant
+// dequantization itself is bit-exact, see test_k_quants). Fixture: tests/fixtures/ref_synth_kquants.json, made by
+// tools/make_kquant_ref_fixture.sh. KQ_F16=1 runs kvik with an f16 KV cache (llama.cpp's default).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "engine/single_sequence.h"
+#include "model/llama.h"
+#include "model/synth.h"
+
+using namespace kvik;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kStories = KVIK_SHARED_DIR "/models/stories260K.gguf";
+constexpr const char* kFixture = KVIK_SOURCE_DIR "/tests/fixtures/ref_synth_kquants.json";
+
+int32_t argmax(std::span<const float> v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+std::vector<double> softmax(std::span<const float> v) {
+  const float mx = *std::max_element(v.begin(), v.end());
+  std::vector<double> p(v.size());
+  double sum = 0;
+  for (size_t i = 0; i < v.size(); ++i) sum += p[i] = std::exp(static_cast<double>(v[i]) - mx);
+  for (auto& x : p) x /= sum;
+  return p;
+}
+
+}  // namespace
+
+TEST(KQuantParity, SynthKQuantModelsAgreeWithLlamaCppTeacherForced) {
+  std::ifstream in(std::getenv("KQ_FIXTURE") ? std::getenv("KQ_FIXTURE") : kFixture);
+  ASSERT_TRUE(in) << kFixture << " missing: tools/make_kquant_ref_fixture.sh writes it";
+  const auto fx = nlohmann::json::parse(in);
+  const fs::path dir = fs::temp_directory_path() / ("kvik_kq_parity_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const auto& m : fx.at("models")) {
+    const std::string name = m.at("name");
+    SCOPED_TRACE("model " + name);
+    const auto& so = m.at("synth");
+    SynthOptions o;
+    o.out_path = (dir / (name + ".gguf")).string();
+    const std::string type = so.at("type");
+    o.q4_k_m = type == "q4_k_m";
+    o.type = o.q4_k_m ? DType::Q4_K : *dtype_from_name(type);
+    o.dim = so.at("dim"), o.layers = so.at("layers"), o.heads = so.at("heads"), o.kv_heads = so.at("kv_heads");
+    o.head_dim = so.at("head_dim"), o.ff = so.at("ff"), o.vocab = so.at("vocab"), o.seed = so.at("seed");
+    o.tokenizer_from = kStories;
+    synth_llama_gguf(o);
+    ASSERT_EQ(static_cast<int64_t>(fs::file_size(o.out_path)), m.at("size").get<int64_t>())
+        << "synth no longer writes the model the fixture was made with: rerun tools/make_kquant_ref_fixture.sh";
+
+    auto model = LlamaModel::load(o.out_path);
+    const auto prompt = m.at("prompt_ids").get<std::vector<int32_t>>();
+    const auto gen = m.at("generated").get<std::vector<int32_t>>();
+    const auto& top = m.at("top");
+    const int64_t N = static_cast<int64_t>(gen.size()), V = model->config().vocab_size;
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), gen.begin(), gen.end() - 1);
+    SingleSequence seq(*model, static_cast<int64_t>(all.size()), std::getenv("KQ_F16") ? KvDType::kF16 : KvDType::kF32);
+    const auto logits = seq.append(all, N);
+    int64_t agree = 0;
+    double max_dev = 0;  // |p_kvik − p_llama.cpp| over llama.cpp's top-2 tokens
+    for (int64_t i = 0; i < N; ++i) {
+      const std::span<const float> row(&logits[i * V], V);
+      const auto p = softmax(row);
+      const int32_t tok = argmax(row);
+      agree += tok == gen[i];
+      if (tok != gen[i]) {
+        EXPECT_TRUE(tok == top.at(i).at(0).at(0).get<int32_t>() || tok == top.at(i).at(1).at(0).get<int32_t>())
+            << "position " << i << ": kvik's token " << tok << " is not in llama.cpp's top 2";
+        std::printf("  pos %lld: kvik %d (p %.4f) vs llama.cpp %d (p %.4f; llama.cpp top-2 %s)\n", static_cast<long long>(i),
+                    tok, p[tok], gen[i], p[gen[i]], top.at(i).dump().c_str());
+      }
+      for (const auto& e : top.at(i)) max_dev = std::max(max_dev, std::fabs(p[e.at(0).get<int32_t>()] - e.at(1).get<double>()));
+    }
+    const double rate = static_cast<double>(agree) / static_cast<double>(N);
+    std::printf("%-18s agreement with llama.cpp: %lld/%lld = %.2f%%, top-2 |dp| max %.3g\n", name.c_str(),
+                static_cast<long long>(agree), static_cast<long long>(N), 100.0 * rate, max_dev);
+    EXPECT_GE(rate, 0.96);
+    fs::remove(o.out_path);
+  }
+  fs::remove_all(dir);
+}
