@@ -15,6 +15,7 @@ Run add_detokenize(CLI::App& app);
 Run add_inspect(CLI::App& app);
 Run add_synth(CLI::App& app);
 Run add_render_chat(CLI::App& app);
+Run add_chat(CLI::App& app);
 Run add_serve(CLI::App& app);
 Run add_bench(CLI::App& app);
 

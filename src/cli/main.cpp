@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   runs["inspect"] = kvik::cli::add_inspect(app);
   runs["synth"] = kvik::cli::add_synth(app);
   runs["render-chat"] = kvik::cli::add_render_chat(app);
+  runs["chat"] = kvik::cli::add_chat(app);
   runs["serve"] = kvik::cli::add_serve(app);
   runs["bench"] = kvik::cli::add_bench(app);
   try {
