@@ -19,6 +19,7 @@
 #include "model/llama.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "engine/structured/vocab_trie.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvik::cli {
@@ -107,6 +108,7 @@ Run add_serve(CLI::App& app) {
       std::vector<int32_t> eos = tok->vocab().eog_ids;
       if (eos.empty() && tok->eos_id() >= 0) eos.push_back(tok->eos_id());
       EngineCore core(*model, cfg, eos);
+      core.enable_structured_output(structured::VocabTrie::token_bytes_of(*tok));  // response_format, guided_*
       server::ServerMetrics metrics(o->server.served_model_name);
       auto engine = std::make_unique<AsyncEngine>(
           core, [&metrics](const EngineCore& c, const std::vector<RequestOutput>& outs) { metrics.on_step(c, outs); });

@@ -37,7 +37,7 @@ std::optional<ApiError> GenerationJob::start() {
       for (size_t j = 0; j < k; ++j) engine_.abort(choices_[j].request_id);
       choices_.resize(k);  // the destructor aborts only what was queued
       num_engine_finished_ = 0;
-      return ApiError::bad_request(err, "prompt");
+      return ApiError::bad_request(err, sp.structured_output ? "response_format" : "prompt");
     }
   }
   started_ = true;

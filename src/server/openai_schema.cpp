@@ -131,6 +131,58 @@ void validate_messages(const json& v) {
   }
 }
 
+// OpenAI's response_format and vLLM's guided_* fields → SamplingParams::structured_output (at most one).
+void parse_structured_output(const Fields& f, SamplingParams& sp) {
+  int given = 0;
+  auto set = [&](StructuredOutputSpec spec, const char* field) {
+    if (++given > 1)
+      throw ApiError::bad_request(fmt::format("'{}': only one of response_format, guided_json, guided_regex, "
+                                              "guided_grammar and guided_choice may be given", field), field);
+    sp.structured_output = std::move(spec);
+  };
+  if (const json* rf = f.get("response_format")) {
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+      throw ApiError::bad_request("'response_format' must be an object with a string 'type'", "response_format");
+    const std::string type = (*rf)["type"].get<std::string>();
+    if (type == "json_object") {
+      set(StructuredOutputSpec::json_object(), "response_format");
+    } else if (type == "json_schema") {
+      const auto js = rf->find("json_schema");
+      if (js == rf->end() || !js->is_object() || !js->contains("schema") || !(*js)["schema"].is_object())
+        throw ApiError::bad_request("'response_format.json_schema.schema' must be a JSON Schema object",
+                                    "response_format.json_schema");
+      set(StructuredOutputSpec::json_schema((*js)["schema"].dump()), "response_format");
+    } else if (type != "text") {
+      throw ApiError::bad_request(fmt::format("'response_format.type' '{}' is not one of text, json_object, json_schema", type),
+                                  "response_format.type");
+    }
+  }
+  if (const json* g = f.get("guided_json")) {
+    if (g->is_string()) set(StructuredOutputSpec::json_schema(g->get<std::string>()), "guided_json");
+    else if (g->is_object()) set(StructuredOutputSpec::json_schema(g->dump()), "guided_json");
+    else throw ApiError::bad_request("'guided_json' must be a JSON Schema (object or string)", "guided_json");
+  }
+  for (const char* name : {"guided_regex", "guided_grammar"}) {
+    if (const json* g = f.get(name)) {
+      if (!g->is_string() || g->get<std::string>().empty())
+        throw ApiError::bad_request(fmt::format("'{}' must be a non-empty string", name), name);
+      set(std::string(name) == "guided_regex" ? StructuredOutputSpec::regex(g->get<std::string>())
+                                              : StructuredOutputSpec::grammar(g->get<std::string>()),
+          name);
+    }
+  }
+  if (const json* g = f.get("guided_choice")) {
+    if (!g->is_array() || g->empty())
+      throw ApiError::bad_request("'guided_choice' must be a non-empty list of strings", "guided_choice");
+    std::vector<std::string> choices;
+    for (const json& c : *g) {
+      if (!c.is_string()) throw ApiError::bad_request("'guided_choice' must be a non-empty list of strings", "guided_choice");
+      choices.push_back(c.get<std::string>());
+    }
+    set(StructuredOutputSpec::choice(std::move(choices)), "guided_choice");
+  }
+}
+
 GenerateRequest parse(const json& body, bool chat) {
   if (!body.is_object()) throw ApiError::bad_request("the request body must be a JSON object");
   Fields f(body);
@@ -192,6 +244,7 @@ GenerateRequest parse(const json& body, bool chat) {
     for (const std::string& x : r.stop)
       if (x.empty()) throw ApiError::bad_request("'stop' strings must not be empty", "stop");
   }
+  parse_structured_output(f, sp);
   if (auto v = f.boolean("stream")) r.stream = *v;
   if (const json* so = f.get("stream_options")) {
     if (!so->is_object()) throw ApiError::bad_request("'stream_options' must be an object", "stream_options");
