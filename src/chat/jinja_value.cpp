@@ -112,8 +112,13 @@ void json_into(const Value& v, int indent, int depth, std::string& out) {
     out += arr ? ']' : '}';
     return;
   }
-  const std::string pad_in = indent > 0 ? "\n" + std::string(static_cast<size_t>(indent) * (depth + 1), ' ') : "";
-  const std::string pad_out = indent > 0 ? "\n" + std::string(static_cast<size_t>(indent) * depth, ' ') : "";
+  std::string pad_in, pad_out;
+  if (indent > 0) {
+    pad_out.push_back('\n');
+    pad_out.append(static_cast<size_t>(indent) * depth, ' ');
+    pad_in = pad_out;
+    pad_in.append(static_cast<size_t>(indent), ' ');
+  }
   for (size_t k = 0; k < n; ++k) {
     if (k > 0) out += indent > 0 ? "," : ", ";
     out += pad_in;
