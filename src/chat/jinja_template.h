@@ -10,6 +10,8 @@
 //   methods     str: startswith endswith split strip lstrip rstrip upper lower replace title capitalize
 //               format join ; dict: items keys values get ; list: append? (no: templates are read-only)
 //   globals     namespace() range() raise_exception() dict()
+// Known difference from @huggingface/jinja 0.5.11: str.strip/lstrip/rstrip(chars) strip `chars` as Python does;
+// the JS engine ignores the argument and trims all whitespace (the test conversations avoid the case).
 // Untrusted templates: loop iterations, macro recursion, nesting and output size are bounded, and errors
 // carry the template's line and column.
 #pragma once
