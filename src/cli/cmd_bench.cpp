@@ -14,6 +14,7 @@
 #include "cli/engine_flags.h"
 #include "core/error.h"
 #include "engine/engine_core.h"
+#include "kernels/cpu/memory_bandwidth.h"
 
 namespace kvik::cli {
 namespace {
@@ -34,7 +35,7 @@ Run add_bench(CLI::App& app) {
     int num_prompts = 64, input_len = 128, output_len = 64, concurrency = 0, shared_prefix_len = 0;
     double request_rate = 0;  // 0 = all at once
     uint64_t seed = 0;
-    bool json = false;
+    bool json = false, bandwidth = true;
     EngineFlags engine;
   };
   auto o = std::make_shared<Opts>();
@@ -50,6 +51,7 @@ Run add_bench(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--seed", o->seed, "Seed for prompts and arrivals")->capture_default_str();
   c->add_flag("--json", o->json, "Print one JSON object");
+  c->add_flag("!--no-bandwidth", o->bandwidth, "Skip the memory-bandwidth test (and the decode roofline)");
   add_engine_flags(c, o->engine);
   return [o]() {
     if (o->num_prompts <= 0 || o->input_len <= 0 || o->output_len <= 0)
@@ -118,6 +120,14 @@ Run add_bench(CLI::App& app) {
       }
     }
     const double duration = elapsed();
+    // Batch-1 decode roofline: every weight is read once per token (the embedding table only one row of).
+    const ModelConfig& mc = model->config();
+    const int64_t emb_bytes = static_cast<int64_t>(*row_bytes(model->embedding_dtype(), mc.dim)) * mc.vocab_size;
+    const int64_t bytes_per_token = model->weight_bytes() - (mc.tied_embeddings ? 0 : emb_bytes);
+    const double bandwidth = o->bandwidth ? measure_memory_bandwidth_gbs() : 0.0;
+    const double roofline = bandwidth > 0 ? bandwidth * 1e9 / static_cast<double>(bytes_per_token) : 0.0;
+    const double itl_p50 = percentile(itl, 50);
+    const double decode_tok_s = itl_p50 > 0 ? 1.0 / itl_p50 : 0.0;
     const auto& pc = engine.kv_cache_manager().prefix_cache_stats();
     nlohmann::json j = {
         {"requests", o->num_prompts},
@@ -130,6 +140,11 @@ Run add_bench(CLI::App& app) {
         {"preemptions", engine.scheduler().num_preemptions_total()},
         {"kv_usage_peak", kv_peak},
         {"model_bytes", model->weight_bytes()},
+        {"bytes_read_per_token", bytes_per_token},
+        {"memory_bandwidth_gbs", bandwidth},
+        {"decode_roofline_tok_s", roofline},
+        {"decode_tok_s", decode_tok_s},  // 1 / median inter-token latency: batch-1 decode at --concurrency 1
+        {"roofline_fraction", roofline > 0 ? decode_tok_s / roofline : 0.0},
         {"concurrency", o->concurrency},
         {"input_len", o->input_len},
         {"output_len", o->output_len},
@@ -141,6 +156,10 @@ Run add_bench(CLI::App& app) {
                   j["output_tok_s"].get<double>(), j["total_tok_s"].get<double>());
       std::printf("TTFT p50 %.1f ms p99 %.1f ms; ITL p50 %.2f ms p99 %.2f ms\n", j["ttft_ms"]["p50"].get<double>(),
                   j["ttft_ms"]["p99"].get<double>(), j["itl_ms"]["p50"].get<double>(), j["itl_ms"]["p99"].get<double>());
+      if (roofline > 0)
+        std::printf("memory bandwidth %.1f GB/s, %.1f MB read per token: decode roofline %.1f tok/s; "
+                    "decode at the median ITL %.1f tok/s = %.0f%% of it\n",
+                    bandwidth, bytes_per_token / 1e6, roofline, decode_tok_s, 100 * decode_tok_s / roofline);
       std::printf("prefix cache hit rate %.1f%%, preemptions %lld, peak KV usage %.1f%%\n",
                   100 * j["prefix_cache_hit_rate"].get<double>(), (long long)engine.scheduler().num_preemptions_total(),
                   100 * kv_peak);

@@ -104,7 +104,7 @@ Run add_serve(CLI::App& app) {
       if (const char* d = std::getenv("KVIK_SERVE_TEST_LOAD_DELAY_MS")) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(d)));
       EngineConfig cfg = o->engine.resolve();
       auto model = LlamaModel::load(o->model);
-      auto tok = load_tokenizer_from_gguf(model->gguf());
+      auto tok = load_tokenizer(model->path());  // GGUF file or Hugging Face directory
       std::vector<int32_t> eos = tok->vocab().eog_ids;
       if (eos.empty() && tok->eos_id() >= 0) eos.push_back(tok->eos_id());
       EngineCore core(*model, cfg, eos);

@@ -49,6 +49,7 @@ class LlamaModel {
   const GgufFile& gguf() const;  // throws kvik::Error for a Hugging Face directory
   int64_t parameter_count() const;
   int64_t weight_bytes() const;
+  DType embedding_dtype() const { return token_embd_.dtype; }
 
   // Runs the batch; writes K/V of every token into `cache` and logits [N, V] for batch.logits_indices.
   void forward(const ForwardBatch& batch, KvCacheTensors& cache, float* logits);
