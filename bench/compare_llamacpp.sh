@@ -36,11 +36,11 @@ echo "model $MODEL, $THREADS threads, $ROUNDS rounds; load: $(uptime | sed 's/.*
 
 MAXLEN=$(( (P + G > BP + BG ? P + G : BP + BG) + 64 ))
 kvik_single() {
-  "$KVIK" bench -m "$MODEL" --threads "$THREADS" --max-model-len "$MAXLEN" --num-prompts 1 --input-len "$P" \
+  "$KVIK" bench -m "$MODEL" --no-bandwidth --threads "$THREADS" --max-model-len "$MAXLEN" --num-prompts 1 --input-len "$P" \
     --output-len "$G" --json 2>/dev/null | tail -n 1
 }
 kvik_batch() {
-  "$KVIK" bench -m "$MODEL" --threads "$THREADS" --max-model-len "$MAXLEN" --num-prompts "$NSEQ" \
+  "$KVIK" bench -m "$MODEL" --no-bandwidth --threads "$THREADS" --max-model-len "$MAXLEN" --num-prompts "$NSEQ" \
     --concurrency "$NSEQ" --input-len "$BP" --output-len "$BG" --json 2>/dev/null | tail -n 1
 }
 llama_single() { (cd "$PEER" && node llamacpp-ref.mjs bench "$MODEL" "$P" "$G" "$THREADS" 2>/dev/null | tail -n 1); }

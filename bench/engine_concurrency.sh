@@ -20,7 +20,7 @@ bash ../shared/peer/setup.sh >/dev/null
 results=()
 for c in 1 4 16 64; do
   for r in $(seq "$rounds"); do
-    k=$(build/kvik bench --model "$model" --num-prompts "$c" --concurrency "$c" --input-len "$input_len" \
+    k=$(build/kvik bench --model "$model" --no-bandwidth --num-prompts "$c" --concurrency "$c" --input-len "$input_len" \
           --output-len "$output_len" --max-num-seqs 64 --max-model-len 512 --threads "$threads" --json 2>/dev/null |
         node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).output_tok_s))')
     l=$(node "$peer_dir/llamacpp-ref.mjs" bench-batch "$model" "$c" "$input_len" "$output_len" "$threads" |
