@@ -14,8 +14,9 @@ struct Result {
   std::string out;
 };
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string(KVIK_BINARY) + " " + args + " 2>&1";
+// Runs kvik with `args`; stderr goes into the output too unless only stdout is wanted.
+Result run(const std::string& args, bool with_stderr = true) {
+  const std::string cmd = std::string(KVIK_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
@@ -25,16 +26,7 @@ Result run(const std::string& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
 
-Result run_stdout(const std::string& args) {
-  const std::string cmd = std::string(KVIK_BINARY) + " " + args + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
+Result run_stdout(const std::string& args) { return run(args, false); }
 
 const std::string kModel = KVIK_SHARED_DIR "/models/stories260K.gguf";
 
