@@ -72,7 +72,7 @@ std::optional<size_t> row_bytes(DType t, int64_t n) {
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
   switch (t) {
     case DType::F32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * 4);  // n == 0 may come with null pointers
       return;
     case DType::F16: {
       const auto* s = static_cast<const uint16_t*>(src);
@@ -115,7 +115,7 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
 void quantize_row(DType t, const float* src, void* dst, int64_t n) {
   switch (t) {
     case DType::F32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * 4);  // n == 0 may come with null pointers
       return;
     case DType::F16: {
       auto* d = static_cast<uint16_t*>(dst);
