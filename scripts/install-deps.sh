@@ -3,10 +3,14 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libicu-dev libxxhash-dev libcli11-dev libfmt-dev
-      libgtest-dev libgmock-dev libbenchmark-dev clang nodejs npm
+      libgtest-dev libgmock-dev libbenchmark-dev clang
       curl prometheus)  # curl and promtool: the server's end-to-end tests
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+# Node.js and npm run the test-time clients; a machine may already have them from outside Debian (whose
+# packages would then conflict), so they are installed only when the commands are absent.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
   $sudo apt-get update -qq
