@@ -5,5 +5,5 @@ cd "$(dirname "$0")/.."
 dir=build; flags=(-DCMAKE_BUILD_TYPE=Release)
 if [ "${1:-}" = "--sanitize" ]; then dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVIK_SANITIZE=ON); fi
 cmake -S . -B "$dir" -G Ninja "${flags[@]}" >/dev/null
-ninja -C "$dir" -j"$(nproc)"
+ninja -C "$dir" -j"$(nproc)" >&2  # progress and errors on stderr; stdout carries only the build dir
 echo "$dir"
