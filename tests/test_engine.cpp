@@ -343,3 +343,57 @@ TEST(Engine, AbortFreesBlocksImmediately) {
   EXPECT_EQ(e.kv_cache_manager().pool().num_free_blocks(), 64);
   EXPECT_FALSE(e.has_unfinished());
 }
+
+TEST(Engine, LogitBiasMinTokensAndStopTokenIds) {
+  auto m = stories();
+  EngineConfig cfg;
+  cfg.max_model_len = 256;
+  cfg.num_kv_blocks = 64;
+  cfg.log_stats = false;
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};  // greedy: 432 383 286 261 376 ...
+  auto run = [&](const SamplingParams& sp, std::vector<int32_t> eos, std::string* reason) {
+    EngineCore e(*m, cfg, std::move(eos));
+    EXPECT_EQ(e.add_request("r", prompt, sp), "");
+    std::vector<int32_t> toks;
+    while (e.has_unfinished())
+      for (auto& o : e.step()) {
+        toks.insert(toks.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+        if (o.finished && reason) *reason = o.finish_reason;
+      }
+    return toks;
+  };
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 4;
+  EXPECT_EQ(run(sp, {}, nullptr), std::vector<int32_t>({432, 383, 286, 261}));
+  // A +100 bias makes token 7 the greedy choice at every step; -100 on 432 changes the first token.
+  SamplingParams biased = sp;
+  biased.logit_bias = {{7, 100.0f}};
+  EXPECT_EQ(run(biased, {}, nullptr), std::vector<int32_t>({7, 7, 7, 7}));
+  biased.logit_bias = {{432, -100.0f}};
+  EXPECT_NE(run(biased, {}, nullptr).front(), 432);
+  // stop_token_ids: 286 ends the output (not emitted) with "stop".
+  SamplingParams stopping = sp;
+  stopping.stop_token_ids = {286};
+  std::string reason;
+  EXPECT_EQ(run(stopping, {}, &reason), std::vector<int32_t>({432, 383}));
+  EXPECT_EQ(reason, "stop");
+  // min_tokens: with 383 as EOS the output would stop after one token; min_tokens 3 forbids EOS until then.
+  SamplingParams min3 = sp;
+  min3.max_tokens = 6;
+  min3.min_tokens = 3;
+  const auto out = run(min3, {383}, &reason);
+  EXPECT_GE(out.size(), 3u);
+  EXPECT_EQ(std::count(out.begin(), out.begin() + 3, 383), 0);
+  // Validation names the field.
+  EngineCore e(*m, cfg, {});
+  SamplingParams bad = sp;
+  bad.logit_bias = {{99999, 1.0f}};
+  EXPECT_NE(e.add_request("b1", prompt, bad).find("logit_bias"), std::string::npos);
+  bad = sp;
+  bad.min_tokens = 10;
+  EXPECT_NE(e.add_request("b2", prompt, bad).find("min_tokens"), std::string::npos);
+  bad = sp;
+  bad.stop_token_ids = {-1};
+  EXPECT_NE(e.add_request("b3", prompt, bad).find("stop_token_ids"), std::string::npos);
+}

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <random>
 
 #include "core/error.h"
@@ -93,6 +94,10 @@ std::string EngineCore::add_request(const std::string& id, std::vector<int32_t> 
   const int64_t V = model_.config().vocab_size;
   for (int32_t t : prompt_ids)
     if (t < 0 || t >= V) return fmt::format("prompt token id {} is outside the vocabulary (0..{})", t, V - 1);
+  for (const auto& [id, bias] : params.logit_bias)
+    if (id < 0 || id >= V) return fmt::format("logit_bias token id {} is outside the vocabulary (0..{})", id, V - 1);
+  for (int32_t id : params.stop_token_ids)
+    if (id < 0 || id >= V) return fmt::format("stop_token_ids: token id {} is outside the vocabulary (0..{})", id, V - 1);
   if (static_cast<int64_t>(prompt_ids.size()) >= config_.max_model_len)
     return fmt::format("the prompt has {} tokens, but max_model_len is {}: no room to generate",
                        prompt_ids.size(), config_.max_model_len);
@@ -181,6 +186,8 @@ std::optional<RequestStatus> EngineCore::check_stop(const Request& r, int32_t to
   const SamplingParams& p = r.sampling_params;
   if (!p.ignore_eos && std::find(r.eos_token_ids.begin(), r.eos_token_ids.end(), token) != r.eos_token_ids.end())
     return RequestStatus::kFinishedStopped;
+  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end())
+    return RequestStatus::kFinishedStopped;
   return std::nullopt;
 }
 
@@ -209,9 +216,15 @@ void EngineCore::run_step(std::vector<RequestOutput>& outputs) {
     Request& req = *sample_reqs[i];
     std::span<const float> row{logits + i * V, static_cast<size_t>(V)};
     std::span<const float> sample_row = row;
-    if (req.sampling_params.has_penalties()) {
+    const SamplingParams& sp = req.sampling_params;
+    if (sp.adjusts_logits(req.num_output_tokens())) {
       penalized_logits_.assign(row.begin(), row.end());
-      apply_penalties(penalized_logits_, req.prompt_token_ids, req.output_token_ids, req.sampling_params);
+      if (sp.has_penalties()) apply_penalties(penalized_logits_, req.prompt_token_ids, req.output_token_ids, sp);
+      for (const auto& [id, bias] : sp.logit_bias) penalized_logits_[id] += bias;
+      if (req.num_output_tokens() < sp.min_tokens) {  // no stop before min_tokens
+        for (int32_t id : req.eos_token_ids) penalized_logits_[id] = -std::numeric_limits<float>::infinity();
+        for (int32_t id : sp.stop_token_ids) penalized_logits_[id] = -std::numeric_limits<float>::infinity();
+      }
       sample_row = penalized_logits_;
     }
     RequestOutput o;

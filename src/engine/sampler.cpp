@@ -16,6 +16,9 @@ std::string SamplingParams::validate() const {
   if (!(top_p > 0.0f && top_p <= 1.0f)) return "top_p must be in (0, 1]";
   if (!(min_p >= 0.0f && min_p <= 1.0f)) return "min_p must be in [0, 1]";
   if (max_tokens < 1) return "max_tokens must be at least 1";
+  if (min_tokens < 0 || min_tokens > max_tokens) return "min_tokens must be in [0, max_tokens]";
+  for (const auto& [id, bias] : logit_bias)
+    if (!std::isfinite(bias) || bias < -100.0f || bias > 100.0f) return "logit_bias values must be in [-100, 100]";
   if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) return "presence_penalty must be in [-2, 2]";
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) return "frequency_penalty must be in [-2, 2]";
   if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) return "repetition_penalty must be a finite number > 0";

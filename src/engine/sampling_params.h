@@ -27,10 +27,20 @@ struct SamplingParams {
   // Log-probabilities reported per generated token: -1 = none, 0 = the sampled token's only, k = also the
   // k most likely tokens. Computed from the raw logits (before penalties and temperature), as vLLM does.
   int32_t logprobs = -1;
+  // Added to the logits of these token ids before sampling (OpenAI's logit_bias, each in [-100, 100]).
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // EOS and the stop token ids cannot be sampled before this many output tokens exist.
+  int32_t min_tokens = 0;
+  // Generation also stops (finish_reason "stop") when one of these ids is sampled; the id is not emitted.
+  std::vector<int32_t> stop_token_ids;
   // Structured output: every token outside the spec's grammar is masked to −∞ before sampling, and EOS is
   // allowed only where the grammar accepts (engine/structured/). Compiled by EngineCore::add_request.
   std::optional<StructuredOutputSpec> structured_output;
 
+  // Whether sampling needs a modified copy of the logits (penalties, bias, or stops blocked by min_tokens).
+  bool adjusts_logits(int64_t num_output_tokens) const {
+    return has_penalties() || !logit_bias.empty() || num_output_tokens < min_tokens;
+  }
   bool has_penalties() const { return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f; }
 
   // Empty string when valid, otherwise what is wrong (naming the field).

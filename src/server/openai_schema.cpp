@@ -245,6 +245,30 @@ GenerateRequest parse(const json& body, bool chat) {
       if (x.empty()) throw ApiError::bad_request("'stop' strings must not be empty", "stop");
   }
   parse_structured_output(f, sp);
+  if (auto v = f.integer("min_tokens", 0, kIntMax)) sp.min_tokens = static_cast<int32_t>(*v);
+  if (const json* lb = f.get("logit_bias")) {
+    if (!lb->is_object()) throw ApiError::bad_request("'logit_bias' must be an object of token id → bias", "logit_bias");
+    if (lb->size() > 1024) throw ApiError::bad_request("'logit_bias' has more than 1024 entries", "logit_bias");
+    for (auto it = lb->begin(); it != lb->end(); ++it) {
+      int64_t id = -1;
+      try {
+        size_t used = 0;
+        id = std::stoll(it.key(), &used);
+        if (used != it.key().size()) id = -1;
+      } catch (const std::exception&) {
+      }
+      if (id < 0 || id > kIntMax)
+        throw ApiError::bad_request(fmt::format("'logit_bias' key '{}' is not a token id", it.key()), "logit_bias");
+      if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < -100 || it->get<double>() > 100)
+        throw ApiError::bad_request("'logit_bias' values must be numbers in [-100, 100]", "logit_bias");
+      sp.logit_bias.emplace_back(static_cast<int32_t>(id), it->get<float>());
+    }
+  }
+  if (const json* st = f.get("stop_token_ids")) {
+    if (!st->is_array() || st->size() > 64)
+      throw ApiError::bad_request("'stop_token_ids' must be a list of at most 64 token ids", "stop_token_ids");
+    for (const json& x : *st) sp.stop_token_ids.push_back(static_cast<int32_t>(Fields::as_integer(x, "stop_token_ids", 0, kIntMax)));
+  }
   if (auto v = f.boolean("stream")) r.stream = *v;
   if (const json* so = f.get("stream_options")) {
     if (!so->is_object()) throw ApiError::bad_request("'stream_options' must be an object", "stream_options");

@@ -363,3 +363,21 @@ test('structured output: response_format json_object/json_schema and guided_rege
   const two = await post(`${srv.url}/v1/completions`, { model: 'stories260K', prompt: 'x', guided_regex: 'a', guided_choice: ['b'] }, auth);
   assert.equal(two.status, 400);
 });
+
+test('logit_bias, stop_token_ids and min_tokens', async () => {
+  const base = { model: 'stories260K', prompt: 'Once upon a time', max_tokens: 4, temperature: 0 };
+  const plain = await client.completions.create(base);
+  const biased = await client.completions.create({ ...base, logit_bias: { '432': -100 } });
+  assert.notEqual(biased.choices[0].text, plain.choices[0].text);
+  // Greedy ids here are 432 383 286 261 (", there was a"): stopping at 383 leaves one token.
+  const stopped = await client.completions.create({ ...base, stop_token_ids: [383] });
+  assert.equal(stopped.choices[0].finish_reason, 'stop');
+  assert.equal(stopped.usage.completion_tokens, 1);
+  const min = await client.completions.create({ ...base, min_tokens: 2 });
+  assert.equal(min.usage.completion_tokens, 4);
+  const auth = { Authorization: `Bearer ${KEY}` };
+  for (const bad of [{ logit_bias: { x: 1 } }, { logit_bias: { '5': 500 } }, { stop_token_ids: 'a' }, { min_tokens: -1 }]) {
+    const r = await post(`${srv.url}/v1/completions`, { ...base, ...bad }, auth);
+    assert.equal(r.status, 400, JSON.stringify(bad));
+  }
+});
