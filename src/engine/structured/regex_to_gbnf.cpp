@@ -195,12 +195,8 @@ class RegexTranslator {
   uint32_t hex(int digits) {
     uint32_t v = 0;
     for (int i = 0; i < digits; ++i) {
-      const char c = peek();
-      int d;
-      if (c >= '0' && c <= '9') d = c - '0';
-      else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-      else error(fmt::format("expected {} hex digits", digits));
+      const int d = hex_digit_value(peek());
+      if (d < 0) error(fmt::format("expected {} hex digits", digits));
       v = v * 16 + static_cast<uint32_t>(d);
       ++pos_;
     }

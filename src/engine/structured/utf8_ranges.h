@@ -9,6 +9,14 @@
 
 namespace kvik::structured {
 
+// The value of a hexadecimal digit, or -1 for any other character (escape parsing in GBNF and regexes).
+inline int hex_digit_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
 // Sorted, disjoint, non-adjacent inclusive ranges of code points.
 class CodepointSet {
  public:
