@@ -205,7 +205,7 @@ void EngineCore::run_step(std::vector<RequestOutput>& outputs) {
   last_step_tokens_ = so.total_num_scheduled_tokens;
   if (so.scheduled.empty()) return;
 
-  std::vector<Request*> sample_reqs;
+  std::vector<Request*>& sample_reqs = sample_reqs_;  // reused across steps (execute() clears it)
   const float* logits = runner_->execute(so, *kv_, sample_reqs);
   scheduler_->update_after_step(so);
 

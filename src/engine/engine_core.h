@@ -104,6 +104,7 @@ class EngineCore {
   std::vector<std::shared_ptr<const structured::TokenMask>> grammar_masks_;  // per sampled request this step
   std::vector<std::string> grammar_errors_;
   std::vector<float> masked_logits_;  // [vocab]
+  std::vector<Request*> sample_reqs_;  // this step's requests that sample, in batch order
   double last_step_mask_s_ = 0;
   uint64_t seed_counter_;
 
