@@ -2,7 +2,7 @@
 // many lengths, tails included. Tables this CPU cannot run are skipped.
 //
 // Bounds: integer parts are exact (tested with unit scales, where the whole result is an exactly representable
-// integer); conversions (quantize_q8_0, to_f16, to_bf16) are bit-exact; float sums may differ only by summation
+// integer); conversions (quantize_act_q8, to_f16, to_bf16) are bit-exact; float sums may differ only by summation
 // order, so |fast − ref| ≤ γ·Σ|terms| with γ = (n + 64)·2⁻²⁴ (the classic worst-case bound for n additions,
 // plus slack for the per-lane partial sums).
 #include <gtest/gtest.h>
@@ -127,41 +127,79 @@ void fill_q4_0(std::mt19937& rng, std::vector<BlockQ4_0>& b, bool unit_scale) {
 
 const std::vector<int64_t> kBlockCounts = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 31, 64, 129};
 
-TEST_P(KernelTable, DotQ8_0IntegerPartIsExactAndScaledSumWithinBound) {
-  for (int64_t nb : kBlockCounts) {
-    std::vector<BlockQ8_0> w(nb), x(nb);
-    fill_q8_0(rng, w, true), fill_q8_0(rng, x, true);
-    EXPECT_EQ(fast().dot_q8_0(w.data(), x.data(), nb), ref().dot_q8_0(w.data(), x.data(), nb)) << "nb=" << nb;
-    fill_q8_0(rng, w, false), fill_q8_0(rng, x, false);
-    double abs_sum = 0;
-    for (int64_t b = 0; b < nb; ++b)
-      for (int j = 0; j < kQK8_0; ++j)
-        abs_sum += std::fabs(double(w[b].qs[j]) * x[b].qs[j] * fp16_to_f32(w[b].d) * fp16_to_f32(x[b].d));
-    EXPECT_LE(std::fabs(double(fast().dot_q8_0(w.data(), x.data(), nb)) - ref().dot_q8_0(w.data(), x.data(), nb)),
-              gamma(nb * kQK8_0) * abs_sum) << "nb=" << nb;
-  }
+// Activation rows in the ActQ8 layout from BlockQ8_0 blocks (q + 128 at act_q8_offset, d as float).
+struct Act {
+  std::vector<uint8_t> qs;
+  std::vector<float> d;
+  int64_t nb;
+  ActQ8 view() const { return {qs.data(), d.data(), nb}; }
+};
+Act to_act(const std::vector<BlockQ8_0>& x, int64_t rows, int64_t nb) {
+  Act a{std::vector<uint8_t>(rows * nb * kQK8_0), std::vector<float>(rows * nb), nb};
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ8_0& blk = x[r * nb + b];
+      a.d[r * nb + b] = fp16_to_f32(blk.d);
+      for (int j = 0; j < kQK8_0; ++j) a.qs[r * nb * kQK8_0 + act_q8_offset(nb, b, j)] = static_cast<uint8_t>(blk.qs[j] + 128);
+    }
+  return a;
 }
 
-TEST_P(KernelTable, DotQ4_0IntegerPartIsExactAndScaledSumWithinBound) {
-  for (int64_t nb : kBlockCounts) {
-    std::vector<BlockQ4_0> w(nb);
-    std::vector<BlockQ8_0> x(nb);
-    fill_q4_0(rng, w, true), fill_q8_0(rng, x, true);
-    EXPECT_EQ(fast().dot_q4_0(w.data(), x.data(), nb), ref().dot_q4_0(w.data(), x.data(), nb)) << "nb=" << nb;
-    fill_q4_0(rng, w, false), fill_q8_0(rng, x, false);
-    double abs_sum = 0;
-    for (int64_t b = 0; b < nb; ++b)
-      for (int j = 0; j < kQK4_0 / 2; ++j) {
-        const double s = std::fabs(double(fp16_to_f32(w[b].d)) * fp16_to_f32(x[b].d));
-        abs_sum += s * (std::abs((w[b].qs[j] & 15) - 8) * std::abs(x[b].qs[j]) +
-                        std::abs((w[b].qs[j] >> 4) - 8) * std::abs(x[b].qs[j + 16]));
+// Σ |w·x·d_w·d_x| over all elements of one row: the scale of the float rounding bound.
+template <typename Block>
+double abs_terms(const std::vector<Block>& w, const std::vector<BlockQ8_0>& x, int64_t row, int64_t nb) {
+  double s = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ8_0& xb = x[row * nb + b];
+    for (int j = 0; j < kQK8_0; ++j) {
+      int q;
+      if constexpr (std::is_same_v<Block, BlockQ8_0>) q = w[b].qs[j];
+      else q = (j < 16 ? (w[b].qs[j] & 15) : (w[b].qs[j - 16] >> 4)) - 8;
+      s += std::fabs(double(q) * xb.qs[j] * fp16_to_f32(w[b].d) * fp16_to_f32(xb.d));
+    }
+  }
+  return s;
+}
+
+// For every R: the integer part is exact (unit scales), the scaled sum within the rounding bound, and row r's
+// result does not depend on R (bit for bit what R = 1 gives).
+template <typename Block>
+void check_gemv(std::mt19937& rng, const CpuKernels& fast, const CpuKernels& ref,
+                void (*fill)(std::mt19937&, std::vector<Block>&, bool),
+                void (*CpuKernels::*entry)(const Block*, const ActQ8&, int64_t, float*)) {
+  for (int64_t nb : kBlockCounts)
+    for (bool unit : {true, false}) {
+      std::vector<Block> w(nb);
+      std::vector<BlockQ8_0> x(kActQ8MaxRows * nb);
+      fill(rng, w, unit), fill_q8_0(rng, x, unit);
+      const Act a = to_act(x, kActQ8MaxRows, nb);
+      float want[kActQ8MaxRows], alone[kActQ8MaxRows], got[kActQ8MaxRows];
+      (ref.*entry)(w.data(), a.view(), kActQ8MaxRows, want);
+      for (int64_t r = 0; r < kActQ8MaxRows; ++r) {
+        const Act one = to_act(std::vector<BlockQ8_0>(x.begin() + r * nb, x.begin() + (r + 1) * nb), 1, nb);
+        (fast.*entry)(w.data(), one.view(), 1, &alone[r]);
       }
-    EXPECT_LE(std::fabs(double(fast().dot_q4_0(w.data(), x.data(), nb)) - ref().dot_q4_0(w.data(), x.data(), nb)),
-              gamma(nb * kQK4_0) * abs_sum) << "nb=" << nb;
-  }
+      for (int64_t R = 1; R <= kActQ8MaxRows; ++R) {
+        (fast.*entry)(w.data(), a.view(), R, got);
+        for (int64_t r = 0; r < R; ++r) {
+          if (unit) EXPECT_EQ(got[r], want[r]) << "nb=" << nb << " R=" << R << " r=" << r;
+          else EXPECT_LE(std::fabs(double(got[r]) - want[r]), gamma(nb * kQK8_0) * abs_terms(w, x, r, nb))
+                   << "nb=" << nb << " R=" << R << " r=" << r;
+          EXPECT_EQ(got[r], alone[r]) << "batch invariance: nb=" << nb << " R=" << R << " r=" << r;
+        }
+      }
+    }
 }
 
-TEST_P(KernelTable, QuantizeQ8_0IsBitExactIncludingRoundingTies) {
+TEST_P(KernelTable, GemvQ8_0ExactIntegersBoundedSumsAndIndependentOfR) {
+  check_gemv<BlockQ8_0>(rng, fast(), ref(), fill_q8_0, &CpuKernels::gemv_q8_0);
+}
+TEST_P(KernelTable, GemvQ4_0ExactIntegersBoundedSumsAndIndependentOfR) {
+  check_gemv<BlockQ4_0>(rng, fast(), ref(), fill_q4_0, &CpuKernels::gemv_q4_0);
+}
+
+// quantize_act_q8 gives quantize_row_q8_0's q and d bit for bit, in the ActQ8 layout.
+TEST_P(KernelTable, QuantizeActQ8IsBitExactIncludingRoundingTies) {
   for (int64_t nb : kBlockCounts) {
     const int64_t n = nb * kQK8_0;
     std::vector<float> x(n);
@@ -171,10 +209,13 @@ TEST_P(KernelTable, QuantizeQ8_0IsBitExactIncludingRoundingTies) {
     for (int j = 1; j < kQK8_0; ++j) x[j] = static_cast<float>(j % 9 - 4) + (j % 2 ? 0.5f : -0.5f);
     if (nb > 1)
       for (int j = 0; j < kQK8_0; ++j) x[kQK8_0 + j] = 0.0f;  // all-zero block: d = 0, id = 0
-    std::vector<BlockQ8_0> a(nb), b(nb);
-    ref().quantize_q8_0(x.data(), a.data(), n);
-    fast().quantize_q8_0(x.data(), b.data(), n);
-    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(BlockQ8_0) * nb)) << "nb=" << nb;
+    std::vector<BlockQ8_0> blocks(nb);
+    quantize_row(DType::Q8_0, x.data(), blocks.data(), n);
+    const Act want = to_act(blocks, 1, nb);
+    Act got{std::vector<uint8_t>(n), std::vector<float>(nb), nb};
+    fast().quantize_act_q8(x.data(), got.qs.data(), got.d.data(), n);
+    EXPECT_EQ(want.qs, got.qs) << "nb=" << nb;
+    EXPECT_EQ(0, std::memcmp(want.d.data(), got.d.data(), sizeof(float) * nb)) << "nb=" << nb;
   }
 }
 
@@ -256,15 +297,6 @@ TEST_P(KernelTable, FourRowDotsEqualSingleRowDotsBitForBit) {
   }
   for (int64_t nb : {1, 2, 3, 8, 9}) {
     const int64_t xs = nb + 1;
-    std::vector<BlockQ8_0> w8(nb), x8(4 * xs);
-    std::vector<BlockQ4_0> w4(nb);
-    fill_q8_0(rng, w8, false), fill_q8_0(rng, x8, false), fill_q4_0(rng, w4, false);
-    fast().dot4_q8_0(w8.data(), x8.data(), xs, nb, four);
-    for (int i = 0; i < 4; ++i) single[i] = fast().dot_q8_0(w8.data(), x8.data() + i * xs, nb);
-    expect_same(four, single, "q8_0", nb);
-    fast().dot4_q4_0(w4.data(), x8.data(), xs, nb, four);
-    for (int i = 0; i < 4; ++i) single[i] = fast().dot_q4_0(w4.data(), x8.data() + i * xs, nb);
-    expect_same(four, single, "q4_0", nb);
     std::vector<float> xf(4 * xs * kQK_K);
     for (auto& v : xf) v = normal();
     std::vector<BlockQ8_K> xk(4 * xs);

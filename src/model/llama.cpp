@@ -244,9 +244,8 @@ void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensor
   const ModelConfig& c = config_;
   const LayerWeights& w = layers_[l];
   rmsnorm(ws_.x.data(), w.attn_norm, ws_.xn.data(), T, c.dim, c.rms_eps);  // xn [T, d]
-  matmul(ws_.xn.data(), T, w.wq, ws_.q.data());                            // q [T, n_h, d_h]
-  matmul(ws_.xn.data(), T, w.wk, ws_.k.data());                            // k [T, n_kv, d_h]
-  matmul(ws_.xn.data(), T, w.wv, ws_.v.data());                            // v [T, n_kv, d_h]
+  // q [T, n_h, d_h], k and v [T, n_kv, d_h]
+  matmul(ws_.xn.data(), T, {{&w.wq, ws_.q.data()}, {&w.wk, ws_.k.data()}, {&w.wv, ws_.v.data()}});
   if (w.bq) {  // q += b_q, k += b_k, v += b_v (Qwen2)
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t i = 0; i < c.q_dim(); ++i) ws_.q[t * c.q_dim() + i] += w.bq[i];
@@ -293,8 +292,7 @@ void LlamaModel::mlp_block(int64_t l, int64_t T) {
   const ModelConfig& c = config_;
   const LayerWeights& w = layers_[l];
   rmsnorm(ws_.x.data(), w.ffn_norm, ws_.xn.data(), T, c.dim, c.rms_eps);  // xn [T, d]
-  matmul(ws_.xn.data(), T, w.w_gate, ws_.gate.data());                    // gate [T, d_ff]
-  matmul(ws_.xn.data(), T, w.w_up, ws_.up.data());                        // up [T, d_ff]
+  matmul(ws_.xn.data(), T, {{&w.w_gate, ws_.gate.data()}, {&w.w_up, ws_.up.data()}});  // gate, up [T, d_ff]
   silu_mul(ws_.gate.data(), ws_.up.data(), T * c.ff_dim);                 // silu(gate) · up
   matmul(ws_.gate.data(), T, w.w_down, ws_.proj.data());                  // [T, d]
   for (int64_t i = 0; i < T * c.dim; ++i) ws_.x[i] += ws_.proj[i];

@@ -11,14 +11,32 @@
 
 namespace kvik {
 
+// Activations for the Q8_0 / Q4_0 integer kernels: each row quantized per 32-element block exactly as llama.cpp's
+// quantize_row_q8_0 (same q, same fp16-rounded d), stored as
+//   qs: u8 q + 128 (vpdpbusd multiplies u8 by s8, so the weight is the signed side; the +128 is taken off with
+//       128·Σw per block), blocks paired: bytes of blocks 2p and 2p+1 interleaved in 4-byte groups (act_q8_offset),
+//       so one 64-byte load feeds both blocks with 32-bit lanes alternating between them; an odd last block is
+//       stored plainly;
+//   d:  the block scales as float.
+// Row r starts at qs + r·nb·32 and d + r·nb.
+struct ActQ8 {
+  const uint8_t* qs;
+  const float* d;
+  int64_t nb;  // blocks per row
+};
+inline constexpr int64_t kActQ8MaxRows = 8;
+// Byte offset of element j (0..31) of block b within a row of the ActQ8 layout.
+inline int64_t act_q8_offset(int64_t nb, int64_t b, int j) {
+  if ((b | 1) >= nb) return 32 * b + j;  // unpaired last block
+  return 64 * (b / 2) + 8 * (j / 4) + 4 * (b % 2) + j % 4;
+}
+
 struct CpuKernels {
   std::string_view isa;  // "generic", "avx2", "avx512", "avx512_vnni"
   // Dot products of one weight row with one activation row (activation already in the weight's partner type).
   float (*dot_f32)(const float* w, const float* x, int64_t n);
   float (*dot_f16)(const uint16_t* w, const uint16_t* x, int64_t n);   // both fp16, f32 accumulation
   float (*dot_bf16)(const uint16_t* w, const uint16_t* x, int64_t n);  // both bf16, f32 accumulation
-  float (*dot_q8_0)(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nblocks);
-  float (*dot_q4_0)(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nblocks);
   // K-quant weights against Q8_K activations. The integer sums are exact in every table and each block's float
   // combination is the same scalar expression, so these agree bit for bit across tables.
   float (*dot_q4_k)(const BlockQ4_K* w, const BlockQ8_K* x, int64_t nblocks);
@@ -30,8 +48,6 @@ struct CpuKernels {
   void (*dot4_f32)(const float* w, const float* x, int64_t x_stride, int64_t n, float* out);
   void (*dot4_f16)(const uint16_t* w, const uint16_t* x, int64_t x_stride, int64_t n, float* out);
   void (*dot4_bf16)(const uint16_t* w, const uint16_t* x, int64_t x_stride, int64_t n, float* out);
-  void (*dot4_q8_0)(const BlockQ8_0* w, const BlockQ8_0* x, int64_t x_stride, int64_t nblocks, float* out);
-  void (*dot4_q4_0)(const BlockQ4_0* w, const BlockQ8_0* x, int64_t x_stride, int64_t nblocks, float* out);
   void (*dot4_q4_k)(const BlockQ4_K* w, const BlockQ8_K* x, int64_t x_stride, int64_t nblocks, float* out);
   void (*dot4_q5_k)(const BlockQ5_K* w, const BlockQ8_K* x, int64_t x_stride, int64_t nblocks, float* out);
   void (*dot4_q6_k)(const BlockQ6_K* w, const BlockQ8_K* x, int64_t x_stride, int64_t nblocks, float* out);
@@ -40,7 +56,13 @@ struct CpuKernels {
   void (*axpy_f32)(float a, const float* x, float* y, int64_t n);      // y += a·x
   void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n);   // y += a·x, x in fp16
   // Activation conversions (the partner type of each weight type, as llama.cpp pairs them).
-  void (*quantize_q8_0)(const float* x, BlockQ8_0* y, int64_t n);
+  // Q8_0 / Q4_0 weights against activations in the ActQ8 layout (below): out[r] = dot(w, activation row r) for
+  // r < R, 1 ≤ R ≤ kActQ8MaxRows. Each row has its own accumulators updated by the same instructions whatever R is,
+  // so a row's result never depends on R (batch invariance); the integer part of each block is exact.
+  void (*gemv_q8_0)(const BlockQ8_0* w, const ActQ8& x, int64_t R, float* out);
+  void (*gemv_q4_0)(const BlockQ4_0* w, const ActQ8& x, int64_t R, float* out);
+  // One activation row into the ActQ8 layout: the q and d of quantize_row_q8_0, bit for bit.
+  void (*quantize_act_q8)(const float* x, uint8_t* qs, float* d, int64_t n);
   void (*quantize_q8_k)(const float* x, BlockQ8_K* y, int64_t n);  // bit-exact with quantize_row_q8_k
   void (*to_f16)(const float* x, uint16_t* y, int64_t n);
   void (*to_bf16)(const float* x, uint16_t* y, int64_t n);

@@ -31,28 +31,28 @@ float dot_bf16(const uint16_t* w, const uint16_t* x, int64_t n) {
   return static_cast<float>(s);
 }
 
-float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb) {
-  float s = 0.0f;
-  for (int64_t b = 0; b < nb; ++b) {
-    int32_t sumi = 0;
-    for (int j = 0; j < kQK8_0; ++j) sumi += static_cast<int32_t>(w[b].qs[j]) * x[b].qs[j];
-    s += static_cast<float>(sumi) * (fp16_to_f32(w[b].d) * fp16_to_f32(x[b].d));
-  }
-  return s;
+// The ActQ8 q of element j of block b (−127..127).
+inline int32_t act_q(const ActQ8& x, int64_t r, int64_t b, int j) {
+  return static_cast<int32_t>(x.qs[r * x.nb * kQK8_0 + act_q8_offset(x.nb, b, j)]) - 128;
 }
 
-float dot_q4_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb) {
-  float s = 0.0f;
-  for (int64_t b = 0; b < nb; ++b) {
-    int32_t sumi = 0;
-    for (int j = 0; j < kQK4_0 / 2; ++j) {
-      sumi += ((w[b].qs[j] & 0x0F) - 8) * static_cast<int32_t>(x[b].qs[j]);
-      sumi += ((w[b].qs[j] >> 4) - 8) * static_cast<int32_t>(x[b].qs[j + kQK4_0 / 2]);
+// Per block: s += (Σ q_w·q_x) · (d_w·d_x), the sum exact in int32.
+template <typename Block, int32_t (*Weight)(const Block&, int)>
+void gemv_q(const Block* w, const ActQ8& x, int64_t R, float* out) {
+  for (int64_t r = 0; r < R; ++r) {
+    float s = 0.0f;
+    for (int64_t b = 0; b < x.nb; ++b) {
+      int32_t sumi = 0;
+      for (int j = 0; j < kQK8_0; ++j) sumi += Weight(w[b], j) * act_q(x, r, b, j);
+      s += static_cast<float>(sumi) * (fp16_to_f32(w[b].d) * x.d[r * x.nb + b]);
     }
-    s += static_cast<float>(sumi) * (fp16_to_f32(w[b].d) * fp16_to_f32(x[b].d));
+    out[r] = s;
   }
-  return s;
 }
+int32_t q8_0_weight(const BlockQ8_0& b, int j) { return b.qs[j]; }
+int32_t q4_0_weight(const BlockQ4_0& b, int j) { return (j < 16 ? (b.qs[j] & 0x0F) : (b.qs[j - 16] >> 4)) - 8; }
+void gemv_q8_0(const BlockQ8_0* w, const ActQ8& x, int64_t R, float* out) { gemv_q<BlockQ8_0, q8_0_weight>(w, x, R, out); }
+void gemv_q4_0(const BlockQ4_0* w, const ActQ8& x, int64_t R, float* out) { gemv_q<BlockQ4_0, q4_0_weight>(w, x, R, out); }
 
 // Per block: s += d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·(Σx)_j, the sums in int32 (|·| < 2³¹ for 6-bit scales).
 template <typename Block, int (*Quant)(const Block&, int)>
@@ -103,7 +103,15 @@ void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_f32(x[i]);
 }
 
-void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) { quantize_row(DType::Q8_0, x, y, n); }
+void quantize_act_q8(const float* x, uint8_t* qs, float* d, int64_t n) {
+  const int64_t nb = n / kQK8_0;
+  BlockQ8_0 blk;
+  for (int64_t b = 0; b < nb; ++b) {
+    quantize_row(DType::Q8_0, x + b * kQK8_0, &blk, kQK8_0);
+    d[b] = fp16_to_f32(blk.d);
+    for (int j = 0; j < kQK8_0; ++j) qs[act_q8_offset(nb, b, j)] = static_cast<uint8_t>(blk.qs[j] + 128);
+  }
+}
 void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n) { quantize_row_q8_k(x, y, n); }
 void to_f16(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = f32_to_fp16(x[i]);
@@ -117,23 +125,21 @@ constexpr CpuKernels kGeneric = {
     .dot_f32 = dot_f32,
     .dot_f16 = dot_f16,
     .dot_bf16 = dot_bf16,
-    .dot_q8_0 = dot_q8_0,
-    .dot_q4_0 = dot_q4_0,
     .dot_q4_k = dot_q4_k,
     .dot_q5_k = dot_q5_k,
     .dot_q6_k = dot_q6_k,
     .dot4_f32 = dot4_by_rows<float, float, dot_f32>,
     .dot4_f16 = dot4_by_rows<uint16_t, uint16_t, dot_f16>,
     .dot4_bf16 = dot4_by_rows<uint16_t, uint16_t, dot_bf16>,
-    .dot4_q8_0 = dot4_by_rows<BlockQ8_0, BlockQ8_0, dot_q8_0>,
-    .dot4_q4_0 = dot4_by_rows<BlockQ4_0, BlockQ8_0, dot_q4_0>,
     .dot4_q4_k = dot4_by_rows<BlockQ4_K, BlockQ8_K, dot_q4_k>,
     .dot4_q5_k = dot4_by_rows<BlockQ5_K, BlockQ8_K, dot_q5_k>,
     .dot4_q6_k = dot4_by_rows<BlockQ6_K, BlockQ8_K, dot_q6_k>,
     .dot_f32_f16 = dot_f32_f16,
     .axpy_f32 = axpy_f32,
     .axpy_f16 = axpy_f16,
-    .quantize_q8_0 = quantize_q8_0,
+    .gemv_q8_0 = gemv_q8_0,
+    .gemv_q4_0 = gemv_q4_0,
+    .quantize_act_q8 = quantize_act_q8,
     .quantize_q8_k = quantize_q8_k,
     .to_f16 = to_f16,
     .to_bf16 = to_bf16,

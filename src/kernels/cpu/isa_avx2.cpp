@@ -62,38 +62,53 @@ float dot_bf16(const uint16_t* w, const uint16_t* x, int64_t n) {
   return s;
 }
 
-// Signed int8 × int8 dot of 32 pairs into 8 int32 lanes: |w| (u8) × (x · sign w) (s8), the maddubs trick.
-inline __m256 dot32_i8(__m256i w, __m256i x) {
-  const __m256i aw = _mm256_sign_epi8(w, w);
-  const __m256i sx = _mm256_sign_epi8(x, w);
-  const __m256i p16 = _mm256_maddubs_epi16(aw, sx);
-  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+// Q8_0 / Q4_0 × ActQ8: a pair of blocks as two 256-bit halves whose 32-bit lanes alternate between the blocks
+// (groups 0..3, then 4..7); the weight pair is brought into the same order with unpack + lane permutes. The
+// activation bytes lose their +128 (xor) and go through the signed maddubs trick.
+struct WeightPair {
+  __m256i lo, hi;  // s8
+  __m256 d;        // d0, d1, d0, d1, ...
+};
+inline WeightPair interleave(__m256i a, __m256i b, uint16_t da, uint16_t db) {
+  const __m256i l = _mm256_unpacklo_epi32(a, b), h = _mm256_unpackhi_epi32(a, b);
+  return {_mm256_permute2x128_si256(l, h, 0x20), _mm256_permute2x128_si256(l, h, 0x31),
+          _mm256_cvtph_ps(_mm_set1_epi32(static_cast<int32_t>(da | (uint32_t{db} << 16))))};
+}
+inline __m256i q4_0_block(const BlockQ4_0& blk) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs));
+  const __m256i both = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+  return _mm256_sub_epi8(both, _mm256_set1_epi8(8));
+}
+inline __m256i weight_block(const BlockQ8_0& w) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs)); }
+inline __m256i weight_block(const BlockQ4_0& w) { return q4_0_block(w); }
+inline __m256i load_act(const uint8_t* p) {
+  return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), _mm256_set1_epi8(-128));
+}
+inline __m256i dot_i8(__m256i w, __m256i x) {  // 8 int32 lanes of 4-pair sums, exact
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
 }
 
-float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m256 d = _mm256_set1_ps(fp16_to_f32(w[b].d) * fp16_to_f32(x[b].d));
-    const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
-    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
-    acc = _mm256_fmadd_ps(d, dot32_i8(qw, qx), acc);
+template <typename Block>
+void gemv_q(const Block* w, const ActQ8& x, int64_t R, float* out) {
+  const int64_t nb = x.nb, row_bytes = nb * kQK8_0;
+  for (int64_t r = 0; r < R; ++r) {
+    const uint8_t* xq = x.qs + r * row_bytes;
+    const float* xd = x.d + r * nb;
+    __m256 acc = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      const WeightPair wp = interleave(weight_block(w[b]), weight_block(w[b + 1]), w[b].d, w[b + 1].d);
+      const __m256i p = _mm256_add_epi32(dot_i8(wp.lo, load_act(xq + 32 * b)), dot_i8(wp.hi, load_act(xq + 32 * b + 32)));
+      const __m256 dx = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(xd + b)));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(wp.d, dx), acc);
+    }
+    float s = hsum(acc);
+    if (b < nb) s += hsum(_mm256_cvtepi32_ps(dot_i8(weight_block(w[b]), load_act(xq + 32 * b)))) * (fp16_to_f32(w[b].d) * xd[b]);
+    out[r] = s;
   }
-  return hsum(acc);
 }
-
-float dot_q4_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb) {
-  __m256 acc = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(0x0F), off = _mm256_set1_epi8(8);
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m256 d = _mm256_set1_ps(fp16_to_f32(w[b].d) * fp16_to_f32(x[b].d));
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
-    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
-    const __m256i qw = _mm256_sub_epi8(_mm256_and_si256(both, m4), off);
-    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
-    acc = _mm256_fmadd_ps(d, dot32_i8(qw, qx), acc);
-  }
-  return hsum(acc);
-}
+void gemv_q8_0(const BlockQ8_0* w, const ActQ8& x, int64_t R, float* out) { gemv_q(w, x, R, out); }
+void gemv_q4_0(const BlockQ4_0* w, const ActQ8& x, int64_t R, float* out) { gemv_q(w, x, R, out); }
 
 void to_f16(const float* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
@@ -106,7 +121,7 @@ void to_bf16(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
 }
 
-void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) { generic_kernels().quantize_q8_0(x, y, n); }
+void quantize_act_q8(const float* x, uint8_t* qs, float* d, int64_t n) { generic_kernels().quantize_act_q8(x, qs, d, n); }
 
 inline int32_t hsum_i32(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -219,23 +234,21 @@ constexpr CpuKernels kAvx2 = {
     .dot_f32 = dot_f32,
     .dot_f16 = dot_f16,
     .dot_bf16 = dot_bf16,
-    .dot_q8_0 = dot_q8_0,
-    .dot_q4_0 = dot_q4_0,
     .dot_q4_k = dot_q4_k,
     .dot_q5_k = dot_q5_k,
     .dot_q6_k = dot_q6_k,
     .dot4_f32 = dot4_by_rows<float, float, dot_f32>,
     .dot4_f16 = dot4_by_rows<uint16_t, uint16_t, dot_f16>,
     .dot4_bf16 = dot4_by_rows<uint16_t, uint16_t, dot_bf16>,
-    .dot4_q8_0 = dot4_by_rows<BlockQ8_0, BlockQ8_0, dot_q8_0>,
-    .dot4_q4_0 = dot4_by_rows<BlockQ4_0, BlockQ8_0, dot_q4_0>,
     .dot4_q4_k = dot4_by_rows<BlockQ4_K, BlockQ8_K, dot_q4_k>,
     .dot4_q5_k = dot4_by_rows<BlockQ5_K, BlockQ8_K, dot_q5_k>,
     .dot4_q6_k = dot4_by_rows<BlockQ6_K, BlockQ8_K, dot_q6_k>,
     .dot_f32_f16 = dot_f32_f16,
     .axpy_f32 = axpy_f32,
     .axpy_f16 = axpy_f16,
-    .quantize_q8_0 = quantize_q8_0,
+    .gemv_q8_0 = gemv_q8_0,
+    .gemv_q4_0 = gemv_q4_0,
+    .quantize_act_q8 = quantize_act_q8,
     .quantize_q8_k = quantize_q8_k,
     .to_f16 = to_f16,
     .to_bf16 = to_bf16,

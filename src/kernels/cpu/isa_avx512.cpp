@@ -92,74 +92,102 @@ inline float hsum256(__m256 p) {
   return _mm_cvtss_f32(h);
 }
 
-// Q8_0 × Q8_0: vpdpbusd multiplies u8 by s8, so |w| goes in as u8 and w's sign moves onto x. Exact unless
-// x = −128 where w < 0, which no block made by quantize_q8_0 holds (|q| ≤ 127). Two blocks per 512-bit step; an
-// odd last block takes the 256-bit path.
-template <int R>
-void rows_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t xs, int64_t nb, float* out) {
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    const __m512i wv = join(load256(w[b].qs), load256(w[b + 1].qs));
-    const __m512i aw = _mm512_abs_epi8(wv);
-    const __mmask64 neg = _mm512_movepi8_mask(wv);
-    const float d0 = f16(w[b].d), d1 = f16(w[b + 1].d);
-    for (int r = 0; r < R; ++r) {
-      const BlockQ8_0* xr = x + r * xs;
-      const __m512i xv = join(load256(xr[b].qs), load256(xr[b + 1].qs));
-      const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aw, _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv));
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), two_scales(d0 * f16(xr[b].d), d1 * f16(xr[b + 1].d)), acc[r]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    float s = _mm512_reduce_add_ps(acc[r]);
-    if (b < nb) {
-      const BlockQ8_0* xr = x + r * xs;
-      const __m256i wq = load256(w[b].qs);
-      const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(wq, wq), _mm256_sign_epi8(load256(xr[b].qs), wq));
-      s += hsum256(_mm256_cvtepi32_ps(p)) * (f16(w[b].d) * f16(xr[b].d));
-    }
-    out[r] = s;
-  }
-}
-
 // The 32 nibbles of a Q4_0 block in element order (low nibbles = elements 0..15, high = 16..31), as u8 0..15.
 inline __m256i q4_0_nibbles(const BlockQ4_0& blk) {
   const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs));
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
 }
 
-// Σ (q − 8)·x = Σ q·x − Σ 8·x, both with vpdpbusd (q and 8 are unsigned).
-template <int R>
-void rows_q4_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t xs, int64_t nb, float* out) {
-  const __m512i eight = _mm512_set1_epi8(8);
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    const __m512i q = join(q4_0_nibbles(w[b]), q4_0_nibbles(w[b + 1]));
-    const float d0 = f16(w[b].d), d1 = f16(w[b + 1].d);
+// Q8_0 / Q4_0 × ActQ8. Per pair of weight blocks, shared by the R activation rows: the 64 weight bytes as s8 in the
+// ActQ8 interleave (32-bit lanes alternate between the two blocks), −128·Σw per lane (to take the +128 of the
+// activation bytes off, exactly: every lane sum stays far inside int32), and the two weight scales alternating.
+// Per row: one vpdpbusd, a conversion and one FMA with the scales d_w·d_x. Two accumulators per row (even and odd
+// pairs) for instruction-level parallelism at R = 1; the odd last block of a row goes through a 256-bit step.
+struct WeightPair {
+  __m512i q;        // s8, interleaved
+  __m512i neg_corr;  // −128·Σ q per lane
+  __m512 d;         // d0, d1, d0, d1, ...
+};
+inline __m512i interleave_blocks(__m256i a, __m256i b) {
+  const __m512i idx = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutex2var_epi32(_mm512_castsi256_si512(a), idx, _mm512_castsi256_si512(b));
+}
+inline __m512i neg_corr(__m512i q) {
+  return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(-128), q));
+}
+inline __m512 alt_scales(uint16_t a, uint16_t b) {
+  return _mm512_cvtph_ps(_mm256_set1_epi32(static_cast<int32_t>(a | (uint32_t{b} << 16))));
+}
+inline __m512 alt_scales(const float* d) {  // d[0], d[1], d[0], ...
+  double pair;
+  __builtin_memcpy(&pair, d, sizeof pair);
+  return _mm512_castpd_ps(_mm512_set1_pd(pair));
+}
+inline WeightPair weight_pair(const BlockQ8_0* w) {
+  const __m512i q = interleave_blocks(load256(w[0].qs), load256(w[1].qs));
+  return {q, neg_corr(q), alt_scales(w[0].d, w[1].d)};
+}
+// The two blocks' 16-byte nibble arrays side by side, dwords arranged so that lane k holds group k/2 of block k%2
+// (low nibbles for groups 0..3 = the lower 256 bits, high nibbles for groups 4..7), then centred: q − 8.
+inline WeightPair weight_pair(const BlockQ4_0* w) {
+  const __m256i both = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[0].qs))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[1].qs)), 1);
+  const __m512i idx = _mm512_set_epi32(7, 3, 6, 2, 5, 1, 4, 0, 7, 3, 6, 2, 5, 1, 4, 0);
+  __m512i v = _mm512_permutexvar_epi32(idx, _mm512_castsi256_si512(both));
+  v = _mm512_mask_srli_epi16(v, 0xFFFF0000u, v, 4);
+  const __m512i q = _mm512_sub_epi8(_mm512_and_si512(v, _mm512_set1_epi8(0x0F)), _mm512_set1_epi8(8));
+  return {q, neg_corr(q), alt_scales(w[0].d, w[1].d)};
+}
+inline __m256i weight_block(const BlockQ8_0& w) { return load256(w.qs); }
+inline __m256i weight_block(const BlockQ4_0& w) { return _mm256_sub_epi8(q4_0_nibbles(w), _mm256_set1_epi8(8)); }
+
+template <int R, typename Block>
+void rows_q(const Block* w, const ActQ8& x, float* out) {
+  const int64_t nb = x.nb, row_bytes = nb * kQK8_0;
+  __m512 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  const uint8_t* xq[R];
+  const float* xd[R];
+  for (int r = 0; r < R; ++r) xq[r] = x.qs + r * row_bytes, xd[r] = x.d + r * nb;
+  // Pair b/2 goes into accumulator (b/2) % 2; the loop is unrolled by two pairs so the index is static.
+  auto step = [&](int64_t b, int k) {
+    const WeightPair wp = weight_pair(w + b);
     for (int r = 0; r < R; ++r) {
-      const BlockQ8_0* xr = x + r * xs;
-      const __m512i xv = join(load256(xr[b].qs), load256(xr[b + 1].qs));
-      const __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xv),
-                                         _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, xv));
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), two_scales(d0 * f16(xr[b].d), d1 * f16(xr[b + 1].d)), acc[r]);
+      const __m512i p = _mm512_dpbusd_epi32(wp.neg_corr, load512(xq[r] + 32 * b), wp.q);
+      acc[r][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(wp.d, alt_scales(xd[r] + b)), acc[r][k]);
     }
-  }
+  };
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) step(b, 0), step(b + 2, 1);
+  if (b + 2 <= nb) step(b, 0), b += 2;
   for (int r = 0; r < R; ++r) {
-    float s = _mm512_reduce_add_ps(acc[r]);
-    if (b < nb) {
-      const BlockQ8_0* xr = x + r * xs;
-      const __m256i xv = load256(xr[b].qs);
-      const __m256i p = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), q4_0_nibbles(w[b]), xv),
-                                         _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), xv));
-      s += hsum256(_mm256_cvtepi32_ps(p)) * (f16(w[b].d) * f16(xr[b].d));
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
+    if (b < nb) {  // unpaired last block, stored plainly
+      const __m256i q = weight_block(w[b]);
+      const __m256i corr = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(-128), q);
+      const __m256i p = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), load256(x.qs + r * row_bytes + 32 * b), q), corr);
+      s += hsum256(_mm256_cvtepi32_ps(p)) * (f16(w[b].d) * x.d[r * nb + b]);
     }
     out[r] = s;
   }
 }
+
+template <typename Block>
+void gemv_q(const Block* w, const ActQ8& x, int64_t R, float* out) {
+  switch (R) {
+    case 1: return rows_q<1>(w, x, out);
+    case 2: return rows_q<2>(w, x, out);
+    case 3: return rows_q<3>(w, x, out);
+    case 4: return rows_q<4>(w, x, out);
+    case 5: return rows_q<5>(w, x, out);
+    case 6: return rows_q<6>(w, x, out);
+    case 7: return rows_q<7>(w, x, out);
+    default: return rows_q<8>(w, x, out);
+  }
+}
+void gemv_q8_0(const BlockQ8_0* w, const ActQ8& x, int64_t R, float* out) { gemv_q(w, x, R, out); }
+void gemv_q4_0(const BlockQ4_0* w, const ActQ8& x, int64_t R, float* out) { gemv_q(w, x, R, out); }
 
 // roundf (half away from zero), exactly: t = trunc(v) and v − t is exact, so |v − t| ≥ ½ decides the step.
 inline __m512 round_half_away(__m512 v) {
@@ -170,21 +198,30 @@ inline __m512 round_half_away(__m512 v) {
   return _mm512_mask_add_ps(t, step, t, one);
 }
 
-// Bit-exact with the reference (quantize_row Q8_0): the same amax, d = amax/127, id = 1/d, roundf(x·id).
-void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
-  for (int64_t b = 0; b < n / kQK8_0; ++b) {
-    const float* xb = x + b * kQK8_0;
-    const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    y[b].d = f32_to_fp16(d);
-    const __m512 idv = _mm512_set1_ps(id);
-    const __m512i q0 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v0, idv)));
-    const __m512i q1 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v1, idv)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs), _mm512_cvtepi32_epi8(q0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16), _mm512_cvtepi32_epi8(q1));
+// One block as quantize_row Q8_0 computes it (the same amax, d = amax/127, id = 1/d, roundf(x·id)), as 32 bytes
+// q + 128, and its fp16-rounded scale.
+inline __m256i quantize_block(const float* xb, float* d_out) {
+  const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  *d_out = f16(f32_to_fp16(d));
+  const __m512 idv = _mm512_set1_ps(id);
+  const __m512i q0 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v0, idv)));
+  const __m512i q1 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v1, idv)));
+  const __m256i q = _mm256_set_m128i(_mm512_cvtepi32_epi8(q1), _mm512_cvtepi32_epi8(q0));
+  return _mm256_add_epi8(q, _mm256_set1_epi8(-128));
+}
+
+void quantize_act_q8(const float* x, uint8_t* qs, float* d, int64_t n) {
+  const int64_t nb = n / kQK8_0;
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const __m256i q0 = quantize_block(x + b * kQK8_0, d + b);
+    const __m256i q1 = quantize_block(x + (b + 1) * kQK8_0, d + b + 1);
+    _mm512_storeu_si512(qs + b * kQK8_0, interleave_blocks(q0, q1));
   }
+  if (b < nb) _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + b * kQK8_0), quantize_block(x + b * kQK8_0, d + b));
 }
 
 void to_f16(const float* x, uint16_t* y, int64_t n) {
@@ -315,8 +352,6 @@ float one(const W* w, const X* x, int64_t n) {
 float dot_f32(const float* w, const float* x, int64_t n) { return one<rows_f32<1>>(w, x, n); }
 float dot_f16(const uint16_t* w, const uint16_t* x, int64_t n) { return one<rows_half<true, 1>>(w, x, n); }
 float dot_bf16(const uint16_t* w, const uint16_t* x, int64_t n) { return one<rows_half<false, 1>>(w, x, n); }
-float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb) { return one<rows_q8_0<1>>(w, x, nb); }
-float dot_q4_0(const BlockQ4_0* w, const BlockQ8_0* x, int64_t nb) { return one<rows_q4_0<1>>(w, x, nb); }
 float dot_q4_k(const BlockQ4_K* w, const BlockQ8_K* x, int64_t nb) { return one<rows_k_scale_min<false, 1, BlockQ4_K>>(w, x, nb); }
 float dot_q5_k(const BlockQ5_K* w, const BlockQ8_K* x, int64_t nb) { return one<rows_k_scale_min<true, 1, BlockQ5_K>>(w, x, nb); }
 float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nb) { return one<rows_q6_k<1>>(w, x, nb); }
@@ -361,23 +396,21 @@ constexpr CpuKernels kAvx512 = {
     .dot_f32 = dot_f32,
     .dot_f16 = dot_f16,
     .dot_bf16 = dot_bf16,
-    .dot_q8_0 = dot_q8_0,
-    .dot_q4_0 = dot_q4_0,
     .dot_q4_k = dot_q4_k,
     .dot_q5_k = dot_q5_k,
     .dot_q6_k = dot_q6_k,
     .dot4_f32 = rows_f32<4>,
     .dot4_f16 = rows_half<true, 4>,
     .dot4_bf16 = rows_half<false, 4>,
-    .dot4_q8_0 = rows_q8_0<4>,
-    .dot4_q4_0 = rows_q4_0<4>,
     .dot4_q4_k = rows_k_scale_min<false, 4, BlockQ4_K>,
     .dot4_q5_k = rows_k_scale_min<true, 4, BlockQ5_K>,
     .dot4_q6_k = rows_q6_k<4>,
     .dot_f32_f16 = dot_f32_f16,
     .axpy_f32 = axpy_f32,
     .axpy_f16 = axpy_f16,
-    .quantize_q8_0 = quantize_q8_0,
+    .gemv_q8_0 = gemv_q8_0,
+    .gemv_q4_0 = gemv_q4_0,
+    .quantize_act_q8 = quantize_act_q8,
     .quantize_q8_k = quantize_q8_k,
     .to_f16 = to_f16,
     .to_bf16 = to_bf16,

@@ -25,79 +25,165 @@ constexpr int64_t kRowsPerTask = 16;
 // Multiply-adds below which an op is not worth splitting across threads.
 constexpr int64_t kMinParallelWork = int64_t{1} << 20;
 
-// Tiles of 4 tokens × kRowsPerTask weight rows: each weight row is loaded (and unpacked) once per 4 tokens by
-// dot4, whose results equal the single-row dot bit for bit, so no output depends on T or on how tokens group.
-template <typename Act, typename Dot, typename Dot4>
-void matmul_rows(const Act* xa, int64_t act_stride, int64_t T, const WeightMatrix& w, float* y, Dot dot, Dot4 dot4) {
-  const int64_t n_tasks = (w.rows + kRowsPerTask - 1) / kRowsPerTask;
-  auto tasks = [&](int64_t task_begin, int64_t task_end) {
-    float out[4];
-    for (int64_t task = task_begin; task < task_end; ++task) {
-      const int64_t r0 = task * kRowsPerTask, r1 = std::min(w.rows, r0 + kRowsPerTask);
-      int64_t t = 0;
-      for (; t + 4 <= T; t += 4)
-        for (int64_t r = r0; r < r1; ++r) {
-          dot4(w.row(r), xa + t * act_stride, act_stride, out);
-          for (int i = 0; i < 4; ++i) y[(t + i) * w.rows + r] = out[i];
-        }
-      for (; t < T; ++t)
-        for (int64_t r = r0; r < r1; ++r) y[t * w.rows + r] = dot(w.row(r), xa + t * act_stride);
-    }
-  };
-  // Small products run on the calling thread: waking the pool costs more than the work.
-  if (T * w.rows * w.cols < kMinParallelWork) tasks(0, n_tasks);
-  else ThreadPool::global().parallel_for(n_tasks, tasks);
+// Runs fn(begin, end) over [0, n) on the pool, or inline when the op is too small to be worth waking it.
+template <typename Fn>
+void split(int64_t n, int64_t work, Fn&& fn) {
+  if (work < kMinParallelWork || n == 1) fn(int64_t{0}, n);
+  else ThreadPool::global().parallel_for(n, fn);
 }
 
-// Adapts a table's (dot, dot4) pair for weight blocks of type W to matmul_rows' byte-row interface.
+// The input of one or more matmuls converted once to what each weight type multiplies with (llama.cpp's pairing):
+// f16 for F16, bf16 for BF16, ActQ8 for Q8_0/Q4_0, Q8_K for the K-quants; F32 reads x itself.
+struct PreparedInput {
+  const float* x = nullptr;
+  int64_t T = 0, n = 0;
+  std::vector<uint16_t>* f16 = nullptr;
+  std::vector<uint16_t>* bf16 = nullptr;
+  std::vector<uint8_t>* act_qs = nullptr;
+  std::vector<float>* act_d = nullptr;
+  std::vector<BlockQ8_K>* q8k = nullptr;
+};
+
+// Which conversion a weight type needs (one per kind and input).
+enum class Partner { kF32, kF16, kBF16, kActQ8, kQ8K };
+Partner partner_of(DType t) {
+  switch (t) {
+    case DType::F32: return Partner::kF32;
+    case DType::F16: return Partner::kF16;
+    case DType::BF16: return Partner::kBF16;
+    case DType::Q8_0:
+    case DType::Q4_0: return Partner::kActQ8;
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K: return Partner::kQ8K;
+    default: fail("matmul: no kernel for weight type {}", dtype_name(t));
+  }
+}
+
+// Converts x into the partner type's thread-local buffers, rows split across threads for large inputs.
+void prepare(PreparedInput& in, Partner p) {
+  const CpuKernels& k = cpu_kernels();
+  const int64_t T = in.T, n = in.n;
+  const float* x = in.x;
+  switch (p) {
+    case Partner::kF32: return;
+    case Partner::kF16:
+    case Partner::kBF16: {
+      thread_local std::vector<uint16_t> f16_buf, bf16_buf;
+      std::vector<uint16_t>& buf = p == Partner::kF16 ? f16_buf : bf16_buf;
+      uint16_t* h = scratch(buf, static_cast<size_t>(T * n));
+      auto conv = p == Partner::kF16 ? k.to_f16 : k.to_bf16;
+      split(T, T * n * 16, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) conv(x + t * n, h + t * n, n);
+      });
+      (p == Partner::kF16 ? in.f16 : in.bf16) = &buf;
+      return;
+    }
+    case Partner::kActQ8: {
+      thread_local std::vector<uint8_t> qs;
+      thread_local std::vector<float> d;
+      const int64_t nb = n / kQK8_0;
+      uint8_t* q = scratch(qs, static_cast<size_t>(T * n));
+      float* dd = scratch(d, static_cast<size_t>(T * nb));
+      split(T, T * n * 16, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) k.quantize_act_q8(x + t * n, q + t * n, dd + t * nb, n);
+      });
+      in.act_qs = &qs, in.act_d = &d;
+      return;
+    }
+    case Partner::kQ8K: {
+      thread_local std::vector<BlockQ8_K> buf;
+      const int64_t nb = n / kQK_K;
+      BlockQ8_K* q = scratch(buf, static_cast<size_t>(T * nb));
+      split(T, T * n * 16, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) k.quantize_q8_k(x + t * n, q + t * nb, n);
+      });
+      in.q8k = &buf;
+      return;
+    }
+  }
+}
+
+// Weight rows [r0, r1) of one matmul for all T tokens. Tiles of up to 4 (dot4) or kActQ8MaxRows (gemv) tokens ×
+// one weight row: each weight row is loaded and unpacked once per tile, and every tile entry computes a token's
+// result with exactly the instructions of the single-token entry, so no output depends on T or on how tokens group.
 template <typename W, typename X>
-void matmul_typed(const X* xa, int64_t act_stride, int64_t T, const WeightMatrix& w, float* y, int64_t len,
-                  float (*dot)(const W*, const X*, int64_t), void (*dot4)(const W*, const X*, int64_t, int64_t, float*)) {
-  matmul_rows(
-      xa, act_stride, T, w, y, [&](const uint8_t* wr, const X* xr) { return dot(reinterpret_cast<const W*>(wr), xr, len); },
-      [&](const uint8_t* wr, const X* xr, int64_t xs, float* out) { dot4(reinterpret_cast<const W*>(wr), xr, xs, len, out); });
+void rows_dot4(const X* xa, int64_t xs, int64_t T, const WeightMatrix& w, float* y, int64_t r0, int64_t r1, int64_t len,
+               float (*dot)(const W*, const X*, int64_t), void (*dot4)(const W*, const X*, int64_t, int64_t, float*)) {
+  float out[4];
+  int64_t t = 0;
+  for (; t + 4 <= T; t += 4)
+    for (int64_t r = r0; r < r1; ++r) {
+      dot4(reinterpret_cast<const W*>(w.row(r)), xa + t * xs, xs, len, out);
+      for (int i = 0; i < 4; ++i) y[(t + i) * w.rows + r] = out[i];
+    }
+  for (; t < T; ++t)
+    for (int64_t r = r0; r < r1; ++r) y[t * w.rows + r] = dot(reinterpret_cast<const W*>(w.row(r)), xa + t * xs, len);
+}
+
+void matmul_rows(const PreparedInput& in, const WeightMatrix& w, float* y, int64_t r0, int64_t r1) {
+  const CpuKernels& k = cpu_kernels();
+  const int64_t T = in.T, n = in.n;
+  switch (w.dtype) {
+    case DType::F32: return rows_dot4<float, float>(in.x, n, T, w, y, r0, r1, n, k.dot_f32, k.dot4_f32);
+    case DType::F16: return rows_dot4<uint16_t, uint16_t>(in.f16->data(), n, T, w, y, r0, r1, n, k.dot_f16, k.dot4_f16);
+    case DType::BF16: return rows_dot4<uint16_t, uint16_t>(in.bf16->data(), n, T, w, y, r0, r1, n, k.dot_bf16, k.dot4_bf16);
+    case DType::Q8_0:
+    case DType::Q4_0: {
+      const int64_t nb = n / kQK8_0;
+      float out[kActQ8MaxRows];
+      for (int64_t t = 0; t < T; t += kActQ8MaxRows) {
+        const int64_t R = std::min(kActQ8MaxRows, T - t);
+        const ActQ8 x{in.act_qs->data() + t * n, in.act_d->data() + t * nb, nb};
+        for (int64_t r = r0; r < r1; ++r) {
+          if (w.dtype == DType::Q8_0) k.gemv_q8_0(reinterpret_cast<const BlockQ8_0*>(w.row(r)), x, R, out);
+          else k.gemv_q4_0(reinterpret_cast<const BlockQ4_0*>(w.row(r)), x, R, out);
+          for (int64_t i = 0; i < R; ++i) y[(t + i) * w.rows + r] = out[i];
+        }
+      }
+      return;
+    }
+    case DType::Q4_K:
+      return rows_dot4<BlockQ4_K, BlockQ8_K>(in.q8k->data(), n / kQK_K, T, w, y, r0, r1, n / kQK_K, k.dot_q4_k, k.dot4_q4_k);
+    case DType::Q5_K:
+      return rows_dot4<BlockQ5_K, BlockQ8_K>(in.q8k->data(), n / kQK_K, T, w, y, r0, r1, n / kQK_K, k.dot_q5_k, k.dot4_q5_k);
+    case DType::Q6_K:
+      return rows_dot4<BlockQ6_K, BlockQ8_K>(in.q8k->data(), n / kQK_K, T, w, y, r0, r1, n / kQK_K, k.dot_q6_k, k.dot4_q6_k);
+    default:
+      fail("matmul: no kernel for weight type {}", dtype_name(w.dtype));
+  }
 }
 
 }  // namespace
 
-void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y) {
-  const CpuKernels& k = cpu_kernels();
-  const int64_t n = w.cols;
-  switch (w.dtype) {
-    case DType::F32:
-      return matmul_typed<float, float>(x, n, T, w, y, n, k.dot_f32, k.dot4_f32);
-    case DType::F16:
-    case DType::BF16: {
-      thread_local std::vector<uint16_t> buf;
-      uint16_t* xa = scratch(buf, static_cast<size_t>(T * n));
-      const bool f16 = w.dtype == DType::F16;
-      for (int64_t t = 0; t < T; ++t) (f16 ? k.to_f16 : k.to_bf16)(x + t * n, xa + t * n, n);
-      return matmul_typed<uint16_t, uint16_t>(xa, n, T, w, y, n, f16 ? k.dot_f16 : k.dot_bf16,
-                                              f16 ? k.dot4_f16 : k.dot4_bf16);
-    }
-    case DType::Q8_0:
-    case DType::Q4_0: {
-      thread_local std::vector<BlockQ8_0> buf;
-      const int64_t nb = n / kQK8_0;
-      BlockQ8_0* xa = scratch(buf, static_cast<size_t>(T * nb));
-      for (int64_t t = 0; t < T; ++t) k.quantize_q8_0(x + t * n, xa + t * nb, n);
-      if (w.dtype == DType::Q8_0) return matmul_typed<BlockQ8_0, BlockQ8_0>(xa, nb, T, w, y, nb, k.dot_q8_0, k.dot4_q8_0);
-      return matmul_typed<BlockQ4_0, BlockQ8_0>(xa, nb, T, w, y, nb, k.dot_q4_0, k.dot4_q4_0);
-    }
-    case DType::Q4_K:
-    case DType::Q5_K:
-    case DType::Q6_K: {
-      thread_local std::vector<BlockQ8_K> buf;
-      const int64_t nb = n / kQK_K;
-      BlockQ8_K* xa = scratch(buf, static_cast<size_t>(T * nb));
-      for (int64_t t = 0; t < T; ++t) k.quantize_q8_k(x + t * n, xa + t * nb, n);
-      if (w.dtype == DType::Q4_K) return matmul_typed<BlockQ4_K, BlockQ8_K>(xa, nb, T, w, y, nb, k.dot_q4_k, k.dot4_q4_k);
-      if (w.dtype == DType::Q5_K) return matmul_typed<BlockQ5_K, BlockQ8_K>(xa, nb, T, w, y, nb, k.dot_q5_k, k.dot4_q5_k);
-      return matmul_typed<BlockQ6_K, BlockQ8_K>(xa, nb, T, w, y, nb, k.dot_q6_k, k.dot4_q6_k);
-    }
-    default:
-      fail("matmul: no kernel for weight type {}", dtype_name(w.dtype));
+void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y) { matmul(x, T, {MatmulOut{&w, y}}); }
+
+void matmul(const float* x, int64_t T, std::initializer_list<MatmulOut> outs) {
+  if (T == 0 || outs.size() == 0) return;
+  PreparedInput in;
+  in.x = x, in.T = T, in.n = outs.begin()->w->cols;
+  bool prepared[5] = {};
+  int64_t n_tasks = 0, work = 0;
+  for (const MatmulOut& o : outs) {
+    if (o.w->cols != in.n) fail("matmul: inputs of {} and {} columns share one input", o.w->cols, in.n);
+    const Partner p = partner_of(o.w->dtype);
+    if (!prepared[static_cast<int>(p)]) prepare(in, p), prepared[static_cast<int>(p)] = true;
+    n_tasks += (o.w->rows + kRowsPerTask - 1) / kRowsPerTask;
+    work += T * o.w->rows * o.w->cols;
   }
+  // One task list over every output's row blocks, so q/k/v (or gate/up) share one wake-up of the pool.
+  split(n_tasks, work, [&](int64_t task_begin, int64_t task_end) {
+    int64_t base = 0;
+    for (const MatmulOut& o : outs) {
+      const int64_t nt = (o.w->rows + kRowsPerTask - 1) / kRowsPerTask;
+      const int64_t b = std::max(task_begin, base), e = std::min(task_end, base + nt);
+      for (int64_t task = b; task < e; ++task) {
+        const int64_t r0 = (task - base) * kRowsPerTask;
+        matmul_rows(in, *o.w, o.y, r0, std::min(o.w->rows, r0 + kRowsPerTask));
+      }
+      base += nt;
+    }
+  });
 }
 
 void rmsnorm(const float* x, const float* g, float* y, int64_t T, int64_t n, float eps) {
@@ -135,7 +221,11 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t rope_dim, int32_t
 }
 
 void silu_mul(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  constexpr int64_t kChunk = 4096;
+  split((n + kChunk - 1) / kChunk, n * 16, [&](int64_t c0, int64_t c1) {
+    for (int64_t i = c0 * kChunk, end = std::min(n, c1 * kChunk); i < end; ++i)
+      gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  });
 }
 
 void softmax(float* x, int64_t n) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "model/model_config.h"
@@ -14,6 +15,13 @@ namespace kvik {
 // bf16 for BF16, Q8_0 for Q8_0/Q4_0, Q8_K for Q4_K/Q5_K/Q6_K), as llama.cpp does. Each output element is one dot product computed the
 // same way whatever T is, so a token's result never depends on what else is in the batch.
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y);
+// Several matmuls of one input (q/k/v, gate/up): the input is converted once and all outputs' rows are split
+// across the threads as one job. Results are those of separate matmul() calls, bit for bit.
+struct MatmulOut {
+  const WeightMatrix* w;
+  float* y;
+};
+void matmul(const float* x, int64_t T, std::initializer_list<MatmulOut> outs);
 
 // y[T, n] = x / rms(x) * g, row by row (sum of squares in double, as ggml does).
 void rmsnorm(const float* x, const float* g, float* y, int64_t T, int64_t n, float eps);
