@@ -37,20 +37,23 @@ struct CpuKernels {
   float (*dot_f32)(const float* w, const float* x, int64_t n);
   float (*dot_f16)(const uint16_t* w, const uint16_t* x, int64_t n);   // both fp16, f32 accumulation
   float (*dot_bf16)(const uint16_t* w, const uint16_t* x, int64_t n);  // both bf16, f32 accumulation
-  // K-quant weights against Q8_K activations. The integer sums are exact in every table and each block's float
-  // combination is the same scalar expression, so these agree bit for bit across tables.
+  // K-quant weights against Q8_K activations. Each block's integer sums are exact in every table; the float
+  // combination across blocks may be ordered differently (vector lanes), within the summation bound.
   float (*dot_q4_k)(const BlockQ4_K* w, const BlockQ8_K* x, int64_t nblocks);
   float (*dot_q5_k)(const BlockQ5_K* w, const BlockQ8_K* x, int64_t nblocks);
   float (*dot_q6_k)(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nblocks);
   // Four activation rows against one weight row: out[i] = dot(w, x + i·x_stride) (x_stride in elements for
   // plain types, in blocks for quantized ones), bit for bit what the single-row entry returns. The tiled matmul
   // uses them so that the weight row is loaded and unpacked once per four tokens without changing any result.
-  void (*dot4_f32)(const float* w, const float* x, int64_t x_stride, int64_t n, float* out);
   void (*dot4_f16)(const uint16_t* w, const uint16_t* x, int64_t x_stride, int64_t n, float* out);
   void (*dot4_bf16)(const uint16_t* w, const uint16_t* x, int64_t x_stride, int64_t n, float* out);
   void (*dot4_q4_k)(const BlockQ4_K* w, const BlockQ8_K* x, int64_t x_stride, int64_t nblocks, float* out);
   void (*dot4_q5_k)(const BlockQ5_K* w, const BlockQ8_K* x, int64_t x_stride, int64_t nblocks, float* out);
   void (*dot4_q6_k)(const BlockQ6_K* w, const BlockQ8_K* x, int64_t x_stride, int64_t nblocks, float* out);
+  // F32 register tile: out[t·out_stride + m] = dot(w + m·n, x + t·x_stride) for m < M ≤ 4 weight rows (row stride
+  // n) and t < R ≤ 4 activation rows. Every entry is computed by the same instructions whatever M and R are.
+  void (*tile_f32)(const float* w, int64_t M, const float* x, int64_t x_stride, int64_t R, int64_t n, float* out,
+                   int64_t out_stride);
   // Attention over the KV cache (f32 or f16 rows): q·k scores and the weighted sum of v rows.
   float (*dot_f32_f16)(const float* x, const uint16_t* h, int64_t n);  // Σ x·h, h in fp16
   void (*axpy_f32)(float a, const float* x, float* y, int64_t n);      // y += a·x
@@ -67,6 +70,13 @@ struct CpuKernels {
   void (*to_f16)(const float* x, uint16_t* y, int64_t n);
   void (*to_bf16)(const float* x, uint16_t* y, int64_t n);
 };
+
+// A tile made of single-row calls (for tables without a fused version).
+template <float (*Dot)(const float*, const float*, int64_t)>
+void tile_by_rows(const float* w, int64_t M, const float* x, int64_t xs, int64_t R, int64_t n, float* out, int64_t os) {
+  for (int64_t t = 0; t < R; ++t)
+    for (int64_t m = 0; m < M; ++m) out[t * os + m] = Dot(w + m * n, x + t * xs, n);
+}
 
 // A four-row entry made of four single-row calls (for tables without a fused version).
 template <typename W, typename X, float (*Dot)(const W*, const X*, int64_t)>

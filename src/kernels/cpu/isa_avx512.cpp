@@ -46,6 +46,52 @@ void rows_f32(const float* w, const float* x, int64_t xs, int64_t n, float* out)
     out[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[r][0], a[r][1]), _mm512_add_ps(a[r][2], a[r][3])));
 }
 
+// F32 tile of M weight rows × R activation rows: one accumulator per entry, 16 columns per step (a masked step
+// for the tail), so per step M + R loads feed M·R FMAs (4 × 4: 8 loads for 16 FMAs).
+template <int M, int R>
+void tile_f32_mr(const float* w, const float* x, int64_t xs, int64_t n, float* out, int64_t os) {
+  __m512 acc[R][M];
+  for (int t = 0; t < R; ++t)
+    for (int m = 0; m < M; ++m) acc[t][m] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 wv[M];
+    for (int m = 0; m < M; ++m) wv[m] = _mm512_loadu_ps(w + m * n + i);
+    for (int t = 0; t < R; ++t) {
+      const __m512 xv = _mm512_loadu_ps(x + t * xs + i);
+      for (int m = 0; m < M; ++m) acc[t][m] = _mm512_fmadd_ps(wv[m], xv, acc[t][m]);
+    }
+  }
+  if (i < n) {
+    const __mmask16 k = tail_mask(n - i);
+    __m512 wv[M];
+    for (int m = 0; m < M; ++m) wv[m] = _mm512_maskz_loadu_ps(k, w + m * n + i);
+    for (int t = 0; t < R; ++t) {
+      const __m512 xv = _mm512_maskz_loadu_ps(k, x + t * xs + i);
+      for (int m = 0; m < M; ++m) acc[t][m] = _mm512_fmadd_ps(wv[m], xv, acc[t][m]);
+    }
+  }
+  for (int t = 0; t < R; ++t)
+    for (int m = 0; m < M; ++m) out[t * os + m] = _mm512_reduce_add_ps(acc[t][m]);
+}
+template <int M>
+void tile_f32_m(const float* w, const float* x, int64_t xs, int64_t R, int64_t n, float* out, int64_t os) {
+  switch (R) {
+    case 1: return tile_f32_mr<M, 1>(w, x, xs, n, out, os);
+    case 2: return tile_f32_mr<M, 2>(w, x, xs, n, out, os);
+    case 3: return tile_f32_mr<M, 3>(w, x, xs, n, out, os);
+    default: return tile_f32_mr<M, 4>(w, x, xs, n, out, os);
+  }
+}
+void tile_f32(const float* w, int64_t M, const float* x, int64_t xs, int64_t R, int64_t n, float* out, int64_t os) {
+  switch (M) {
+    case 1: return tile_f32_m<1>(w, x, xs, R, n, out, os);
+    case 2: return tile_f32_m<2>(w, x, xs, R, n, out, os);
+    case 3: return tile_f32_m<3>(w, x, xs, R, n, out, os);
+    default: return tile_f32_m<4>(w, x, xs, R, n, out, os);
+  }
+}
+
 inline __m512 bf16_widen(__m256i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16)); }
 template <bool kF16>
 inline __m512 load_half(const uint16_t* p) {
@@ -255,16 +301,24 @@ inline __m256i fifth_bit(__m256i qh, int shift) {
 }
 
 // Q4_K / Q5_K: one 64-element chunk (two sub-blocks) per step. q (u8 ≤ 31) × x (s8) pairs via maddubs (no
-// saturation: 2·31·127 < 2¹⁵), then madd with the sub-block scales: exact int32, as the reference. The weight
-// block is unpacked once for all R rows.
+// saturation: 2·31·127 < 2¹⁵), then vpdpwssd with the sub-block scales: exact int32 per block. The weight block is
+// unpacked once for all R rows. Each row keeps float accumulators across blocks, d·Σ and dmin·Σ m·bsums in
+// vector lanes, reduced once at the end.
 template <bool kFifthBit, int R, typename Block>
 void rows_k_scale_min(const Block* w, const BlockQ8_K* x, int64_t xs, int64_t nb, float* out) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  float s[R];
-  for (int r = 0; r < R; ++r) s[r] = 0.0f;
+  __m512 accd[R];
+  __m256 accm[R];
+  for (int r = 0; r < R; ++r) accd[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    uint8_t sc[8], m[8];
-    for (int j = 0; j < 8; ++j) k_scale_min(j, w[b].scales, sc[j], m[j]);
+    // The 8 six-bit scales and mins (k_scale_min) unpacked with 32-bit word operations.
+    uint32_t u[3];
+    __builtin_memcpy(u, w[b].scales, sizeof u);
+    const uint64_t sc8 = (u[0] & 0x3f3f3f3fu) | uint64_t{(u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4)} << 32;
+    const uint64_t m8 = (u[1] & 0x3f3f3f3fu) | uint64_t{((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4)} << 32;
+    const auto sc = [sc8](int j) { return static_cast<int>((sc8 >> (8 * j)) & 0xff); };
+    const __m128i mb = _mm_cvtsi64_si128(static_cast<int64_t>(m8));
+    const __m256i mv = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mb, mb));  // m_j for bsums 2j and 2j + 1
     __m512i acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
     __m256i qh = _mm256_setzero_si256();
@@ -276,26 +330,23 @@ void rows_k_scale_min(const Block* w, const BlockQ8_K* x, int64_t xs, int64_t nb
         lo = _mm256_or_si256(lo, fifth_bit(qh, 2 * c));
         hi = _mm256_or_si256(hi, fifth_bit(qh, 2 * c + 1));
       }
-      const __m512i q = join(lo, hi), scv = two_scales_i16(sc[2 * c], sc[2 * c + 1]);
-      for (int r = 0; r < R; ++r) {
-        const __m512i p = _mm512_maddubs_epi16(q, load512(x[r * xs + b].qs + 64 * c));
-        acc[r] = _mm512_add_epi32(acc[r], _mm512_madd_epi16(p, scv));
-      }
+      const __m512i q = join(lo, hi), scv = two_scales_i16(sc(2 * c), sc(2 * c + 1));
+      for (int r = 0; r < R; ++r)
+        acc[r] = _mm512_dpwssd_epi32(acc[r], _mm512_maddubs_epi16(q, load512(x[r * xs + b].qs + 64 * c)), scv);
     }
     const float dw = f16(w[b].d), dminw = f16(w[b].dmin);
     for (int r = 0; r < R; ++r) {
       const BlockQ8_K& xb = x[r * xs + b];
-      int32_t summ = 0;
-      for (int j = 0; j < 8; ++j) summ += m[j] * (xb.bsums[2 * j] + xb.bsums[2 * j + 1]);
-      const int32_t sumi = _mm512_reduce_add_epi32(acc[r]);
-      const float d = xb.d * dw, dmin = xb.d * dminw;
-      s[r] += d * static_cast<float>(sumi) - dmin * static_cast<float>(summ);
+      accd[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r]), _mm512_set1_ps(xb.d * dw), accd[r]);
+      const __m256i summ = _mm256_madd_epi16(load256(xb.bsums), mv);
+      accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(summ), _mm256_set1_ps(xb.d * dminw), accm[r]);
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = s[r];
+  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(accd[r]) - hsum256(accm[r]);
 }
 
-// Q6_K: 64 elements (four 16-element sub-blocks) per step; each sub-block's scale covers 8 int16 lanes.
+// Q6_K: 64 elements (four 16-element sub-blocks) per step; each sub-block's scale covers 8 int16 lanes. The −32
+// offset comes off in int32 through Σ sc_j·bsums_j before the block's lanes go into the row's float accumulator.
 template <int R>
 void rows_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t xs, int64_t nb, float* out) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
@@ -303,8 +354,8 @@ void rows_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t xs, int64_t nb, f
   alignas(64) int16_t idx_lo[32], idx_hi[32];
   for (int i = 0; i < 32; ++i) idx_lo[i] = static_cast<int16_t>(i / 8), idx_hi[i] = static_cast<int16_t>(4 + i / 8);
   const __m512i ilo = _mm512_load_si512(idx_lo), ihi = _mm512_load_si512(idx_hi);
-  float s[R];
-  for (int r = 0; r < R; ++r) s[r] = 0.0f;
+  __m512 accd[R];
+  for (int r = 0; r < R; ++r) accd[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     __m512i acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
@@ -325,21 +376,19 @@ void rows_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t xs, int64_t nb, f
       const __m512i sa = _mm512_permutexvar_epi16(ilo, sch), sb = _mm512_permutexvar_epi16(ihi, sch);
       for (int r = 0; r < R; ++r) {
         const int8_t* xq = x[r * xs + b].qs + 128 * h;
-        acc[r] = _mm512_add_epi32(acc[r], _mm512_madd_epi16(_mm512_maddubs_epi16(qa, load512(xq)), sa));
-        acc[r] = _mm512_add_epi32(acc[r], _mm512_madd_epi16(_mm512_maddubs_epi16(qb, load512(xq + 64)), sb));
+        acc[r] = _mm512_dpwssd_epi32(acc[r], _mm512_maddubs_epi16(qa, load512(xq)), sa);
+        acc[r] = _mm512_dpwssd_epi32(acc[r], _mm512_maddubs_epi16(qb, load512(xq + 64)), sb);
       }
     }
     const float dw = f16(w[b].d);
     for (int r = 0; r < R; ++r) {
       const BlockQ8_K& xb = x[r * xs + b];
-      const __m256i offs = _mm256_madd_epi16(sc16, load256(xb.bsums));  // Σ sc_j·bsums_j in 8 lanes
-      const __m128i o = _mm_add_epi32(_mm256_castsi256_si128(offs), _mm256_extracti128_si256(offs, 1));
-      const int32_t off = _mm_extract_epi32(o, 0) + _mm_extract_epi32(o, 1) + _mm_extract_epi32(o, 2) + _mm_extract_epi32(o, 3);
-      const int32_t sumi = _mm512_reduce_add_epi32(acc[r]) - 32 * off;
-      s[r] += xb.d * dw * static_cast<float>(sumi);
+      const __m256i offs = _mm256_slli_epi32(_mm256_madd_epi16(sc16, load256(xb.bsums)), 5);  // 32·Σ sc_j·bsums_j
+      const __m512i sumi = _mm512_sub_epi32(acc[r], _mm512_zextsi256_si512(offs));
+      accd[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(xb.d * dw), accd[r]);
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = s[r];
+  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(accd[r]);
 }
 
 // Single-row entries and the four-row entries of the table: the R = 1 and R = 4 instances.
@@ -399,12 +448,12 @@ constexpr CpuKernels kAvx512 = {
     .dot_q4_k = dot_q4_k,
     .dot_q5_k = dot_q5_k,
     .dot_q6_k = dot_q6_k,
-    .dot4_f32 = rows_f32<4>,
     .dot4_f16 = rows_half<true, 4>,
     .dot4_bf16 = rows_half<false, 4>,
     .dot4_q4_k = rows_k_scale_min<false, 4, BlockQ4_K>,
     .dot4_q5_k = rows_k_scale_min<true, 4, BlockQ5_K>,
     .dot4_q6_k = rows_q6_k<4>,
+    .tile_f32 = tile_f32,
     .dot_f32_f16 = dot_f32_f16,
     .axpy_f32 = axpy_f32,
     .axpy_f16 = axpy_f16,

@@ -125,7 +125,14 @@ void matmul_rows(const PreparedInput& in, const WeightMatrix& w, float* y, int64
   const CpuKernels& k = cpu_kernels();
   const int64_t T = in.T, n = in.n;
   switch (w.dtype) {
-    case DType::F32: return rows_dot4<float, float>(in.x, n, T, w, y, r0, r1, n, k.dot_f32, k.dot4_f32);
+    case DType::F32: {
+      constexpr int64_t kTileRows = 4, kTileTokens = 4;
+      for (int64_t t = 0; t < T; t += kTileTokens)
+        for (int64_t r = r0; r < r1; r += kTileRows)
+          k.tile_f32(reinterpret_cast<const float*>(w.row(r)), std::min(kTileRows, r1 - r), in.x + t * n, n,
+                     std::min(kTileTokens, T - t), n, y + t * w.rows + r, w.rows);
+      return;
+    }
     case DType::F16: return rows_dot4<uint16_t, uint16_t>(in.f16->data(), n, T, w, y, r0, r1, n, k.dot_f16, k.dot4_f16);
     case DType::BF16: return rows_dot4<uint16_t, uint16_t>(in.bf16->data(), n, T, w, y, r0, r1, n, k.dot_bf16, k.dot4_bf16);
     case DType::Q8_0:
