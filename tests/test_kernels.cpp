@@ -100,10 +100,42 @@ TEST_P(KernelTable, AttentionKernelsMatchReference) {
     }
     EXPECT_LE(std::fabs(double(fast().dot_f32_f16(x.data(), h.data(), n)) - ref().dot_f32_f16(x.data(), h.data(), n)),
               gamma(n) * abs_dot) << "n=" << n;
-    // axpy: one rounding per element for FMA versus two without, so within 2 ulps of the larger term.
-    ref().axpy_f32(0.37f, xf.data(), y0.data(), n), fast().axpy_f32(0.37f, xf.data(), y1.data(), n);
-    ref().axpy_f16(-1.25f, h.data(), y0.data(), n), fast().axpy_f16(-1.25f, h.data(), y1.data(), n);
-    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y0[i], y1[i], 1e-6f * (4.0f + std::fabs(y0[i]))) << "n=" << n << " i=" << i;
+  }
+  // Weighted sums of value rows at scattered offsets, head dims with and without a partial last vector and above
+  // one 128-float register chunk; |fast − ref| ≤ γ(keys)·Σ|p·v|.
+  for (int64_t d : {16, 32, 40, 64, 128, 130, 256})
+    for (int64_t keys : {1, 5, 64, 300}) {
+      const int64_t rows = keys + 7;
+      std::vector<float> v(rows * d), p(keys), o0(d), o1(d);
+      std::vector<uint16_t> vh(rows * d);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = normal(), vh[i] = f32_to_fp16(v[i]);
+      for (auto& x : p) x = std::fabs(normal());
+      std::vector<int64_t> off(keys);
+      for (int64_t j = 0; j < keys; ++j) off[j] = ((j * 5) % rows) * d;  // scattered, like paged blocks
+      for (int f16 = 0; f16 < 2; ++f16) {
+        if (f16) ref().wsum_f16(p.data(), vh.data(), off.data(), keys, d, o0.data()), fast().wsum_f16(p.data(), vh.data(), off.data(), keys, d, o1.data());
+        else ref().wsum_f32(p.data(), v.data(), off.data(), keys, d, o0.data()), fast().wsum_f32(p.data(), v.data(), off.data(), keys, d, o1.data());
+        for (int64_t i = 0; i < d; ++i) {
+          double mag = 0;
+          for (int64_t j = 0; j < keys; ++j) mag += std::fabs(double(p[j]) * (f16 ? fp16_to_f32(vh[off[j] + i]) : v[off[j] + i]));
+          EXPECT_LE(std::fabs(double(o0[i]) - o1[i]), gamma(keys) * mag) << "d=" << d << " keys=" << keys << " i=" << i;
+        }
+      }
+    }
+  // Softmax (the fast tables use a polynomial e^x): each probability within 4e-7 relative plus 1e-9 absolute, and
+  // the row sums to 1; large negative gaps underflow to 0 without NaN.
+  for (int64_t n : {1, 7, 16, 17, 100, 1000}) {
+    std::vector<float> x(n);
+    for (auto& v : x) v = normal() * 8.0f;
+    if (n > 2) x[1] = -1e30f;
+    std::vector<float> a = x, b = x;
+    ref().softmax(a.data(), n), fast().softmax(b.data(), n);
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_NEAR(b[i], a[i], 4e-7 * a[i] + 1e-9) << "n=" << n << " i=" << i;
+      sum += b[i];
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-5) << "n=" << n;
   }
 }
 

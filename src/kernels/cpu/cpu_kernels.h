@@ -56,8 +56,11 @@ struct CpuKernels {
                    int64_t out_stride);
   // Attention over the KV cache (f32 or f16 rows): q·k scores and the weighted sum of v rows.
   float (*dot_f32_f16)(const float* x, const uint16_t* h, int64_t n);  // Σ x·h, h in fp16
-  void (*axpy_f32)(float a, const float* x, float* y, int64_t n);      // y += a·x
-  void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n);   // y += a·x, x in fp16
+  // out[0..d) = Σ_j p[j]·v[off[j] .. off[j] + d) (the attention-weighted sum of value rows at element offsets off).
+  void (*wsum_f32)(const float* p, const float* v, const int64_t* off, int64_t n, int64_t d, float* out);
+  void (*wsum_f16)(const float* p, const uint16_t* v, const int64_t* off, int64_t n, int64_t d, float* out);
+  // In-place numerically stable softmax.
+  void (*softmax)(float* x, int64_t n);
   // Activation conversions (the partner type of each weight type, as llama.cpp pairs them).
   // Q8_0 / Q4_0 weights against activations in the ActQ8 layout (below): out[r] = dot(w, activation row r) for
   // r < R, 1 ≤ R ≤ kActQ8MaxRows. Each row has its own accumulators updated by the same instructions whatever R is,

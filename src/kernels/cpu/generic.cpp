@@ -1,4 +1,5 @@
 // Scalar reference kernels: the definition of correct for every faster version.
+#include <algorithm>
 #include <cmath>
 
 #include "core/fp16.h"
@@ -96,11 +97,32 @@ float dot_f32_f16(const float* x, const uint16_t* h, int64_t n) {
   for (int64_t i = 0; i < n; ++i) s += x[i] * fp16_to_f32(h[i]);
   return s;
 }
-void axpy_f32(float a, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+
+template <typename V, float (*Load)(V)>
+void wsum(const float* p, const V* v, const int64_t* off, int64_t n, int64_t d, float* out) {
+  for (int64_t i = 0; i < d; ++i) out[i] = 0.0f;
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < d; ++i) out[i] += p[j] * Load(v[off[j] + i]);
 }
-void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_f32(x[i]);
+float load_f32(float x) { return x; }
+float load_f16(uint16_t x) { return fp16_to_f32(x); }
+void wsum_f32(const float* p, const float* v, const int64_t* off, int64_t n, int64_t d, float* out) {
+  wsum<float, load_f32>(p, v, off, n, d, out);
+}
+void wsum_f16(const float* p, const uint16_t* v, const int64_t* off, int64_t n, int64_t d, float* out) {
+  wsum<uint16_t, load_f16>(p, v, off, n, d, out);
+}
+
+void softmax(float* x, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
 void quantize_act_q8(const float* x, uint8_t* qs, float* d, int64_t n) {
@@ -135,8 +157,9 @@ constexpr CpuKernels kGeneric = {
     .dot4_q6_k = dot4_by_rows<BlockQ6_K, BlockQ8_K, dot_q6_k>,
     .tile_f32 = tile_by_rows<dot_f32>,
     .dot_f32_f16 = dot_f32_f16,
-    .axpy_f32 = axpy_f32,
-    .axpy_f16 = axpy_f16,
+    .wsum_f32 = wsum_f32,
+    .wsum_f16 = wsum_f16,
+    .softmax = softmax,
     .gemv_q8_0 = gemv_q8_0,
     .gemv_q4_0 = gemv_q4_0,
     .quantize_act_q8 = quantize_act_q8,

@@ -122,6 +122,13 @@ void to_bf16(const float* x, uint16_t* y, int64_t n) {
 }
 
 void quantize_act_q8(const float* x, uint8_t* qs, float* d, int64_t n) { generic_kernels().quantize_act_q8(x, qs, d, n); }
+void wsum_f32(const float* p, const float* v, const int64_t* off, int64_t n, int64_t d, float* out) {
+  generic_kernels().wsum_f32(p, v, off, n, d, out);
+}
+void wsum_f16(const float* p, const uint16_t* v, const int64_t* off, int64_t n, int64_t d, float* out) {
+  generic_kernels().wsum_f16(p, v, off, n, d, out);
+}
+void softmax(float* x, int64_t n) { generic_kernels().softmax(x, n); }
 
 inline int32_t hsum_i32(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -216,18 +223,6 @@ float dot_f32_f16(const float* x, const uint16_t* h, int64_t n) {
   for (; i < n; ++i) s += x[i] * fp16_to_f32(h[i]);
   return s;
 }
-void axpy_f32(float a, const float* x, float* y, int64_t n) {
-  const __m256 av = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] += a * x[i];
-}
-void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
-  const __m256 av = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, load_f16(x + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] += a * fp16_to_f32(x[i]);
-}
 
 constexpr CpuKernels kAvx2 = {
     .isa = "avx2",
@@ -244,8 +239,9 @@ constexpr CpuKernels kAvx2 = {
     .dot4_q6_k = dot4_by_rows<BlockQ6_K, BlockQ8_K, dot_q6_k>,
     .tile_f32 = tile_by_rows<dot_f32>,
     .dot_f32_f16 = dot_f32_f16,
-    .axpy_f32 = axpy_f32,
-    .axpy_f16 = axpy_f16,
+    .wsum_f32 = wsum_f32,
+    .wsum_f16 = wsum_f16,
+    .softmax = softmax,
     .gemv_q8_0 = gemv_q8_0,
     .gemv_q4_0 = gemv_q4_0,
     .quantize_act_q8 = quantize_act_q8,

@@ -7,6 +7,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/fp16.h"
 #include "kernels/cpu/cpu_kernels.h"
 
@@ -421,22 +424,92 @@ float dot_f32_f16(const float* x, const uint16_t* h, int64_t n) {
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
 }
-void axpy_f32(float a, const float* x, float* y, int64_t n) {
-  const __m512 av = _mm512_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
-  if (i < n) {
-    const __mmask16 m = tail_mask(n - i);
-    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+
+// Σ_j p[j]·v_j with the output row in registers: column chunks of up to 8 vectors (128 floats), every value row
+// of the chunk streamed once. The last vector of a row may be partial (masked).
+template <bool kF16>
+inline __m512 load_row(const void* v, int64_t i, __mmask16 m) {
+  if constexpr (kF16) return load_half<true>(static_cast<const uint16_t*>(v) + i, m);
+  else return _mm512_maskz_loadu_ps(m, static_cast<const float*>(v) + i);
+}
+template <bool kF16, int NC>
+void wsum_chunk(const float* p, const void* v, const int64_t* off, int64_t n, int64_t c0, int64_t d, float* out) {
+  __m512 acc[NC];
+  __mmask16 m[NC];
+  for (int c = 0; c < NC; ++c) {
+    acc[c] = _mm512_setzero_ps();
+    const int64_t left = d - c0 - 16 * c;
+    m[c] = left >= 16 ? static_cast<__mmask16>(0xFFFF) : tail_mask(left);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const __m512 pj = _mm512_set1_ps(p[j]);
+    for (int c = 0; c < NC; ++c) acc[c] = _mm512_fmadd_ps(pj, load_row<kF16>(v, off[j] + c0 + 16 * c, m[c]), acc[c]);
+  }
+  for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(out + c0 + 16 * c, m[c], acc[c]);
+}
+template <bool kF16>
+void wsum(const float* p, const void* v, const int64_t* off, int64_t n, int64_t d, float* out) {
+  for (int64_t c0 = 0; c0 < d; c0 += 128) {
+    switch ((std::min<int64_t>(d - c0, 128) + 15) / 16) {
+      case 1: wsum_chunk<kF16, 1>(p, v, off, n, c0, d, out); break;
+      case 2: wsum_chunk<kF16, 2>(p, v, off, n, c0, d, out); break;
+      case 3: wsum_chunk<kF16, 3>(p, v, off, n, c0, d, out); break;
+      case 4: wsum_chunk<kF16, 4>(p, v, off, n, c0, d, out); break;
+      case 5: wsum_chunk<kF16, 5>(p, v, off, n, c0, d, out); break;
+      case 6: wsum_chunk<kF16, 6>(p, v, off, n, c0, d, out); break;
+      case 7: wsum_chunk<kF16, 7>(p, v, off, n, c0, d, out); break;
+      default: wsum_chunk<kF16, 8>(p, v, off, n, c0, d, out); break;
+    }
   }
 }
-void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
-  const __m512 av = _mm512_set1_ps(a);
+void wsum_f32(const float* p, const float* v, const int64_t* off, int64_t n, int64_t d, float* out) {
+  wsum<false>(p, v, off, n, d, out);
+}
+void wsum_f16(const float* p, const uint16_t* v, const int64_t* off, int64_t n, int64_t d, float* out) {
+  wsum<true>(p, v, off, n, d, out);
+}
+
+// e^x = 2^k·e^r with k = round(x·log2 e) and r = x − k·ln 2 (two-part ln 2, |r| ≤ ½ ln 2), e^r by its degree-6
+// Taylor polynomial (truncation < 1.3e-7 relative), 2^k applied by vscalefps (which also underflows to 0 cleanly).
+inline __m512 exp_ps(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.428606765330187e-06f), r);
+  __m512 e = _mm512_set1_ps(1.0f / 720.0f);
+  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 120.0f));
+  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 24.0f));
+  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 6.0f));
+  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(0.5f));
+  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f));
+  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(e, k);
+}
+
+void softmax(float* x, int64_t n) {
+  __m512 mv = _mm512_set1_ps(-INFINITY);
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, load_half<true>(x + i), _mm512_loadu_ps(y + i)));
+  for (; i + 16 <= n; i += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(x + i));
+  if (i < n) mv = _mm512_mask_max_ps(mv, tail_mask(n - i), mv, _mm512_maskz_loadu_ps(tail_mask(n - i), x + i));
+  const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
+  __m512 sum = _mm512_setzero_ps();
+  for (i = 0; i + 16 <= n; i += 16) {
+    const __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), mx));
+    _mm512_storeu_ps(x + i, e);
+    sum = _mm512_add_ps(sum, e);
+  }
   if (i < n) {
     const __mmask16 m = tail_mask(n - i);
-    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(av, load_half<true>(x + i, m), _mm512_maskz_loadu_ps(m, y + i)));
+    const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), mx));
+    _mm512_mask_storeu_ps(x + i, m, e);
+    sum = _mm512_mask_add_ps(sum, m, sum, e);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+  for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
   }
 }
 
@@ -455,8 +528,9 @@ constexpr CpuKernels kAvx512 = {
     .dot4_q6_k = rows_q6_k<4>,
     .tile_f32 = tile_f32,
     .dot_f32_f16 = dot_f32_f16,
-    .axpy_f32 = axpy_f32,
-    .axpy_f16 = axpy_f16,
+    .wsum_f32 = wsum_f32,
+    .wsum_f16 = wsum_f16,
+    .softmax = softmax,
     .gemv_q8_0 = gemv_q8_0,
     .gemv_q4_0 = gemv_q4_0,
     .quantize_act_q8 = quantize_act_q8,

@@ -235,17 +235,7 @@ void silu_mul(float* gate, const float* up, int64_t n) {
   });
 }
 
-void softmax(float* x, int64_t n) {
-  float mx = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] - mx);
-    sum += x[i];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
-}
+void softmax(float* x, int64_t n) { cpu_kernels().softmax(x, n); }
 
 void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t T, int64_t kv_dim, void* k_cache,
               void* v_cache, KvDType dtype) {
@@ -266,7 +256,10 @@ void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64
 namespace {
 
 
-// Vectorised over head_dim through the kernel table (q·k and Σ p·v per key).
+// Vectorised over head_dim through the kernel table: q·k per key, softmax, then the weighted sum of value rows
+// with the output in registers. One task per (query token, KV head) serves the query heads that share the KV head,
+// so their keys and values come from cache after the first head. Every (token, head) is computed by the same
+// instructions whatever the batch holds, so the split never changes a result.
 template <typename KV>
 void attention_impl(const PagedAttentionArgs& a) {
   const CpuKernels& k = cpu_kernels();
@@ -278,37 +271,35 @@ void attention_impl(const PagedAttentionArgs& a) {
   for (int32_t r = 0; r < a.num_reqs; ++r)
     work += static_cast<int64_t>(a.query_start_loc[r + 1] - a.query_start_loc[r]) * a.seq_lens[r];
   work *= 2 * a.n_heads * d;
-  // One task per (query token, head): independent, so the split never changes a result.
   auto one = [&](int64_t task) {
-    const int64_t t = task / a.n_heads, h = task % a.n_heads, kvh = h / group;
+    const int64_t t = task / a.n_kv_heads, kvh = task % a.n_kv_heads;
     int32_t r = 0;
     while (a.query_start_loc[r + 1] <= t) ++r;
     const int32_t n_keys = a.positions[t] + 1;
     const int32_t* table = a.block_tables + static_cast<int64_t>(r) * a.max_blocks_per_seq;
     thread_local std::vector<float> sbuf;
+    thread_local std::vector<int64_t> obuf;
     float* scores = scratch(sbuf, static_cast<size_t>(n_keys));
-    const float* q = a.q + (t * a.n_heads + h) * d;
-    for (int32_t p = 0; p < n_keys; ++p) {
-      const int64_t slot = static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size;
-      const KV* kr = kc + slot * kv_dim + kvh * d;
-      if constexpr (std::is_same_v<KV, float>) scores[p] = k.dot_f32(q, kr, d) * a.scale;
-      else scores[p] = k.dot_f32_f16(q, kr, d) * a.scale;
-    }
-    softmax(scores, n_keys);
-    float* o = a.out + (t * a.n_heads + h) * d;
-    std::fill(o, o + d, 0.0f);
-    for (int32_t p = 0; p < n_keys; ++p) {
-      const int64_t slot = static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size;
-      const KV* vr = vc + slot * kv_dim + kvh * d;
-      if constexpr (std::is_same_v<KV, float>) k.axpy_f32(scores[p], vr, o, d);
-      else k.axpy_f16(scores[p], vr, o, d);
+    int64_t* off = scratch(obuf, static_cast<size_t>(n_keys));  // element offset of key p's row for this KV head
+    for (int32_t p = 0; p < n_keys; ++p)
+      off[p] = (static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size) * kv_dim + kvh * d;
+    for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+      const float* q = a.q + (t * a.n_heads + h) * d;
+      for (int32_t p = 0; p < n_keys; ++p) {
+        if constexpr (std::is_same_v<KV, float>) scores[p] = k.dot_f32(q, kc + off[p], d) * a.scale;
+        else scores[p] = k.dot_f32_f16(q, kc + off[p], d) * a.scale;
+      }
+      k.softmax(scores, n_keys);
+      float* o = a.out + (t * a.n_heads + h) * d;
+      if constexpr (std::is_same_v<KV, float>) k.wsum_f32(scores, vc, off, n_keys, d, o);
+      else k.wsum_f16(scores, vc, off, n_keys, d, o);
     }
   };
   auto range = [&](int64_t b, int64_t e) {
     for (int64_t task = b; task < e; ++task) one(task);
   };
-  if (work < kMinParallelWork) range(0, T * a.n_heads);
-  else ThreadPool::global().parallel_for_dynamic(T * a.n_heads, 4, range);
+  if (work < kMinParallelWork) range(0, T * a.n_kv_heads);
+  else ThreadPool::global().parallel_for_dynamic(T * a.n_kv_heads, 2, range);
 }
 
 }  // namespace
