@@ -137,6 +137,15 @@ TEST_P(KernelTable, AttentionKernelsMatchReference) {
     }
     EXPECT_NEAR(sum, 1.0, 1e-5) << "n=" << n;
   }
+  // silu(g)·u: within 1e-6 relative of the reference (e^x polynomial), saturating cleanly at large |g|.
+  for (int64_t n : {1, 15, 16, 33, 1000}) {
+    std::vector<float> g(n), u(n);
+    for (int64_t i = 0; i < n; ++i) g[i] = normal() * 6.0f, u[i] = normal();
+    if (n > 3) g[0] = 200.0f, g[1] = -200.0f, g[2] = 0.0f;
+    std::vector<float> a = g, b = g;
+    ref().silu_mul(a.data(), u.data(), n), fast().silu_mul(b.data(), u.data(), n);
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(b[i], a[i], 1e-6 * std::fabs(a[i]) + 1e-30) << "n=" << n << " i=" << i;
+  }
 }
 
 // Random blocks: int8 in [-127, 127] (what quantize_q8_0 produces), nibbles 0..15, fp16 scales.

@@ -61,6 +61,8 @@ struct CpuKernels {
   void (*wsum_f16)(const float* p, const uint16_t* v, const int64_t* off, int64_t n, int64_t d, float* out);
   // In-place numerically stable softmax.
   void (*softmax)(float* x, int64_t n);
+  // gate[i] = silu(gate[i])·up[i] = gate[i] / (1 + e^−gate[i]) · up[i]
+  void (*silu_mul)(float* gate, const float* up, int64_t n);
   // Activation conversions (the partner type of each weight type, as llama.cpp pairs them).
   // Q8_0 / Q4_0 weights against activations in the ActQ8 layout (below): out[r] = dot(w, activation row r) for
   // r < R, 1 ≤ R ≤ kActQ8MaxRows. Each row has its own accumulators updated by the same instructions whatever R is,

@@ -125,6 +125,10 @@ void softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+void silu_mul(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
 void quantize_act_q8(const float* x, uint8_t* qs, float* d, int64_t n) {
   const int64_t nb = n / kQK8_0;
   BlockQ8_0 blk;
@@ -160,6 +164,7 @@ constexpr CpuKernels kGeneric = {
     .wsum_f32 = wsum_f32,
     .wsum_f16 = wsum_f16,
     .softmax = softmax,
+    .silu_mul = silu_mul,
     .gemv_q8_0 = gemv_q8_0,
     .gemv_q4_0 = gemv_q4_0,
     .quantize_act_q8 = quantize_act_q8,

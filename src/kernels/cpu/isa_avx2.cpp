@@ -129,6 +129,7 @@ void wsum_f16(const float* p, const uint16_t* v, const int64_t* off, int64_t n, 
   generic_kernels().wsum_f16(p, v, off, n, d, out);
 }
 void softmax(float* x, int64_t n) { generic_kernels().softmax(x, n); }
+void silu_mul(float* gate, const float* up, int64_t n) { generic_kernels().silu_mul(gate, up, n); }
 
 inline int32_t hsum_i32(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -242,6 +243,7 @@ constexpr CpuKernels kAvx2 = {
     .wsum_f32 = wsum_f32,
     .wsum_f16 = wsum_f16,
     .softmax = softmax,
+    .silu_mul = silu_mul,
     .gemv_q8_0 = gemv_q8_0,
     .gemv_q4_0 = gemv_q4_0,
     .quantize_act_q8 = quantize_act_q8,

@@ -513,6 +513,22 @@ void softmax(float* x, int64_t n) {
   }
 }
 
+void silu_mul(float* gate, const float* up, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 g = _mm512_loadu_ps(gate + i);
+    const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+    _mm512_storeu_ps(gate + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
+  }
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+    _mm512_mask_storeu_ps(gate + i, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, up + i)));
+  }
+}
+
 constexpr CpuKernels kAvx512 = {
     .isa = "avx512_vnni",
     .dot_f32 = dot_f32,
@@ -531,6 +547,7 @@ constexpr CpuKernels kAvx512 = {
     .wsum_f32 = wsum_f32,
     .wsum_f16 = wsum_f16,
     .softmax = softmax,
+    .silu_mul = silu_mul,
     .gemv_q8_0 = gemv_q8_0,
     .gemv_q4_0 = gemv_q4_0,
     .quantize_act_q8 = quantize_act_q8,

@@ -229,9 +229,10 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t rope_dim, int32_t
 
 void silu_mul(float* gate, const float* up, int64_t n) {
   constexpr int64_t kChunk = 4096;
+  const CpuKernels& k = cpu_kernels();
   split((n + kChunk - 1) / kChunk, n * 16, [&](int64_t c0, int64_t c1) {
-    for (int64_t i = c0 * kChunk, end = std::min(n, c1 * kChunk); i < end; ++i)
-      gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    const int64_t begin = c0 * kChunk, end = std::min(n, c1 * kChunk);
+    k.silu_mul(gate + begin, up + begin, end - begin);
   });
 }
 
