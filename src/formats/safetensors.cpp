@@ -22,6 +22,18 @@ bool dtype_from_name(const std::string& s, DType* t, size_t* elem) {
   return false;
 }
 
+// A header value for an error message: scalars and flat arrays as JSON (cut at 80 bytes), anything nested by
+// its type only. nlohmann's dump() recurses once per level, and a hostile header nests millions deep.
+std::string brief(const nlohmann::json& j) {
+  const bool flat = !j.is_structured() || (j.is_array() && std::none_of(j.begin(), j.end(), [](const nlohmann::json& e) {
+                                             return e.is_structured();
+                                           }));
+  if (!flat) return j.is_array() ? fmt::format("(a nested array of {} elements)", j.size()) : "(an object)";
+  std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
 const char* dtype_to_name(DType t) {
   switch (t) {
     case DType::F32: return "F32";
@@ -74,14 +86,14 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::parse(std::span<const uint8_t>
     t.file = name;
     size_t elem = 0;
     if (!e["dtype"].is_string() || !dtype_from_name(e["dtype"].get<std::string>(), &t.dtype, &elem))
-      fail("{}: tensor '{}': dtype {} is not supported (kvik reads F32, F16, BF16)", name, tn, e["dtype"].dump());
-    if (!e["shape"].is_array() || e["shape"].size() > 8) fail("{}: tensor '{}': bad shape {}", name, tn, e["shape"].dump());
+      fail("{}: tensor '{}': dtype {} is not supported (kvik reads F32, F16, BF16)", name, tn, brief(e["dtype"]));
+    if (!e["shape"].is_array() || e["shape"].size() > 8) fail("{}: tensor '{}': bad shape {}", name, tn, brief(e["shape"]));
     uint64_t numel = 1;
     for (const auto& d : e["shape"]) {
       if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0))
-        fail("{}: tensor '{}': bad dimension {}", name, tn, d.dump());
+        fail("{}: tensor '{}': bad dimension {}", name, tn, brief(d));
       const uint64_t v = d.get<uint64_t>();
-      if (v != 0 && numel > (UINT64_MAX / 8) / v) fail("{}: tensor '{}': shape {} overflows", name, tn, e["shape"].dump());
+      if (v != 0 && numel > (UINT64_MAX / 8) / v) fail("{}: tensor '{}': shape {} overflows", name, tn, brief(e["shape"]));
       numel *= v;
       t.shape.push_back(static_cast<int64_t>(v));
     }
@@ -92,7 +104,7 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::parse(std::span<const uint8_t>
     if (b > en || en > data_size)
       fail("{}: tensor '{}': data_offsets [{}, {}] fall outside the {} data bytes", name, tn, b, en, data_size);
     if (en - b != numel * elem)
-      fail("{}: tensor '{}': {} data bytes, but shape {} of {} needs {}", name, tn, en - b, e["shape"].dump(),
+      fail("{}: tensor '{}': {} data bytes, but shape {} of {} needs {}", name, tn, en - b, brief(e["shape"]),
            e["dtype"].get<std::string>(), numel * elem);
     t.data = data + b;
     t.nbytes = static_cast<size_t>(en - b);
