@@ -149,6 +149,63 @@ TEST(Jinja, UntrustedTemplatesAreBounded) {
   EXPECT_THROW(render("{{ 'ab' * 100000000 }}"), jinja::TemplateError);
 }
 
+// Python's == (what transformers and vLLM render with): lists and dicts by value, dicts in any order.
+TEST(Jinja, EqualityComparesListsAndDictsByValue) {
+  EXPECT_EQ(render("{{ [1, [2, 'x']] == [1, [2, 'x']] }} {{ {'a': 1, 'b': 2} == {'b': 2, 'a': 1.0} }} {{ [1] == [2] }}"),
+            "true true false");
+  // Mistral's `message == user_messages[-1]`: two equal user turns both get the tools, as under Jinja2.
+  const ojson ctx = {{"ms", {{{"role", "user"}, {"content", "hi"}}, {{"role", "user"}, {"content", "hi"}}}}};
+  EXPECT_EQ(render("{% for m in ms %}{{ m == ms[-1] }} {% endfor %}{{ ms[0] in ms[1:] }}", ctx), "true true true");
+}
+
+// Templates come from model files: whatever one does ends in a TemplateError that names the place, not in a
+// crash, a stack overflow, unbounded memory or time (fuzz/fuzz_jinja.cpp looks for more).
+TEST(Jinja, HostileTemplatesEndInTemplateErrors) {
+  const char* hostile[] = {
+      "{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}",                        // a namespace in itself
+      "{% set a = namespace() %}{% set b = namespace(x=a) %}{% set a.y = [b] %}",      // ... through another
+      "{% set ns = namespace(d={}) %}{% set ns.f = {'n': ns}.items %}",                // ... through a bound method
+      "{% for i in range(1000) %}{% set x = [x] %}{% endfor %}{{ x }}",                // a value nesting ever deeper
+      "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
+      "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+      "{% set s = 'x' * 8000000 %}{% for i in range(100000) %}{% set t %}{{ s }}{% endset %}{% endfor %}",  // time
+      "{% set ns = namespace(a=0, b=0) %}{% for i in range(60) %}{% set ns.a = [ns.a, ns.a] %}"
+      "{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ ns.a == ns.b }}",                    // shared halves: 2^60 paths
+      "{{ 9223372036854775807 + 1 }}", "{{ -9223372036854775807 - 2 }}", "{{ 3037000500 * 3037000500 }}",
+      "{{ 2 ** 64 }}", "{{ -(-9223372036854775807 - 1) }}", "{{ (-9223372036854775807 - 1) // -1 }}",
+      "{{ [1, 2] * 3 }}", "{{ 'x' | indent(100000000000) }}", "{{ ('ab' * 1000).replace('a', 'x' * 10000) }}",
+      "{{ ('x' * 1000000) ~ ('x' * 8000000) }}", "{{ range(10) | items }}", "{{ (1.5 ** 10000) | int }}",
+      "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+      "{% macro f(n) %}{{ [[[[[[[[[[f(n + 1)]]]]]]]]]] }}{% endmacro %}{{ f(0) }}",  // recursion, not macro depth
+  };
+  for (const char* t : hostile) EXPECT_THROW(render(t), jinja::TemplateError) << t;
+  // Long left-to-right chains build tall trees without recursing in the parser: refused at parse time.
+  for (const std::string& link : {"+1", ".a", "|trim", "[0]", "()", " is defined"})
+    EXPECT_THROW(jinja::Template("{{ x" + [&] { std::string s; for (int k = 0; k < 100000; ++k) s += link; return s; }() + " }}"),
+                 jinja::TemplateError) << link;
+  // What stays in bounds still works: huge steps and endpoints, empty strings repeated, big lists compared.
+  EXPECT_EQ(render("{{ [1, 2, 3][1:9223372036854775807:9223372036854775807] }} "
+                   "{{ range(9223372036854775807, 0, -4611686018427387904) | list | length }} {{ '' * 9223372036854775807 }}"
+                   "{{ 7 // -2 }} {{ -7 % 3 }} {{ 2 ** -1 }} {{ 1.5 ** 10000 }}"),
+            "[2] 2 -4 2 0.5 Infinity");
+  EXPECT_EQ(render("{{ range(100000) | list == range(100000) | list }}"), "true");
+}
+
+// Input JSON (a request's messages) nesting deeper than the template engine recurses is refused, for both JSON
+// flavours, without recursing through it.
+TEST(ChatTemplate, DeeplyNestedMessagesAreAnError) {
+  std::string deep = "{\"role\": \"user\", \"content\": \"hi\", \"x\": ";
+  for (int k = 0; k < 200000; ++k) deep += '[';
+  for (int k = 0; k < 200000; ++k) deep += ']';
+  deep = "[" + deep + "}]";
+  const std::string tmpl = "{% for m in messages %}{{ m.content }}{% endfor %}";
+  EXPECT_THROW(render_chat_template(tmpl, nlohmann::json::parse(deep), nlohmann::json::object()), Error);
+  EXPECT_THROW(render_chat_template(tmpl, ojson::parse(deep), ojson::object()), Error);
+  EXPECT_EQ(render_chat_template(tmpl, nlohmann::json::parse(R"([{"role": "user", "content": "hi", "x": [[[1]]]}])"),
+                                 nlohmann::json::object()),
+            "hi");
+}
+
 // `kvik render-chat` prints exactly the rendering, no newline added.
 TEST(ChatTemplate, CliRenderChatPrintsExactly) {
   const std::string dir = (kRefDir / fixture()["templates"]["llama3_1"]["dir"].get<std::string>()).string();

@@ -52,6 +52,7 @@ struct Node {
   std::vector<std::string> names;  // for-loop targets, macro params, set targets
   std::vector<NodePtr> body, orelse;
   bool negated = false;            // `is not`
+  int height = 1;                  // of an expression's tree: evaluating it recurses this deep
 };
 
 // Parses the token stream into statements; throws TemplateError at the offending token.

@@ -7,7 +7,10 @@ namespace kvik::jinja {
 
 namespace {
 
-constexpr int kMaxDepth = 200;  // nesting bound: a hostile template cannot overflow the stack
+// Nesting bound: a hostile template cannot overflow the stack, neither here nor when it renders. It bounds the
+// parser's recursion (statements, parentheses, unary operators) and the height of every expression tree, which
+// left-to-right chains (a.b.c..., 1+1+1..., x|f|f...) build without recursing.
+constexpr int kMaxDepth = 200;
 
 class Parser {
  public:
@@ -25,7 +28,8 @@ class Parser {
   const Token& peek(size_t k = 0) const { return t_[std::min(p_ + k, t_.size() - 1)]; }
   const Token& next() { return t_[std::min(p_++, t_.size() - 1)]; }
   [[noreturn]] void error(const Token& t, const std::string& what) const {
-    throw TemplateError(what + (t.kind == K::kEnd ? " (at end of template)" : " near '" + t.text + "'"), t.line,
+    const std::string near = t.text.size() > 40 ? t.text.substr(0, 37) + "..." : t.text;
+    throw TemplateError(what + (t.kind == K::kEnd ? " (at end of template)" : " near '" + near + "'"), t.line,
                         t.column);
   }
   bool is_op(const char* op, size_t k = 0) const { return peek(k).kind == K::kOp && peek(k).text == op; }
@@ -45,6 +49,19 @@ class Parser {
   void close_stmt() {
     if (peek().kind != K::kCloseStmt) error(peek(), "expected '%}'");
     ++p_;
+  }
+  // `n` with its height set from its operands; refused when the tree gets taller than kMaxDepth.
+  NodePtr measured(NodePtr n) {
+    int h = 0;
+    for (const NodePtr& k : n->kids)
+      if (k) h = std::max(h, k->height);
+    for (const auto& [name, k] : n->kwargs) h = std::max(h, k->height);
+    n->height = h + 1;
+    if (n->height > kMaxDepth) {
+      const Token at{Token::Kind::kOp, "", n->line, n->column};
+      error(at, "expression nests too deep");
+    }
+    return n;
   }
   NodePtr node(Node::Kind k, const Token& at) {
     auto n = std::make_unique<Node>();
@@ -234,7 +251,7 @@ class Parser {
       n->kids.push_back(std::move(cond));
       n->kids.push_back(std::move(e));
       n->kids.push_back(std::move(other));
-      return n;
+      return measured(std::move(n));
     }
     return e;
   }
@@ -244,7 +261,7 @@ class Parser {
     n->str = op.text;
     n->kids.push_back(std::move(l));
     n->kids.push_back(std::move(r));
-    return n;
+    return measured(std::move(n));
   }
 
   NodePtr ternary_free_or() {
@@ -270,7 +287,7 @@ class Parser {
       auto n = node(Node::Kind::kUnary, t);
       n->str = "not";
       n->kids.push_back(not_expr());
-      return n;
+      return measured(std::move(n));
     }
     return compare();
   }
@@ -334,7 +351,7 @@ class Parser {
       auto n = node(Node::Kind::kUnary, t);
       n->str = t.text;
       n->kids.push_back(unary());
-      return postfix_filters(std::move(n));
+      return postfix_filters(measured(std::move(n)));
     }
     return postfix_filters(postfix(primary()));
   }
@@ -364,7 +381,7 @@ class Parser {
         auto n = node(Node::Kind::kAttr, t);
         n->str = name();
         n->kids.push_back(std::move(e));
-        e = std::move(n);
+        e = measured(std::move(n));
       } else if (is_op("[")) {
         ++p_;
         NodePtr idx[3];
@@ -384,12 +401,12 @@ class Parser {
         for (auto& i : idx) n->kids.push_back(i ? std::move(i) : nullptr);
         if (!slice) n->kids.resize(2);
         if (!slice && !n->kids[1]) error(t, "empty subscript");
-        e = std::move(n);
+        e = measured(std::move(n));
       } else if (is_op("(")) {
         auto n = node(Node::Kind::kCall, t);
         n->kids.push_back(std::move(e));
         call_args(*n);
-        e = std::move(n);
+        e = measured(std::move(n));
       } else {
         return e;
       }
@@ -405,7 +422,7 @@ class Parser {
         n->str = name();
         n->kids.push_back(std::move(e));
         if (is_op("(")) call_args(*n);
-        e = postfix(std::move(n));
+        e = postfix(measured(std::move(n)));
       } else if (is_name("is")) {
         ++p_;
         auto n = node(Node::Kind::kTest, t);
@@ -423,7 +440,7 @@ class Parser {
                     !is_name("if") && !is_name("in") && !is_name("not") && !is_name("is"))) {
           n->kids.push_back(primary());  // `x is divisibleby 3`, `x is sameas y`
         }
-        e = std::move(n);
+        e = measured(std::move(n));
       } else {
         return e;
       }
@@ -452,7 +469,7 @@ class Parser {
       }
       case K::kFloat: {
         auto n = node(Node::Kind::kLiteral, t);
-        n->value = Value::number(std::stod(next().text));
+        n->value = Value::number(std::strtod(next().text.c_str(), nullptr));  // out of range: inf, as Python
         return n;
       }
       case K::kName: {
@@ -480,7 +497,7 @@ class Parser {
               n->kids.push_back(expr());
             }
             expect_op(")");
-            return n;
+            return measured(std::move(n));
           }
           expect_op(")");
           return first;
@@ -494,7 +511,7 @@ class Parser {
             ++p_;
           }
           expect_op("]");
-          return n;
+          return measured(std::move(n));
         }
         if (t.text == "{") {
           ++p_;
@@ -507,7 +524,7 @@ class Parser {
             ++p_;
           }
           expect_op("}");
-          return n;
+          return measured(std::move(n));
         }
         break;
       default:

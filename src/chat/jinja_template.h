@@ -8,12 +8,17 @@
 //   filters     trim length count default/d join selectattr rejectattr map upper lower replace first last
 //               tojson list string int float abs capitalize title items reverse unique indent sum
 //   methods     str: startswith endswith split strip lstrip rstrip upper lower replace title capitalize
-//               format join ; dict: items keys values get ; list: append? (no: templates are read-only)
+//               join ; dict: items keys values get ; lists have no methods (templates are read-only)
 //   globals     namespace() range() raise_exception() dict()
-// Known difference from @huggingface/jinja 0.5.11: str.strip/lstrip/rstrip(chars) strip `chars` as Python does;
-// the JS engine ignores the argument and trims all whitespace (the test conversations avoid the case).
-// Untrusted templates: loop iterations, macro recursion, nesting and output size are bounded, and errors
-// carry the template's line and column.
+// Where @huggingface/jinja 0.5.11 and Python's Jinja2 (transformers, vLLM) differ, kvik follows Jinja2 (the test
+// conversations avoid these cases or state Jinja2's result):
+//   - str.strip/lstrip/rstrip(chars) strip `chars`; the JS engine ignores the argument;
+//   - selectattr/rejectattr apply their test to a missing attribute (undefined); the JS engine counts it as false,
+//     so Mistral's selectattr("tool_calls", "undefined") selects nothing there;
+//   - == compares lists and dicts by value; the JS engine compares them by identity.
+// Untrusted templates (a model file's): the parser bounds nesting; a render bounds its loop iterations, macro
+// recursion, recursion depth, output, string and value sizes, and the bytes it builds in all (so its time); a
+// namespace cannot be stored inside itself. Errors carry the template's line and column.
 #pragma once
 
 #include <memory>
@@ -25,8 +30,9 @@
 namespace kvik::jinja {
 
 struct Limits {
-  size_t max_output_bytes = 8u << 20;
-  int64_t max_loop_iterations = 1'000'000;  // all loops of one render together
+  size_t max_output_bytes = 8u << 20;       // the rendering; also the longest string a render may build
+  int64_t max_loop_iterations = 1'000'000;  // all loops of one render together, and the elements range() makes
+  int64_t max_work_bytes = 1ll << 30;       // all strings and lists one render builds or copies: bounds its time
   int max_call_depth = 64;                  // macro recursion
 };
 
