@@ -1,51 +1,18 @@
-// Runs the libFuzzer entry point without libFuzzer, so the GGUF fuzz target is also a plain ctest under g++:
+// Mutation driver for fuzz_gguf.cpp (see driver_common.h), so the GGUF fuzz target is also a plain ctest:
 //   fuzz_gguf_driver [--iterations N] [--seed S] FILE...
 // Feeds every file as is, then N deterministic mutations of the files and of a small writer-made GGUF: bit flips,
 // random bytes, u32/u64 overwrites with boundary values at the positions of counts, lengths, types, dimensions
 // and offsets, truncations, insertions and deletions. Big inputs are cut to a prefix of their first 64 KiB (the
-// header lives there) so 20000 runs take seconds. A crash shows up as a signal or a sanitizer report; the driver
-// itself exits 0 once every input has run.
-#include <chrono>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <iterator>
-#include <string>
-#include <string_view>
-#include <vector>
-
+// header lives there) so 20000 runs take seconds.
 #include "core/error.h"
 #include "formats/gguf.h"
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+#include "driver_common.h"
 
 namespace {
 
+using namespace kvik::fuzz;
+
 constexpr size_t kHeaderWindow = 64 * 1024;
-
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : s_(seed) {}
-  uint64_t next() {  // splitmix64
-    uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  size_t below(size_t n) { return n == 0 ? 0 : static_cast<size_t>(next() % n); }
-  bool chance(int one_in) { return below(static_cast<size_t>(one_in)) == 0; }
-
- private:
-  uint64_t s_;
-};
-
-struct Seed {
-  std::string name;
-  std::vector<uint8_t> bytes;
-  std::vector<size_t> fields;  // offsets of counts, lengths, type tags, dims and offsets in the header
-};
 
 // Where the structural fields of a valid input lie, found by parsing it: mutations there reach the checks.
 std::vector<size_t> find_fields(const std::vector<uint8_t>& b) {
@@ -96,20 +63,6 @@ std::vector<uint8_t> writer_seed() {
   w.add_tensor("blk.0.q4", kvik::DType::Q4_0, {32, 1, 1, 1}, q4);
   w.add_tensor("h", kvik::DType::F16, {2, 3}, h);
   return w.to_bytes();
-}
-
-template <typename T>
-void overwrite(std::vector<uint8_t>& b, size_t at, T v) {
-  if (at + sizeof(T) <= b.size()) std::memcpy(b.data() + at, &v, sizeof(T));
-}
-
-uint64_t interesting(Rng& r) {
-  static constexpr uint64_t kValues[] = {0, 1, 2, 3, 4, 5, 7, 8, 13, 31, 32, 33, 255, 256, 0x7fff, 0xffff,
-                                         0x7fffffff, 0x80000000ull, 0xffffffffull, 1ull << 32, 1ull << 40,
-                                         1ull << 61, 1ull << 62, 0x7fffffffffffffffull, 0x8000000000000000ull,
-                                         ~0ull - 7, ~0ull};
-  if (r.chance(4)) return r.next();
-  return kValues[r.below(std::size(kValues))];
 }
 
 std::vector<uint8_t> mutate(const Seed& s, Rng& r) {
@@ -163,48 +116,14 @@ std::vector<uint8_t> mutate(const Seed& s, Rng& r) {
   return b;
 }
 
-void run_one(const std::vector<uint8_t>& b) {
-  // Copy into an exactly sized heap block so AddressSanitizer sees any read past the end.
-  auto* p = static_cast<uint8_t*>(std::malloc(b.size() ? b.size() : 1));
-  if (!b.empty()) std::memcpy(p, b.data(), b.size());
-  LLVMFuzzerTestOneInput(p, b.size());
-  std::free(p);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  long iterations = 1000;
-  uint64_t seed = 0x6b76696bull;  // "kvik"
-  std::vector<Seed> seeds;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    if (a == "--iterations" && i + 1 < argc) {
-      iterations = std::strtol(argv[++i], nullptr, 10);
-    } else if (a == "--seed" && i + 1 < argc) {
-      seed = std::strtoull(argv[++i], nullptr, 10);
-    } else if (a.starts_with("--")) {
-      std::fprintf(stderr, "usage: %s [--iterations N] [--seed S] FILE...\n", argv[0]);
-      return 2;
-    } else {
-      std::ifstream f(argv[i], std::ios::binary);
-      if (!f) {
-        std::fprintf(stderr, "%s: cannot read %s\n", argv[0], argv[i]);
-        return 2;
-      }
-      seeds.push_back({argv[i], {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()}, {}});
-    }
-  }
-  seeds.push_back({"<writer>", writer_seed(), {}});
-
-  const auto t0 = std::chrono::steady_clock::now();
-  for (auto& s : seeds) {
-    s.fields = find_fields(s.bytes);
-    run_one(s.bytes);
-  }
-  Rng r(seed);
-  for (long it = 0; it < iterations; ++it) run_one(mutate(seeds[static_cast<size_t>(it) % seeds.size()], r));
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("fuzz_gguf_driver: %zu inputs, %ld mutations, no crash (%.1f s)\n", seeds.size(), iterations, secs);
-  return 0;
+  return run_driver(argc, argv, {.name = "fuzz_gguf_driver",
+                                 .load = nullptr,
+                                 .builtin = {{"<writer>", writer_seed(), {}}},
+                                 .prepare = [](Seed& s) { s.fields = find_fields(s.bytes); },
+                                 .mutate = [](const std::vector<Seed>& seeds, size_t which, Rng& r) {
+                                   return mutate(seeds[which], r);
+                                 }});
 }
