@@ -208,6 +208,9 @@ TEST(Engine, PrefixCachingSharesAllFullBlocks) {
 }
 
 TEST(Engine, RandomizedBlockAccountingInvariants) {
+  // Random adds (some with n > 1: forked sequences share blocks), aborts (of a sequence or of a whole
+  // request) and steps on a tiny pool; after every operation each block's ref_cnt equals the number of
+  // requests holding it.
   auto m = stories();
   EngineConfig cfg;
   cfg.max_model_len = 256;
@@ -217,9 +220,11 @@ TEST(Engine, RandomizedBlockAccountingInvariants) {
   cfg.log_stats = false;
   EngineCore e(*m, cfg, {2});
   std::mt19937 rng(1234);
-  std::set<std::string> live;
+  std::set<std::string> live;  // sequences not yet finished
+  std::map<std::string, std::string> parent_of;
   std::set<std::string> done;
   int next_id = 0;
+  int64_t num_sequences = 0, num_forked = 0;
   int64_t ops = 0;
   for (int iter = 0; iter < 2000; ++iter) {
     const uint32_t op = rng() % 10;
@@ -231,28 +236,40 @@ TEST(Engine, RandomizedBlockAccountingInvariants) {
       sp.temperature = (rng() % 2) ? 0.0f : 0.8f;
       sp.seed = rng();
       sp.max_tokens = 1 + static_cast<int>(rng() % 40);
+      sp.n = (rng() % 3 == 0) ? 2 + static_cast<int32_t>(rng() % 3) : 1;
       const std::string id = "q" + std::to_string(next_id++);
       ASSERT_EQ(e.add_request(id, p, sp), "");
-      live.insert(id);
+      for (int32_t i = 0; i < sp.n; ++i) {
+        live.insert(sequence_id(id, i, sp.n));
+        parent_of[sequence_id(id, i, sp.n)] = id;
+      }
+      num_sequences += sp.n;
+      num_forked += sp.n > 1 ? sp.n : 0;
     } else if (op == 3 && !live.empty()) {
       auto it = live.begin();
       std::advance(it, rng() % live.size());
-      e.abort(*it);
+      e.abort(rng() % 2 ? *it : parent_of[*it]);  // one sequence, or every sequence of its request
     } else {
       for (auto& o : e.step())
         if (o.finished) {
           EXPECT_TRUE(live.count(o.request_id)) << o.request_id;
           EXPECT_FALSE(done.count(o.request_id)) << "finished twice: " << o.request_id;
+          EXPECT_EQ(o.parent_id, parent_of[o.request_id]);
           live.erase(o.request_id);
           done.insert(o.request_id);
         }
     }
     ++ops;
-    // Invariants: every block's ref_cnt equals the number of requests holding it; free ⇔ ref_cnt 0.
+    // Invariants: every block's ref_cnt equals the number of requests holding it; free ⇔ ref_cnt 0;
+    // the running requests' sequences fit max_num_seqs.
     const auto& kv = e.kv_cache_manager();
     std::vector<int> holders(cfg.num_kv_blocks, 0);
-    for (const Request* r : e.scheduler().running())
+    int64_t seqs = 0;
+    for (const Request* r : e.scheduler().running()) {
       for (const KVCacheBlock* b : kv.blocks_of(r->request_id)) ++holders[b->block_id];
+      seqs += r->num_seqs();
+    }
+    ASSERT_LE(seqs, cfg.max_num_seqs);
     for (const Request* r : e.scheduler().waiting()) EXPECT_TRUE(kv.blocks_of(r->request_id).empty());
     std::vector<int32_t> free_ids = kv.pool().free_queue().block_ids();
     std::set<int32_t> free_set(free_ids.begin(), free_ids.end());
@@ -267,9 +284,12 @@ TEST(Engine, RandomizedBlockAccountingInvariants) {
     for (auto& o : e.step())
       if (o.finished) live.erase(o.request_id), done.insert(o.request_id);
   EXPECT_TRUE(live.empty());
-  EXPECT_EQ(static_cast<int64_t>(done.size()), next_id);
+  EXPECT_EQ(static_cast<int64_t>(done.size()), num_sequences);
   EXPECT_EQ(e.kv_cache_manager().pool().num_free_blocks(), cfg.num_kv_blocks);
+  EXPECT_EQ(e.kv_cache_manager().num_requests(), 0);
   EXPECT_GT(e.scheduler().num_preemptions_total(), 0);
+  EXPECT_GT(num_forked, 0);
+  EXPECT_GT(e.kv_cache_manager().num_block_copies_total(), 0);
   EXPECT_GT(ops, 0);
 }
 

@@ -1,5 +1,7 @@
 #include "engine/async_engine.h"
 
+#include <algorithm>
+
 namespace kvik {
 
 void OutputQueue::push(RequestOutput out) {
@@ -26,16 +28,21 @@ AsyncEngine::~AsyncEngine() { shutdown(); }
 
 std::string AsyncEngine::add_request(const std::string& id, std::vector<int32_t> prompt_ids,
                                      const SamplingParams& params, std::shared_ptr<OutputQueue> queue) {
+  const int32_t n = std::max(params.n, 1);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return "the server is shutting down";
-    if (queues_.count(id)) return "request id '" + id + "' is already in use";
-    queues_[id] = queue;
+    if (routes_.count(id) || sequence_parent_.count(id)) return "request id '" + id + "' is already in use";
+    routes_[id] = Route{queue, std::vector<bool>(static_cast<size_t>(n), false), n};
+    if (n > 1)
+      for (int32_t i = 0; i < n; ++i) sequence_parent_.emplace(sequence_id(id, i, n), id);
   }
   std::string err = core_.add_request(id, std::move(prompt_ids), params);
   std::lock_guard<std::mutex> lock(mu_);
   if (!err.empty()) {
-    queues_.erase(id);
+    routes_.erase(id);
+    if (n > 1)
+      for (int32_t i = 0; i < n; ++i) sequence_parent_.erase(sequence_id(id, i, n));
     return err;
   }
   ++num_added_since_step_;
@@ -46,7 +53,7 @@ std::string AsyncEngine::add_request(const std::string& id, std::vector<int32_t>
 
 void AsyncEngine::abort(const std::string& id, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!queues_.count(id)) return;
+  if (!routes_.count(id) && !sequence_parent_.count(id)) return;
   abort_reasons_.emplace(id, reason);
   core_.abort(id);
   has_new_work_ = true;
@@ -55,7 +62,7 @@ void AsyncEngine::abort(const std::string& id, const std::string& reason) {
 
 void AsyncEngine::abort_all() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [id, q] : queues_) {
+  for (const auto& [id, route] : routes_) {
     abort_reasons_.emplace(id, "abort");
     core_.abort(id);
   }
@@ -65,7 +72,7 @@ void AsyncEngine::abort_all() {
 
 int64_t AsyncEngine::num_in_flight() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int64_t>(queues_.size());
+  return static_cast<int64_t>(routes_.size());
 }
 
 void AsyncEngine::shutdown() {
@@ -99,33 +106,56 @@ void AsyncEngine::loop() {
         std::lock_guard<std::mutex> lock(mu_);
         for (RequestOutput& out : outputs) {
           if (!out.finished) continue;
-          if (auto r = abort_reasons_.find(out.request_id); r != abort_reasons_.end()) {
+          // A sequence's own abort reason, else its request's.
+          for (const std::string* key : {&out.request_id, &out.parent_id}) {
+            auto r = abort_reasons_.find(*key);
+            if (r == abort_reasons_.end()) continue;
             if (out.finish_reason == "abort") out.finish_reason = r->second;
-            abort_reasons_.erase(r);
+            break;
           }
+          if (out.request_id != out.parent_id) abort_reasons_.erase(out.request_id);
         }
       }
       if (observer_) observer_(core_, outputs);
       std::lock_guard<std::mutex> lock(mu_);
       for (RequestOutput& out : outputs) {
-        auto it = queues_.find(out.request_id);
-        if (it == queues_.end()) continue;
-        std::shared_ptr<OutputQueue> q = it->second;
-        if (out.finished) queues_.erase(it);
+        auto it = routes_.find(out.parent_id);
+        if (it == routes_.end()) continue;
+        std::shared_ptr<OutputQueue> q = it->second.queue;
+        if (out.finished) {
+          Route& route = it->second;
+          const size_t i = static_cast<size_t>(out.index);
+          if (i < route.finished.size() && !route.finished[i]) {
+            route.finished[i] = true;
+            --route.num_unfinished;
+          }
+          sequence_parent_.erase(out.request_id);
+          if (route.num_unfinished == 0) {
+            abort_reasons_.erase(out.parent_id);
+            routes_.erase(it);
+          }
+        }
         q->push(std::move(out));
       }
     } while (core_.has_unfinished());
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_ && !has_new_work_) {
       // Whatever is left never reached the engine: finish it so no handler waits forever.
-      for (auto& [id, q] : queues_) {
-        RequestOutput out;
-        out.request_id = id;
-        out.finished = true;
-        out.finish_reason = "abort";
-        q->push(std::move(out));
+      for (auto& [id, route] : routes_) {
+        const int32_t n = static_cast<int32_t>(route.finished.size());
+        for (int32_t i = 0; i < n; ++i) {
+          if (route.finished[static_cast<size_t>(i)]) continue;
+          RequestOutput out;
+          out.request_id = sequence_id(id, i, n);
+          out.parent_id = id;
+          out.index = i;
+          out.finished = true;
+          out.finish_reason = "abort";
+          route.queue->push(std::move(out));
+        }
       }
-      queues_.clear();
+      routes_.clear();
+      sequence_parent_.clear();
       return;
     }
   }

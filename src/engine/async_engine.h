@@ -42,11 +42,13 @@ class AsyncEngine {
   AsyncEngine(EngineCore& core, StepObserver observer = nullptr);
   ~AsyncEngine();  // shutdown()
 
-  // Queues a request whose outputs go to `queue`. Returns "" or the engine's validation error.
+  // Queues a request whose outputs go to `queue` (all n sequences' when params.n > 1; RequestOutput::index
+  // says which). Returns "" or the engine's validation error.
   std::string add_request(const std::string& id, std::vector<int32_t> prompt_ids, const SamplingParams& params,
                           std::shared_ptr<OutputQueue> queue);
-  // Aborts a request; its blocks are freed at the start of the next step. `reason` is the finish_reason its
-  // final output carries ("abort"; the server passes "stop" when it matched a stop string).
+  // Aborts a request, or one sequence of it (by its sequence_id); blocks are freed at the start of the next
+  // step. `reason` is the finish_reason its final output carries ("abort"; the server passes "stop" when it
+  // matched a stop string).
   void abort(const std::string& id, const std::string& reason = "abort");
   void abort_all();
 
@@ -68,8 +70,14 @@ class AsyncEngine {
   std::condition_variable cv_;
   bool has_new_work_ = false;
   bool stop_ = false;
-  std::unordered_map<std::string, std::shared_ptr<OutputQueue>> queues_;
-  std::unordered_map<std::string, std::string> abort_reasons_;
+  struct Route {
+    std::shared_ptr<OutputQueue> queue;
+    std::vector<bool> finished;  // per sequence: final output delivered
+    int32_t num_unfinished = 0;
+  };
+  std::unordered_map<std::string, Route> routes_;             // by add_request's id
+  std::unordered_map<std::string, std::string> sequence_parent_;  // sequence id → add_request's id (n > 1)
+  std::unordered_map<std::string, std::string> abort_reasons_;    // by the id given to abort()
   std::atomic<int64_t> num_waiting_{0};
   std::atomic<int64_t> num_added_since_step_{0};
   std::thread thread_;

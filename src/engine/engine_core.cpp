@@ -82,13 +82,18 @@ EngineCore::EngineCore(LlamaModel& model, const EngineConfig& config, std::vecto
 
 std::string EngineCore::add_request(const std::string& id, std::vector<int32_t> prompt_ids, const SamplingParams& params) {
   if (std::string err = params.validate(); !err.empty()) return err;
-  std::unique_ptr<structured::GrammarMatcher> grammar;
+  if (params.n > config_.max_num_seqs)
+    return fmt::format("n is {}, but --max-num-seqs is {}: the n sequences of a request run together", params.n,
+                       config_.max_num_seqs);
+  std::vector<std::unique_ptr<structured::GrammarMatcher>> grammars;  // one per sequence
   if (params.structured_output) {
     if (!structured_)
       return "structured output is not available: the engine was started without the tokenizer's vocabulary";
-    std::string err;
-    grammar = structured_->make_matcher(*params.structured_output, err);
-    if (!grammar) return err;
+    for (int32_t i = 0; i < params.n; ++i) {
+      std::string err;
+      grammars.push_back(structured_->make_matcher(*params.structured_output, err));
+      if (!grammars.back()) return err;
+    }
   }
   if (prompt_ids.empty()) return "the prompt is empty: at least one token is needed";
   const int64_t V = model_.config().vocab_size;
@@ -101,11 +106,25 @@ std::string EngineCore::add_request(const std::string& id, std::vector<int32_t> 
   if (static_cast<int64_t>(prompt_ids.size()) >= config_.max_model_len)
     return fmt::format("the prompt has {} tokens, but max_model_len is {}: no room to generate",
                        prompt_ids.size(), config_.max_model_len);
+  std::vector<std::string> ids = {id};
+  if (params.n > 1)
+    for (int32_t i = 0; i < params.n; ++i) ids.push_back(sequence_id(id, i, params.n));
   std::lock_guard<std::mutex> lock(mu_);
-  if (!live_ids_.insert(id).second) return fmt::format("request id '{}' is already in use", id);
+  for (const std::string& s : ids)
+    if (live_ids_.count(s)) return fmt::format("request id '{}' is already in use", s);
+  live_ids_.insert(ids.begin(), ids.end());
   const uint64_t seed = params.seed ? *params.seed : seed_counter_++ * 0x9e3779b97f4a7c15ULL;
-  pending_adds_.push_back(std::make_unique<Request>(id, std::move(prompt_ids), params, eos_token_ids_, seed));
-  pending_adds_.back()->grammar = std::move(grammar);
+  auto req = std::make_unique<Request>(id, std::move(prompt_ids), params, eos_token_ids_, seed);
+  if (params.n == 1) {
+    if (!grammars.empty()) req->grammar = std::move(grammars[0]);
+  } else {
+    req->parallel.emplace();
+    req->parallel->n = params.n;
+    req->parallel->seed = seed;
+    req->parallel->aborted.assign(static_cast<size_t>(params.n), false);
+    req->parallel->grammars = std::move(grammars);
+  }
+  pending_adds_.push_back(std::move(req));
   return "";
 }
 
@@ -154,9 +173,60 @@ bool EngineCore::has_unfinished() const {
 }
 
 void EngineCore::retire(const std::vector<RequestOutput>& outputs) {
+  std::vector<std::string> finished_groups;
+  for (const auto& o : outputs) {
+    if (!o.finished || o.parent_id == o.request_id) continue;
+    sequence_group_.erase(o.request_id);
+    auto g = groups_.find(o.parent_id);
+    if (g != groups_.end() && --g->second.num_unfinished == 0) {
+      finished_groups.push_back(o.parent_id);
+      groups_.erase(g);
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& o : outputs)
     if (o.finished) live_ids_.erase(o.request_id);
+  for (const auto& id : finished_groups) live_ids_.erase(id);
+}
+
+namespace {
+RequestOutput abort_output(const Request& r, const std::string& sequence, int32_t index) {
+  RequestOutput o;
+  o.request_id = sequence;
+  o.parent_id = r.parent_id;
+  o.index = index;
+  o.finished = true;
+  o.finish_reason = "abort";
+  o.num_prompt_tokens = r.num_prompt_tokens();
+  o.num_output_tokens = r.num_output_tokens();
+  o.stats = r.stats;
+  return o;
+}
+}  // namespace
+
+void EngineCore::abort_id(const std::string& id, std::vector<RequestOutput>& outputs) {
+  if (auto g = groups_.find(id); g != groups_.end()) {
+    for (const std::string& s : g->second.sequence_ids) abort_sequence(s, outputs);
+    return;
+  }
+  abort_sequence(id, outputs);
+}
+
+void EngineCore::abort_sequence(const std::string& id, std::vector<RequestOutput>& outputs) {
+  if (auto s = sequence_group_.find(id); s != sequence_group_.end()) {
+    Request* parent = scheduler_->find(s->second.first);
+    if (parent && parent->parallel) {
+      // Not forked yet: the sequence is struck from the fork; with none left, the prompt goes too.
+      ParallelSampling& ps = *parent->parallel;
+      const int32_t i = s->second.second;
+      if (ps.aborted[static_cast<size_t>(i)]) return;
+      ps.aborted[static_cast<size_t>(i)] = true;
+      outputs.push_back(abort_output(*parent, id, i));
+      if (ps.num_live() == 0) scheduler_->abort_request(parent->request_id);
+      return;
+    }
+  }
+  if (auto r = scheduler_->abort_request(id)) outputs.push_back(abort_output(*r, r->request_id, r->index));
 }
 
 void EngineCore::drain_pending(std::vector<RequestOutput>& outputs) {
@@ -167,19 +237,18 @@ void EngineCore::drain_pending(std::vector<RequestOutput>& outputs) {
     adds.swap(pending_adds_);
     aborts.swap(pending_aborts_);
   }
-  for (auto& r : adds) scheduler_->add_request(std::move(r));
-  for (const auto& id : aborts) {
-    if (auto r = scheduler_->abort_request(id)) {
-      RequestOutput o;
-      o.request_id = id;
-      o.finished = true;
-      o.finish_reason = "abort";
-      o.num_prompt_tokens = r->num_prompt_tokens();
-      o.num_output_tokens = r->num_output_tokens();
-      o.stats = r->stats;
-      outputs.push_back(std::move(o));
+  for (auto& r : adds) {
+    if (r->parallel) {
+      SequenceGroup& g = groups_[r->request_id];
+      g.num_unfinished = r->parallel->n;
+      for (int32_t i = 0; i < r->parallel->n; ++i) {
+        g.sequence_ids.push_back(sequence_id(r->request_id, i, r->parallel->n));
+        sequence_group_[g.sequence_ids.back()] = {r->request_id, i};
+      }
     }
+    scheduler_->add_request(std::move(r));
   }
+  for (const auto& id : aborts) abort_id(id, outputs);
 }
 
 std::optional<RequestStatus> EngineCore::check_stop(const Request& r, int32_t token) const {
@@ -212,72 +281,118 @@ void EngineCore::run_step(std::vector<RequestOutput>& outputs) {
   compute_grammar_masks(sample_reqs);
   const int64_t V = model_.config().vocab_size;
   const Clock::time_point now = Clock::now();
+  static const std::string kNoError;
   for (size_t i = 0; i < sample_reqs.size(); ++i) {
     Request& req = *sample_reqs[i];
     std::span<const float> row{logits + i * V, static_cast<size_t>(V)};
-    std::span<const float> sample_row = row;
-    const SamplingParams& sp = req.sampling_params;
-    if (sp.adjusts_logits(req.num_output_tokens())) {
-      penalized_logits_.assign(row.begin(), row.end());
-      if (sp.has_penalties()) apply_penalties(penalized_logits_, req.prompt_token_ids, req.output_token_ids, sp);
-      for (const auto& [id, bias] : sp.logit_bias) penalized_logits_[id] += bias;
-      if (req.num_output_tokens() < sp.min_tokens) {  // no stop before min_tokens
-        for (int32_t id : req.eos_token_ids) penalized_logits_[id] = -std::numeric_limits<float>::infinity();
-        for (int32_t id : sp.stop_token_ids) penalized_logits_[id] = -std::numeric_limits<float>::infinity();
-      }
-      sample_row = penalized_logits_;
+    if (req.parallel) {
+      fork(req, row, outputs, now);
+      continue;
     }
-    RequestOutput o;
-    o.request_id = req.request_id;
-    std::optional<RequestStatus> stop;
-    if (req.grammar) {
-      // Structured output: tokens the grammar rejects get −∞. With nothing left to allow, the output is done
-      // ("stop") when the grammar accepts it, and an error otherwise — never an invalid token.
-      const structured::TokenMask* mask = grammar_masks_[i].get();
-      if (!mask || !mask->any) {
-        stop = mask && mask->accepting ? RequestStatus::kFinishedStopped : RequestStatus::kFinishedError;
-        if (*stop == RequestStatus::kFinishedError)
-          o.error = mask ? "structured output: no token of the vocabulary can continue the output here"
-                         : grammar_errors_[i];
-      } else {
-        masked_logits_.resize(row.size());
-        structured::apply_token_mask(sample_row, masked_logits_, *mask, req.eos_token_ids, !req.sampling_params.ignore_eos);
-        sample_row = masked_logits_;
-      }
-    }
-    const int32_t token = stop ? -1 : sample_token(sample_row, req.sampling_params, req.rng);
-    if (!stop) stop = check_stop(req, token);
-    if (!stop && req.grammar && !req.grammar->accept_token(token)) {
-      stop = RequestStatus::kFinishedError;  // unreachable: the mask allowed it
-      o.error = fmt::format("structured output: the grammar rejected token {} that its mask allowed", token);
-    }
-    if (!stop) {
-      req.append_output_token(token);
-      o.new_token_ids.push_back(token);
-      if (req.sampling_params.logprobs >= 0) o.logprobs.push_back(compute_logprobs(row, token, req.sampling_params.logprobs));
-      if (!req.stats.first_token) {
-        req.stats.first_token = now;
-        if (req.stats.first_scheduled)
-          req.stats.prefill_time_s = std::chrono::duration<double>(now - *req.stats.first_scheduled).count();
-      }
-      req.stats.last_token = now;
-      req.stats.token_times_s.push_back(std::chrono::duration<double>(now - req.stats.arrival).count());
-      if (req.num_output_tokens() >= req.sampling_params.max_tokens || req.num_tokens() >= config_.max_model_len)
-        stop = RequestStatus::kFinishedLength;
-    }
-    o.num_prompt_tokens = req.num_prompt_tokens();
-    o.num_output_tokens = req.num_output_tokens();
-    if (stop) {
-      req.status = *stop;
-      if (req.stats.first_token && req.stats.last_token)
-        req.stats.decode_time_s = std::chrono::duration<double>(*req.stats.last_token - *req.stats.first_token).count();
-      o.finished = true;
-      o.finish_reason = finish_reason_name(*stop);
-      o.stats = req.stats;
-      scheduler_->finish_request(req.request_id);
-    }
+    RequestOutput o = req.grammar ? sample(req, row, grammar_masks_[i].get(), grammar_errors_[i], now)
+                                  : sample(req, row, nullptr, kNoError, now);
+    if (o.finished) scheduler_->finish_request(req.request_id);
     outputs.push_back(std::move(o));
   }
+}
+
+// Parallel sampling: the prompt's last logits row is sampled once per sequence, each with its own random
+// stream (seed + i), penalties and grammar matcher; the sequences that go on share the prompt's blocks.
+void EngineCore::fork(Request& parent, std::span<const float> row, std::vector<RequestOutput>& outputs,
+                      Clock::time_point now) {
+  ParallelSampling& ps = *parent.parallel;
+  std::vector<std::unique_ptr<Request>> children;
+  for (int32_t i = 0; i < ps.n; ++i) {
+    if (ps.aborted[static_cast<size_t>(i)]) continue;
+    SamplingParams sp = parent.sampling_params;
+    sp.n = 1;
+    auto c = std::make_unique<Request>(sequence_id(parent.request_id, i, ps.n), parent.prompt_token_ids, sp,
+                                       parent.eos_token_ids, ps.seed + static_cast<uint64_t>(i));
+    c->parent_id = parent.request_id;
+    c->index = i;
+    c->num_computed_tokens = parent.num_computed_tokens;
+    c->block_hashes = parent.block_hashes;  // full prompt blocks only: the parent holds no output token
+    c->stats = parent.stats;
+    if (!ps.grammars.empty()) c->grammar = std::move(ps.grammars[static_cast<size_t>(i)]);
+    std::shared_ptr<const structured::TokenMask> mask;
+    std::string mask_error;
+    if (c->grammar) {
+      try {
+        mask = c->grammar->mask();
+      } catch (const Error& e) {
+        mask_error = e.what();
+      }
+    }
+    RequestOutput o = sample(*c, row, mask.get(), mask_error, now);
+    if (!o.finished) children.push_back(std::move(c));
+    outputs.push_back(std::move(o));
+  }
+  scheduler_->fork(parent.request_id, std::move(children));  // the parent is gone after this
+}
+
+RequestOutput EngineCore::sample(Request& req, std::span<const float> row, const structured::TokenMask* mask,
+                                 const std::string& mask_error, Clock::time_point now) {
+  std::span<const float> sample_row = row;
+  const SamplingParams& sp = req.sampling_params;
+  if (sp.adjusts_logits(req.num_output_tokens())) {
+    penalized_logits_.assign(row.begin(), row.end());
+    if (sp.has_penalties()) apply_penalties(penalized_logits_, req.prompt_token_ids, req.output_token_ids, sp);
+    for (const auto& [id, bias] : sp.logit_bias) penalized_logits_[id] += bias;
+    if (req.num_output_tokens() < sp.min_tokens) {  // no stop before min_tokens
+      for (int32_t id : req.eos_token_ids) penalized_logits_[id] = -std::numeric_limits<float>::infinity();
+      for (int32_t id : sp.stop_token_ids) penalized_logits_[id] = -std::numeric_limits<float>::infinity();
+    }
+    sample_row = penalized_logits_;
+  }
+  RequestOutput o;
+  o.request_id = req.request_id;
+  o.parent_id = req.parent_id;
+  o.index = req.index;
+  std::optional<RequestStatus> stop;
+  if (req.grammar) {
+    // Structured output: tokens the grammar rejects get −∞. With nothing left to allow, the output is done
+    // ("stop") when the grammar accepts it, and an error otherwise — never an invalid token.
+    if (!mask || !mask->any) {
+      stop = mask && mask->accepting ? RequestStatus::kFinishedStopped : RequestStatus::kFinishedError;
+      if (*stop == RequestStatus::kFinishedError)
+        o.error = mask ? "structured output: no token of the vocabulary can continue the output here" : mask_error;
+    } else {
+      masked_logits_.resize(row.size());
+      structured::apply_token_mask(sample_row, masked_logits_, *mask, req.eos_token_ids, !sp.ignore_eos);
+      sample_row = masked_logits_;
+    }
+  }
+  const int32_t token = stop ? -1 : sample_token(sample_row, req.sampling_params, req.rng);
+  if (!stop) stop = check_stop(req, token);
+  if (!stop && req.grammar && !req.grammar->accept_token(token)) {
+    stop = RequestStatus::kFinishedError;  // unreachable: the mask allowed it
+    o.error = fmt::format("structured output: the grammar rejected token {} that its mask allowed", token);
+  }
+  if (!stop) {
+    req.append_output_token(token);
+    o.new_token_ids.push_back(token);
+    if (sp.logprobs >= 0) o.logprobs.push_back(compute_logprobs(row, token, sp.logprobs));
+    if (!req.stats.first_token) {
+      req.stats.first_token = now;
+      if (req.stats.first_scheduled)
+        req.stats.prefill_time_s = std::chrono::duration<double>(now - *req.stats.first_scheduled).count();
+    }
+    req.stats.last_token = now;
+    req.stats.token_times_s.push_back(std::chrono::duration<double>(now - req.stats.arrival).count());
+    if (req.num_output_tokens() >= req.sampling_params.max_tokens || req.num_tokens() >= config_.max_model_len)
+      stop = RequestStatus::kFinishedLength;
+  }
+  o.num_prompt_tokens = req.num_prompt_tokens();
+  o.num_output_tokens = req.num_output_tokens();
+  if (stop) {
+    req.status = *stop;
+    if (req.stats.first_token && req.stats.last_token)
+      req.stats.decode_time_s = std::chrono::duration<double>(*req.stats.last_token - *req.stats.first_token).count();
+    o.finished = true;
+    o.finish_reason = finish_reason_name(*stop);
+    o.stats = req.stats;
+  }
+  return o;
 }
 
 }  // namespace kvik

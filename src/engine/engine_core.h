@@ -8,7 +8,9 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/kv_cache_manager.h"
@@ -45,7 +47,9 @@ struct KvCapacity {
 };
 
 struct RequestOutput {
-  std::string request_id;
+  std::string request_id;  // the sequence: add_request's id, or sequence_id(id, index, n) when n > 1
+  std::string parent_id;   // add_request's id
+  int32_t index = 0;       // the sequence's index in 0..n-1 (the choice)
   std::vector<int32_t> new_token_ids;
   std::vector<TokenLogprobs> logprobs;  // one per new token when the request asked for logprobs
   bool finished = false;
@@ -65,7 +69,11 @@ class EngineCore {
 
   // Validates and queues a request. Returns an error message naming the problem, or "" when queued.
   // Thread-safe, like abort() and has_unfinished(); everything else belongs to the engine thread.
+  // With params.n > 1 the prompt is prefilled once and then forks into n sequences with the ids
+  // sequence_id(id, i, n) = "<id>-<i>", sharing the prompt's KV blocks; each output names its sequence.
   std::string add_request(const std::string& id, std::vector<int32_t> prompt_ids, const SamplingParams& params);
+  // Aborts a request: every sequence of it when `id` is add_request's id, one sequence when it is that
+  // sequence's id (the others go on). Each aborted sequence gets one final output ("abort").
   void abort(const std::string& id);
 
   // Structured output needs every token's bytes (structured::VocabTrie::token_bytes_of(tokenizer), the
@@ -87,7 +95,15 @@ class EngineCore {
   void drain_pending(std::vector<RequestOutput>& outputs);
   void run_step(std::vector<RequestOutput>& outputs);
   void retire(const std::vector<RequestOutput>& outputs);  // forget the ids of finished requests
+  void abort_id(const std::string& id, std::vector<RequestOutput>& outputs);
+  void abort_sequence(const std::string& id, std::vector<RequestOutput>& outputs);
   std::optional<RequestStatus> check_stop(const Request& r, int32_t token) const;
+  // Samples req's next token from its logits row (penalties, bias, min_tokens, the grammar's `mask`),
+  // appends it and checks the stops. The output is marked finished (status set) when the request ends.
+  RequestOutput sample(Request& req, std::span<const float> row, const structured::TokenMask* mask,
+                       const std::string& mask_error, Clock::time_point now);
+  // An n > 1 request whose prompt is done: samples `row` once per live sequence and forks.
+  void fork(Request& parent, std::span<const float> row, std::vector<RequestOutput>& outputs, Clock::time_point now);
   void compute_grammar_masks(const std::vector<Request*>& sample_reqs);
 
   LlamaModel& model_;
@@ -107,6 +123,13 @@ class EngineCore {
   std::vector<Request*> sample_reqs_;  // this step's requests that sample, in batch order
   double last_step_mask_s_ = 0;
   uint64_t seed_counter_;
+  // n > 1 requests until all their sequences have finished (engine thread).
+  struct SequenceGroup {
+    std::vector<std::string> sequence_ids;
+    int32_t num_unfinished = 0;
+  };
+  std::unordered_map<std::string, SequenceGroup> groups_;
+  std::unordered_map<std::string, std::pair<std::string, int32_t>> sequence_group_;  // sequence → (parent, index)
 
   mutable std::mutex mu_;  // guards the members below; the scheduler is touched by the engine thread only
   std::set<std::string> live_ids_;  // added and not yet reported finished

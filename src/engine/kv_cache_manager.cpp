@@ -49,7 +49,8 @@ KVCacheBlocks KVCacheManager::get_computed_blocks(Request& req, int64_t* num_com
 }
 
 std::optional<KVCacheBlocks> KVCacheManager::allocate_slots(Request& req, int64_t num_new_tokens,
-                                                            const KVCacheBlocks* new_computed) {
+                                                            const KVCacheBlocks* new_computed,
+                                                            int64_t num_reserved_blocks) {
   auto& blocks = req_blocks_[req.request_id];
   const int64_t num_computed_blocks_new = new_computed ? static_cast<int64_t>(new_computed->blocks.size()) : 0;
   const int64_t num_computed = req.num_computed_tokens + num_computed_blocks_new * block_size_;
@@ -57,11 +58,17 @@ std::optional<KVCacheBlocks> KVCacheManager::allocate_slots(Request& req, int64_
   const int64_t needed = (total + block_size_ - 1) / block_size_;
   const int64_t have = static_cast<int64_t>(blocks.size()) + num_computed_blocks_new;
   const int64_t num_new_blocks = std::max<int64_t>(0, needed - have);
+  // Blocks already held that the new tokens are written into, shared with another sequence: copy-on-write.
+  // Only a fork shares a partly filled block (the prefix cache shares full blocks, never written again).
+  int64_t num_copies = 0;
+  const int64_t first_written = num_computed / block_size_;
+  for (int64_t i = first_written; i < std::min<int64_t>(needed, static_cast<int64_t>(blocks.size())); ++i)
+    num_copies += blocks[i]->ref_cnt > 1;
   // Prefix-cache blocks with no other user sit in the free list: touching them takes them out of it.
   int64_t evictable_hits = 0;
   if (new_computed)
     for (const KVCacheBlock* b : new_computed->blocks) evictable_hits += b->ref_cnt == 0;
-  if (num_new_blocks + evictable_hits > pool_.num_free_blocks()) {
+  if (num_new_blocks + num_copies + evictable_hits + num_reserved_blocks > pool_.num_free_blocks()) {
     if (blocks.empty()) req_blocks_.erase(req.request_id);
     return std::nullopt;
   }
@@ -70,11 +77,47 @@ std::optional<KVCacheBlocks> KVCacheManager::allocate_slots(Request& req, int64_
     blocks.insert(blocks.end(), new_computed->blocks.begin(), new_computed->blocks.end());
     num_cached_blocks_[req.request_id] = static_cast<int64_t>(blocks.size());
   }
+  if (num_copies > 0) {
+    std::vector<KVCacheBlock*> fresh = pool_.get_new_blocks(num_copies);
+    size_t k = 0;
+    for (int64_t i = first_written; i < std::min<int64_t>(needed, static_cast<int64_t>(blocks.size())); ++i) {
+      KVCacheBlock* shared = blocks[i];
+      if (shared->ref_cnt <= 1) continue;
+      const int64_t filled = std::clamp<int64_t>(num_computed - i * block_size_, 0, block_size_);
+      pending_copies_.push_back(
+          {req.request_id, BlockCopy{shared->block_id, fresh[k]->block_id, static_cast<int32_t>(filled)}});
+      ++num_block_copies_total_;
+      blocks[i] = fresh[k++];
+      pool_.free_blocks(std::span<KVCacheBlock* const>(&shared, 1));  // the others keep it
+    }
+  }
   KVCacheBlocks r;
   r.blocks = pool_.get_new_blocks(num_new_blocks);
   blocks.insert(blocks.end(), r.blocks.begin(), r.blocks.end());
 
   return r;
+}
+
+void KVCacheManager::fork(const Request& parent, const Request& child) {
+  auto it = req_blocks_.find(parent.request_id);
+  if (it == req_blocks_.end()) fail("internal: fork of '{}', which holds no KV blocks", parent.request_id);
+  if (req_blocks_.count(child.request_id))
+    fail("internal: fork into '{}', which already holds blocks", child.request_id);
+  std::vector<KVCacheBlock*> shared = it->second;
+  pool_.touch(shared);
+  req_blocks_.emplace(child.request_id, std::move(shared));
+  if (auto c = num_cached_blocks_.find(parent.request_id); c != num_cached_blocks_.end()) {
+    const int64_t cached = c->second;
+    num_cached_blocks_[child.request_id] = cached;
+  }
+}
+
+std::vector<BlockCopy> KVCacheManager::take_block_copies() {
+  std::vector<BlockCopy> out;
+  out.reserve(pending_copies_.size());
+  for (const PendingCopy& p : pending_copies_) out.push_back(p.copy);
+  pending_copies_.clear();
+  return out;
 }
 
 void KVCacheManager::cache_computed_blocks(Request& req) {
@@ -97,6 +140,7 @@ void KVCacheManager::free(Request& req) {
   pool_.free_blocks(ordered);
   req_blocks_.erase(it);
   num_cached_blocks_.erase(req.request_id);
+  std::erase_if(pending_copies_, [&](const PendingCopy& p) { return p.request_id == req.request_id; });
 }
 
 const std::vector<KVCacheBlock*>& KVCacheManager::blocks_of(const std::string& request_id) const {

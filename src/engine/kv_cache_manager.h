@@ -18,6 +18,14 @@ struct KVCacheBlocks {
   std::vector<KVCacheBlock*> blocks;
 };
 
+// Copy-on-write of a shared block: its first `num_slots` slots (K and V, every layer) go from `src` to `dst`
+// before the step's forward pass writes into `dst`.
+struct BlockCopy {
+  int32_t src = 0;
+  int32_t dst = 0;
+  int32_t num_slots = 0;
+};
+
 struct PrefixCacheStats {
   int64_t queries = 0;  // prompt tokens looked up
   int64_t hits = 0;     // of them found in the cache
@@ -38,9 +46,20 @@ class KVCacheManager {
 
   // Makes room for `num_new_tokens` more tokens after `req.num_computed_tokens` (plus the prefix-cache
   // blocks `new_computed` on admission). Returns the newly allocated blocks, or nullopt when the pool has
-  // too few free blocks (the caller preempts someone and retries).
+  // too few free blocks (the caller preempts someone and retries) — or when fewer than
+  // `num_reserved_blocks` would be left free after it. A block the new tokens go into that other
+  // sequences still share (a forked request's partly filled last prompt block) is copied first:
+  // copy-on-write into a fresh block, recorded for take_block_copies(); the last holder writes in place.
   std::optional<KVCacheBlocks> allocate_slots(Request& req, int64_t num_new_tokens,
-                                              const KVCacheBlocks* new_computed = nullptr);
+                                              const KVCacheBlocks* new_computed = nullptr,
+                                              int64_t num_reserved_blocks = 0);
+
+  // Gives `child` the blocks of `parent` (a fork): one more reference on each, no KV copied.
+  void fork(const Request& parent, const Request& child);
+  // The copy-on-write copies recorded since the last call, in order (the runner performs them before the
+  // step's forward pass).
+  std::vector<BlockCopy> take_block_copies();
+  int64_t num_block_copies_total() const { return num_block_copies_total_; }
 
   // Registers in the prefix cache the request's blocks that are full of computed tokens (after a step).
   void cache_computed_blocks(Request& req);
@@ -65,6 +84,12 @@ class KVCacheManager {
   BlockPool pool_;
   std::unordered_map<std::string, std::vector<KVCacheBlock*>> req_blocks_;
   std::unordered_map<std::string, int64_t> num_cached_blocks_;  // blocks of the request registered as cached
+  struct PendingCopy {
+    std::string request_id;
+    BlockCopy copy;
+  };
+  std::vector<PendingCopy> pending_copies_;  // dropped with their request when it is freed (preempted)
+  int64_t num_block_copies_total_ = 0;
   PrefixCacheStats stats_;
 };
 

@@ -48,6 +48,8 @@ const float* ModelRunner::execute(const SchedulerOutput& out, const KVCacheManag
       sample_reqs.push_back(&req);
     }
   }
+  // Copy-on-write copies first: this step's writes go into the copies.
+  for (const BlockCopy& c : out.blocks_to_copy) cache_.copy_block(c.src, c.dst, c.num_slots);
   ForwardBatch b;
   b.token_ids = {token_ids_.data(), static_cast<size_t>(t)};
   b.positions = {positions_.data(), static_cast<size_t>(t)};

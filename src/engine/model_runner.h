@@ -18,8 +18,9 @@ class ModelRunner {
   ModelRunner(LlamaModel& model, KvCacheTensors& cache, int64_t max_num_batched_tokens, int64_t max_num_seqs,
               int64_t max_model_len);
 
-  // Runs the step. `sample_reqs` receives the requests that produce a token this step (in batch order) and
-  // the returned pointer their logits, [sample_reqs.size(), V], valid until the next call.
+  // Runs the step (first the scheduler's copy-on-write block copies). `sample_reqs` receives the requests
+  // that produce a token this step (in batch order) and the returned pointer their logits,
+  // [sample_reqs.size(), V], valid until the next call.
   const float* execute(const SchedulerOutput& out, const KVCacheManager& kv, std::vector<Request*>& sample_reqs);
 
  private:

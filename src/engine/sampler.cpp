@@ -11,6 +11,7 @@
 namespace kvik {
 
 std::string SamplingParams::validate() const {
+  if (n < 1) return "n must be at least 1";
   if (!(temperature >= 0.0f) || !std::isfinite(temperature)) return "temperature must be a finite number >= 0";
   if (top_k < -1) return "top_k must be -1, 0 (disabled) or a positive number";
   if (!(top_p > 0.0f && top_p <= 1.0f)) return "top_p must be in (0, 1]";

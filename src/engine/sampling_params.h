@@ -11,6 +11,10 @@
 namespace kvik {
 
 struct SamplingParams {
+  // Parallel sampling: n sequences from one prompt, prefilled once. Sequence i draws from its own random
+  // stream (seed + i when seeded) and has its own penalties and structured-output state; all n share the
+  // prompt's KV blocks (EngineCore forks the request when its prompt is done).
+  int32_t n = 1;
   float temperature = 1.0f;  // 0 = greedy
   int32_t top_k = 0;         // 0 or -1 = all tokens
   float top_p = 1.0f;        // nucleus mass kept

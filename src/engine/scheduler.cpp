@@ -40,6 +40,22 @@ std::unique_ptr<Request> Scheduler::finish_request(const std::string& id) {
   return out;
 }
 
+void Scheduler::fork(const std::string& parent_id, std::vector<std::unique_ptr<Request>> children) {
+  Request* parent = find(parent_id);
+  if (!parent || parent->status != RequestStatus::kRunning)
+    fail("internal: fork of '{}', which is not running", parent_id);
+  for (auto& c : children) {
+    if (requests_.count(c->request_id)) fail("request id '{}' is already in use", c->request_id);
+    kv_.fork(*parent, *c);
+    Request* r = c.get();
+    r->status = RequestStatus::kRunning;
+    r->admission_seq = ++admission_counter_;  // newest: preempted before requests admitted earlier
+    requests_.emplace(r->request_id, std::move(c));
+    running_.push_back(r);
+  }
+  finish_request(parent_id);  // drops the parent's reference on every block
+}
+
 void Scheduler::preempt(Request* victim) {
   kv_.free(*victim);
   running_.erase(std::remove(running_.begin(), running_.end(), victim), running_.end());
@@ -109,14 +125,21 @@ SchedulerOutput Scheduler::schedule() {
                       out.scheduled.end());
 
   // 3. Waiting requests, in order, while budget, sequence slots and blocks last (none if we just preempted).
+  // An n > 1 request takes n sequence slots (what it forks into), and unless it would run alone it is
+  // admitted only when n - 1 blocks stay free beyond its prompt's: the first decode after the fork needs a
+  // copy-on-write (or new) block per extra sequence.
+  int64_t num_seqs = 0;
+  for (const Request* r : running_) num_seqs += r->num_seqs();
   while (out.preempted_ids.empty() && budget > 0 && !waiting_.empty() &&
-         static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+         num_seqs + waiting_.front()->num_seqs() <= config_.max_num_seqs) {
     Request* req = waiting_.front();
     int64_t num_cached = 0;
     KVCacheBlocks hit = kv_.get_computed_blocks(*req, &num_cached);
     const int64_t num_new = std::min(req->num_tokens() - num_cached, chunk_limit(budget));
     req->num_computed_tokens = 0;
-    if (!kv_.allocate_slots(*req, num_new, &hit)) break;
+    const int64_t reserve = running_.empty() ? 0 : req->num_seqs() - 1;
+    if (!kv_.allocate_slots(*req, num_new, &hit, reserve)) break;
+    num_seqs += req->num_seqs();
     waiting_.pop_front();
     req->num_computed_tokens = num_cached;
     if (kv_.pool().enable_caching()) kv_.record_prefix_lookup(req->num_tokens(), num_cached);
@@ -129,6 +152,7 @@ SchedulerOutput Scheduler::schedule() {
     out.total_num_scheduled_tokens += num_new;
     budget -= num_new;
   }
+  out.blocks_to_copy = kv_.take_block_copies();
   return out;
 }
 

@@ -35,6 +35,7 @@ struct SchedulerOutput {
   std::vector<ScheduledRequest> scheduled;  // in batch order
   int64_t total_num_scheduled_tokens = 0;
   std::vector<std::string> preempted_ids;
+  std::vector<BlockCopy> blocks_to_copy;  // copy-on-write, to run before the forward pass (in order)
 };
 
 class Scheduler {
@@ -51,6 +52,10 @@ class Scheduler {
   void update_after_step(const SchedulerOutput& out);
   // Removes a finished request (status already set), freeing its blocks.
   std::unique_ptr<Request> finish_request(const std::string& id);
+  // Parallel sampling: the running request `parent_id` (an n > 1 request whose prompt is done) becomes
+  // `children`, which join the running requests holding the parent's blocks (shared, copy-on-write); the
+  // parent is removed. Each child has num_computed_tokens == the parent's and one sampled token appended.
+  void fork(const std::string& parent_id, std::vector<std::unique_ptr<Request>> children);
 
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }

@@ -25,6 +25,9 @@ class KvCacheTensors {
   static int64_t elem_bytes(KvDType d) { return d == KvDType::kF32 ? 4 : 2; }
   static int64_t bytes_per_token(const ModelConfig& cfg, KvDType d) { return cfg.kv_bytes_per_token(elem_bytes(d)); }
   int64_t total_bytes() const;
+  // Copies the first `num_slots` token slots of block `src` into block `dst`, K and V of every layer (the
+  // engine's copy-on-write of a block shared by forked sequences).
+  void copy_block(int32_t src, int32_t dst, int32_t num_slots);
 
  private:
   struct Free {
@@ -37,6 +40,7 @@ class KvCacheTensors {
   int64_t num_blocks_;
   int32_t block_size_;
   KvDType dtype_;
+  int64_t slot_bytes_;  // one token's K (or V) of one layer: n_kv · d_h elements
   int64_t layer_bytes_;
   std::vector<Layer> layers_;
 };
