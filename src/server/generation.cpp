@@ -14,30 +14,39 @@ GenerationJob::GenerationJob(AsyncEngine& engine, const Tokenizer& tokenizer,
                              std::vector<std::vector<int32_t>> prompts, const SamplingParams& params, int32_t n,
                              std::vector<std::string> stop)
     : engine_(engine), tokenizer_(tokenizer), prompts_(std::move(prompts)), params_(params), n_(n) {
+  params_.n = n_;
   const std::string base = next_request_id();
-  for (size_t p = 0; p < prompts_.size(); ++p)
+  for (size_t p = 0; p < prompts_.size(); ++p) {
+    prompt_ids_.push_back(fmt::format("{}-{}", base, p));
     for (int32_t i = 0; i < n_; ++i) {
       Choice c;
-      c.request_id = fmt::format("{}-{}", base, choices_.size());
+      c.request_id = sequence_id(prompt_ids_.back(), i, n_);
       c.prompt_index = p;
       c.detok = std::make_unique<StreamingDetokenizer>(tokenizer_, prompts_[p]);
       c.stop = std::make_unique<StopStringMatcher>(stop);
       choices_.push_back(std::move(c));
     }
+  }
 }
 
 GenerationJob::~GenerationJob() { abort(); }
 
 std::optional<ApiError> GenerationJob::start() {
-  for (size_t k = 0; k < choices_.size(); ++k) {
-    SamplingParams sp = params_;
-    if (sp.seed) sp.seed = *sp.seed + static_cast<uint64_t>(k % static_cast<size_t>(n_));
-    std::string err = engine_.add_request(choices_[k].request_id, prompts_[choices_[k].prompt_index], sp, queue_);
+  const int64_t max_num_seqs = engine_.core().config().max_num_seqs;
+  if (n_ > max_num_seqs) {
+    choices_.clear();
+    return ApiError::bad_request(fmt::format("n is {}, but the server runs at most {} sequences at once "
+                                             "(--max-num-seqs)", n_, max_num_seqs), "n");
+  }
+  // One engine request per prompt: its n choices are the engine's n sequences (one prefill, shared KV;
+  // choice i samples with seed + i).
+  for (size_t p = 0; p < prompts_.size(); ++p) {
+    std::string err = engine_.add_request(prompt_ids_[p], prompts_[p], params_, queue_);
     if (!err.empty()) {
-      for (size_t j = 0; j < k; ++j) engine_.abort(choices_[j].request_id);
-      choices_.resize(k);  // the destructor aborts only what was queued
+      for (size_t q = 0; q < p; ++q) engine_.abort(prompt_ids_[q]);
+      choices_.resize(p * static_cast<size_t>(n_));  // the destructor aborts only what was queued
       num_engine_finished_ = 0;
-      return ApiError::bad_request(err, sp.structured_output ? "response_format" : "prompt");
+      return ApiError::bad_request(err, params_.structured_output ? "response_format" : "prompt");
     }
   }
   started_ = true;
@@ -54,9 +63,10 @@ std::vector<ChoiceDelta> GenerationJob::next(std::chrono::milliseconds timeout) 
   std::vector<ChoiceDelta> deltas;
   std::optional<RequestOutput> out = queue_->pop(timeout);
   if (!out) return deltas;
-  size_t k = 0;
-  while (k < choices_.size() && choices_[k].request_id != out->request_id) ++k;
-  if (k == choices_.size()) return deltas;
+  size_t p = 0;
+  while (p < prompt_ids_.size() && prompt_ids_[p] != out->parent_id) ++p;
+  const size_t k = p * static_cast<size_t>(n_) + static_cast<size_t>(out->index);
+  if (p == prompt_ids_.size() || out->index < 0 || k >= choices_.size()) return deltas;
   Choice& c = choices_[k];
   if (out->finished && !c.engine_finished) {
     c.engine_finished = true;

@@ -1,6 +1,7 @@
-// One HTTP generation request in flight: its prompts × n choices as engine requests, sharing one output
-// queue. Each engine output (one per step per request) becomes a ChoiceDelta: new text after incremental
-// detokenization and stop-string holdback, the tokens' logprobs, and the finish reason when it ends.
+// One HTTP generation request in flight: one engine request per prompt, each with n sequences (the
+// choices: prompt prefilled once, KV shared), sharing one output queue. Each engine output (one per step
+// per sequence) becomes a ChoiceDelta: new text after incremental detokenization and stop-string holdback,
+// the tokens' logprobs, and the finish reason when it ends.
 #pragma once
 
 #include <atomic>
@@ -51,7 +52,7 @@ class GenerationJob {
 
  private:
   struct Choice {
-    std::string request_id;
+    std::string request_id;  // the engine sequence's id
     size_t prompt_index = 0;
     std::unique_ptr<StreamingDetokenizer> detok;
     std::unique_ptr<StopStringMatcher> stop;
@@ -64,6 +65,7 @@ class GenerationJob {
   AsyncEngine& engine_;
   const Tokenizer& tokenizer_;
   std::vector<std::vector<int32_t>> prompts_;
+  std::vector<std::string> prompt_ids_;  // engine request id of each prompt
   SamplingParams params_;
   int32_t n_;
   std::vector<Choice> choices_;

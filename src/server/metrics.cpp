@@ -77,7 +77,7 @@ void ServerMetrics::on_step(const EngineCore& core, const std::vector<RequestOut
   for (const RequestOutput& o : outputs) {
     generation_tokens_ += static_cast<int64_t>(o.new_token_ids.size());
     if (!o.finished) continue;
-    prompt_tokens_ += o.num_prompt_tokens;
+    if (o.index == 0) prompt_tokens_ += o.num_prompt_tokens;  // once per request: n > 1 prefills it once
     ++request_success_[o.finish_reason];
     const RequestStats& s = o.stats;
     if (s.first_scheduled) request_queue_time_.observe(seconds(s.arrival, *s.first_scheduled));

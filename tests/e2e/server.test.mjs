@@ -116,6 +116,83 @@ test('n=2: two choices, seeds seed and seed+1, streamed equals non-streamed', as
   assert.equal(chat.usage.completion_tokens, 16);
 });
 
+test('n=3 parallel sampling: choices equal separate requests with seed, seed+1, seed+2; the prompt counts once', async () => {
+  const base = { model: 'stories260K', max_tokens: 24, temperature: 1.0, seed: 4242 };
+  const params = { ...base, prompt: 'Parallel sampling: a cat and a dog', n: 3, logprobs: 2, ignore_eos: true };
+  const before = (await metrics(srv.url)).values;
+  const whole = await client.completions.create(params);
+  const after = (await metrics(srv.url)).values;
+  assert.deepEqual(whole.choices.map((c) => c.index), [0, 1, 2]);
+  const d = (k) => (after[k] ?? 0) - (before[k] ?? 0);
+  // One prefill: prompt tokens once in usage and metrics; every step after it computes one token per choice.
+  assert.equal(d('kvik:prompt_tokens_total'), whole.usage.prompt_tokens);
+  assert.equal(d('kvik:generation_tokens_total'), 3 * 24);
+  assert.equal(d('kvik:iteration_tokens_total'), whole.usage.prompt_tokens + 3 * (24 - 1));
+  assert.equal(d('kvik:request_success_total{finished_reason="length"}'), 3);
+  assert.equal(whole.usage.completion_tokens, 3 * 24);
+  for (let i = 0; i < 3; i++) {
+    const one = await client.completions.create({ ...params, n: 1, seed: 4242 + i });
+    assert.equal(whole.choices[i].text, one.choices[0].text, `choice ${i} uses seed + ${i}`);
+    assert.deepEqual(whole.choices[i].logprobs, one.choices[0].logprobs);
+    assert.equal(whole.usage.prompt_tokens, one.usage.prompt_tokens);
+  }
+  assert.ok(new Set(whole.choices.map((c) => c.text)).size > 1, 'temperature 1: the choices differ');
+
+  const messages = [{ role: 'user', content: 'Tell me about a parallel cat.' }];
+  const chat = await client.chat.completions.create({ ...base, messages, n: 3 });
+  assert.deepEqual(chat.choices.map((c) => c.index), [0, 1, 2]);
+  let completion = 0;
+  for (let i = 0; i < 3; i++) {
+    const one = await client.chat.completions.create({ ...base, messages, seed: 4242 + i });
+    assert.equal(chat.choices[i].message.content, one.choices[0].message.content, `chat choice ${i}`);
+    assert.equal(chat.choices[i].finish_reason, one.choices[0].finish_reason);
+    assert.equal(chat.usage.prompt_tokens, one.usage.prompt_tokens);
+    completion += one.usage.completion_tokens;
+  }
+  assert.equal(chat.usage.completion_tokens, completion);
+
+  // A stop string ends only the choice that produced it; the others go on as alone.
+  const stopping = { ...base, prompt: 'Parallel sampling: once upon a time', max_tokens: 40, n: 3, stop: ['the'] };
+  const stopped = await client.completions.create(stopping);
+  for (let i = 0; i < 3; i++) {
+    const one = await client.completions.create({ ...stopping, n: 1, seed: 4242 + i });
+    assert.equal(stopped.choices[i].text, one.choices[0].text, `stop choice ${i}`);
+    assert.equal(stopped.choices[i].finish_reason, one.choices[0].finish_reason);
+  }
+});
+
+test('n=2 streaming: every chunk names its choice, texts equal the non-streamed ones', async () => {
+  const params = { model: 'stories260K', prompt: 'Parallel streams', max_tokens: 16, temperature: 1.0, seed: 77, n: 2 };
+  const whole = await client.completions.create(params);
+  const stream = await client.completions.create({ ...params, stream: true, stream_options: { include_usage: true } });
+  const texts = ['', ''];
+  const finish = [];
+  const seen = new Set();
+  let usage = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      assert.ok(c.index === 0 || c.index === 1, `index ${c.index}`);
+      assert.equal(finish[c.index], undefined, 'no chunk after a choice finished');
+      seen.add(c.index);
+      texts[c.index] += c.text;
+      if (c.finish_reason) finish[c.index] = c.finish_reason;
+    }
+  }
+  assert.deepEqual([...seen].sort(), [0, 1]);
+  assert.deepEqual(texts, whole.choices.map((c) => c.text));
+  assert.deepEqual(finish, whole.choices.map((c) => c.finish_reason));
+  assert.equal(usage.prompt_tokens, whole.usage.prompt_tokens);
+  assert.equal(usage.completion_tokens, whole.usage.completion_tokens);
+  const chat = await client.chat.completions.create({ model: 'stories260K', messages: [{ role: 'user', content: 'Hi' }],
+    max_tokens: 10, temperature: 1.0, seed: 5, n: 2, stream: true });
+  const chatTexts = ['', ''];
+  for await (const chunk of chat) for (const c of chunk.choices) chatTexts[c.index] += c.delta.content ?? '';
+  const chatWhole = await client.chat.completions.create({ model: 'stories260K', messages: [{ role: 'user', content: 'Hi' }],
+    max_tokens: 10, temperature: 1.0, seed: 5, n: 2 });
+  assert.deepEqual(chatTexts, chatWhole.choices.map((c) => c.message.content));
+});
+
 test('stop strings end the text before the stop string, streamed and not, never leaking a part of it', async () => {
   const base = { model: 'stories260K', prompt: 'Once upon a time', max_tokens: 60, temperature: 0 };
   const full = (await client.completions.create(base)).choices[0].text;
@@ -236,6 +313,24 @@ test('clients that disconnect mid-stream free their KV blocks', async () => {
   assert.equal(m['kvik:num_requests_running'], 0);
   assert.equal(m['kvik:kv_cache_usage_perc'], 0);
   assert.equal(m['kvik:request_success_total{finished_reason="abort"}'] - (before['kvik:request_success_total{finished_reason="abort"}'] ?? 0), 20);
+
+  // n = 3: the three sequences share the prompt's blocks; a disconnect aborts all three and frees them.
+  const mid = m;
+  await Promise.all(
+    Array.from({ length: 8 }, async (_, i) => {
+      const stream = await client.completions.create({ model: 'stories260K', prompt: `Hello again ${i}`, max_tokens: 1500, temperature: 1, ignore_eos: true, stream: true, n: 3 });
+      let n = 0;
+      for await (const _chunk of stream) if (++n === 4) break;
+    }),
+  );
+  for (let t = 0; t < 100; t++) {
+    m = (await metrics(srv.url)).values;
+    if (m['kvik:num_requests_running'] === 0 && m['kvik:kv_cache_usage_perc'] === 0) break;
+    await sleep(50);
+  }
+  assert.equal(m['kvik:num_requests_running'], 0);
+  assert.equal(m['kvik:kv_cache_usage_perc'], 0);
+  assert.equal(m['kvik:request_success_total{finished_reason="abort"}'] - mid['kvik:request_success_total{finished_reason="abort"}'], 8 * 3);
 });
 
 // [description, body or raw string, headers, expected status, path]
