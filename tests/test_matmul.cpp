@@ -44,7 +44,7 @@ TEST_P(MatmulTypes, BatchedRowsEqualSingleRowsBitForBit) {
   // (rows, cols): a partial 16-row task, and one big enough to run on the thread pool.
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 512}, {300, 1024}}) {
     const Weights w = random_weights(t, rows, cols, rng);
-    for (int64_t T : {1, 2, 3, 4, 5, 7, 8, 9, 13}) {
+    for (int64_t T : {1, 2, 3, 4, 5, 7, 8, 9, 13, 70, 137}) {  // 70, 137: several token blocks
       std::vector<float> x(static_cast<size_t>(T * cols)), y(static_cast<size_t>(T * rows)), y1(static_cast<size_t>(rows));
       for (auto& v : x) v = g(rng);
       matmul(x.data(), T, w.m, y.data());
@@ -54,6 +54,25 @@ TEST_P(MatmulTypes, BatchedRowsEqualSingleRowsBitForBit) {
             << dtype_name(t) << " rows " << rows << " T " << T << " token " << i;
       }
     }
+  }
+}
+
+// Several outputs of one input (q/k/v, gate/up) give what separate calls give, whatever the token count.
+TEST_P(MatmulTypes, SharedInputOutputsEqualSeparateCallsBitForBit) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const DType t = GetParam();
+  const int64_t cols = 512;
+  const Weights a = random_weights(t, 300, cols, rng), b = random_weights(t, 37, cols, rng), c = random_weights(t, 64, cols, rng);
+  for (int64_t T : {1, 9, 100}) {
+    std::vector<float> x(T * cols);
+    for (auto& v : x) v = g(rng);
+    std::vector<float> ya(T * 300), yb(T * 37), yc(T * 64), ra(T * 300), rb(T * 37), rc(T * 64);
+    matmul(x.data(), T, {{&a.m, ya.data()}, {&b.m, yb.data()}, {&c.m, yc.data()}});
+    matmul(x.data(), T, a.m, ra.data()), matmul(x.data(), T, b.m, rb.data()), matmul(x.data(), T, c.m, rc.data());
+    EXPECT_EQ(ya, ra) << dtype_name(t) << " T " << T;
+    EXPECT_EQ(yb, rb) << dtype_name(t) << " T " << T;
+    EXPECT_EQ(yc, rc) << dtype_name(t) << " T " << T;
   }
 }
 
