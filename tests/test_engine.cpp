@@ -10,6 +10,7 @@
 #include "engine/single_sequence.h"
 #include "model/llama.h"
 #include "model/synth.h"
+#include "synth_models.h"
 
 using namespace kvik;
 
@@ -18,20 +19,7 @@ namespace {
 std::unique_ptr<LlamaModel> stories() { return LlamaModel::load(KVIK_SHARED_DIR "/models/stories260K.gguf"); }
 
 std::string synth_gqa_path() {
-  static std::string path = [] {
-    SynthOptions o;
-    o.out_path = ::testing::TempDir() + "kvik_engine_gqa.gguf";
-    o.dim = 128;
-    o.layers = 2;
-    o.heads = 8;
-    o.kv_heads = 2;
-    o.ff = 256;
-    o.vocab = 512;
-    o.context = 1024;
-    o.seed = 7;
-    synth_llama_gguf(o);
-    return o.out_path;
-  }();
+  static const std::string path = test_models::write_synth_gqa("kvik_engine_gqa.gguf", 7);
   return path;
 }
 

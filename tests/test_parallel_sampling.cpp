@@ -16,6 +16,7 @@
 #include "engine/structured/vocab_trie.h"
 #include "model/llama.h"
 #include "model/synth.h"
+#include "synth_models.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace kvik;
@@ -25,20 +26,7 @@ namespace {
 const std::string kStories = KVIK_SHARED_DIR "/models/stories260K.gguf";
 
 std::string synth_gqa_path() {
-  static std::string path = [] {
-    SynthOptions o;
-    o.out_path = ::testing::TempDir() + "kvik_parallel_gqa.gguf";
-    o.dim = 128;
-    o.layers = 2;
-    o.heads = 8;
-    o.kv_heads = 2;
-    o.ff = 256;
-    o.vocab = 512;
-    o.context = 1024;
-    o.seed = 11;
-    synth_llama_gguf(o);
-    return o.out_path;
-  }();
+  static const std::string path = test_models::write_synth_gqa("kvik_parallel_gqa.gguf", 11);
   return path;
 }
 
