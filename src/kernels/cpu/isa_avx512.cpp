@@ -18,35 +18,26 @@ namespace {
 
 inline float f16(uint16_t h) { return _cvtsh_ss(h); }  // exact, as fp16_to_f32
 
-// Every dot product below is a template over R activation rows sharing one pass over the weight row: row r of
-// x starts at x + r·xs and gets its own accumulators, updated by exactly the instructions the R = 1 instance
-// uses, so dot4_* (R = 4) returns bit for bit what four dot_* (R = 1) calls return. The tiled matmul relies on
-// that for batch invariance.
+// The f16/bf16 and K-quant dot products below are templates over R activation rows sharing one pass over the
+// weight row: row r of x starts at x + r·xs and gets its own accumulators, updated by exactly the instructions the
+// R = 1 instance uses, so dot4_* (R = 4) returns bit for bit what four dot_* (R = 1) calls return. The tiled matmul
+// relies on that for batch invariance (as it does on the F32 tile's and gemv_q's shape invariance).
 
 inline __mmask16 tail_mask(int64_t k) { return static_cast<__mmask16>((1u << k) - 1); }
 
-template <int R>
-void rows_f32(const float* w, const float* x, int64_t xs, int64_t n, float* out) {
-  __m512 a[R][4];
-  for (int r = 0; r < R; ++r)
-    for (int k = 0; k < 4; ++k) a[r][k] = _mm512_setzero_ps();
+// One f32 row pair (attention's q·k): four accumulators over 64-float steps, a masked tail.
+float dot_f32(const float* w, const float* x, int64_t n) {
+  __m512 a[4];
+  for (int k = 0; k < 4; ++k) a[k] = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 64 <= n; i += 64)
-    for (int k = 0; k < 4; ++k) {
-      const __m512 wv = _mm512_loadu_ps(w + i + 16 * k);
-      for (int r = 0; r < R; ++r) a[r][k] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + r * xs + i + 16 * k), a[r][k]);
-    }
-  for (; i + 16 <= n; i += 16) {
-    const __m512 wv = _mm512_loadu_ps(w + i);
-    for (int r = 0; r < R; ++r) a[r][0] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + r * xs + i), a[r][0]);
-  }
+    for (int k = 0; k < 4; ++k) a[k] = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16 * k), _mm512_loadu_ps(x + i + 16 * k), a[k]);
+  for (; i + 16 <= n; i += 16) a[0] = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a[0]);
   if (i < n) {  // masked tail: the missing lanes load as 0
     const __mmask16 m = tail_mask(n - i);
-    const __m512 wv = _mm512_maskz_loadu_ps(m, w + i);
-    for (int r = 0; r < R; ++r) a[r][1] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + r * xs + i), a[r][1]);
+    a[1] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_maskz_loadu_ps(m, x + i), a[1]);
   }
-  for (int r = 0; r < R; ++r)
-    out[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[r][0], a[r][1]), _mm512_add_ps(a[r][2], a[r][3])));
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
 }
 
 // F32 tile of M weight rows × R activation rows: one accumulator per entry, 16 columns per step (a masked step
@@ -132,8 +123,6 @@ void rows_half(const uint16_t* w, const uint16_t* x, int64_t xs, int64_t n, floa
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
 inline __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
-// Lanes 0..7 = a, lanes 8..15 = b: the scales of two blocks side by side.
-inline __m512 two_scales(float a, float b) { return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1); }
 inline float hsum256(__m256 p) {
   __m128 h = _mm_add_ps(_mm256_castps256_ps128(p), _mm256_extractf128_ps(p, 1));
   h = _mm_add_ps(h, _mm_movehl_ps(h, h));
@@ -401,7 +390,6 @@ float one(const W* w, const X* x, int64_t n) {
   Rows(w, x, 0, n, &o);
   return o;
 }
-float dot_f32(const float* w, const float* x, int64_t n) { return one<rows_f32<1>>(w, x, n); }
 float dot_f16(const uint16_t* w, const uint16_t* x, int64_t n) { return one<rows_half<true, 1>>(w, x, n); }
 float dot_bf16(const uint16_t* w, const uint16_t* x, int64_t n) { return one<rows_half<false, 1>>(w, x, n); }
 float dot_q4_k(const BlockQ4_K* w, const BlockQ8_K* x, int64_t nb) { return one<rows_k_scale_min<false, 1, BlockQ4_K>>(w, x, nb); }

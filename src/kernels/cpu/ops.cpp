@@ -236,8 +236,6 @@ void silu_mul(float* gate, const float* up, int64_t n) {
   });
 }
 
-void softmax(float* x, int64_t n) { cpu_kernels().softmax(x, n); }
-
 void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t T, int64_t kv_dim, void* k_cache,
               void* v_cache, KvDType dtype) {
   for (int64_t t = 0; t < T; ++t) {

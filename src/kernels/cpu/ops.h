@@ -32,9 +32,6 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t rope_dim, int32_t
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, int64_t n);
 
-// Numerically stable in-place softmax.
-void softmax(float* x, int64_t n);
-
 // KV cache element type.
 enum class KvDType { kF32, kF16 };
 
