@@ -86,14 +86,9 @@ class GbnfParser {
   }
 
   uint32_t hex(int digits) {
-    uint32_t v = 0;
-    for (int i = 0; i < digits; ++i) {
-      const int d = hex_digit_value(peek());
-      if (d < 0) error(fmt::format("expected {} hex digits in an escape", digits));
-      v = v * 16 + static_cast<uint32_t>(d);
-      ++pos_;
-    }
-    return v;
+    const std::optional<uint32_t> v = read_hex(src_, pos_, digits);
+    if (!v) error(fmt::format("expected {} hex digits in an escape", digits));
+    return *v;
   }
 
   // One code point of a literal or class, escapes decoded.

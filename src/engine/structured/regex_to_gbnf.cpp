@@ -193,14 +193,9 @@ class RegexTranslator {
   }
 
   uint32_t hex(int digits) {
-    uint32_t v = 0;
-    for (int i = 0; i < digits; ++i) {
-      const int d = hex_digit_value(peek());
-      if (d < 0) error(fmt::format("expected {} hex digits", digits));
-      v = v * 16 + static_cast<uint32_t>(d);
-      ++pos_;
-    }
-    return v;
+    const std::optional<uint32_t> v = read_hex(p_, pos_, digits);
+    if (!v) error(fmt::format("expected {} hex digits", digits));
+    return *v;
   }
 
   CodepointSet bracket() {

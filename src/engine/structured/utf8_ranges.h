@@ -3,18 +3,27 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 namespace kvik::structured {
 
-// The value of a hexadecimal digit, or -1 for any other character (escape parsing in GBNF and regexes).
-inline int hex_digit_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
+// `digits` hexadecimal digits of s from pos (escape parsing in GBNF and regexes). pos moves past each digit read,
+// so on failure it points at the first character that is not one; nullopt then.
+inline std::optional<uint32_t> read_hex(std::string_view s, size_t& pos, int digits) {
+  uint32_t v = 0;
+  for (int i = 0; i < digits; ++i, ++pos) {
+    const char c = pos < s.size() ? s[pos] : '\0';
+    int d = -1;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+    if (d < 0) return std::nullopt;
+    v = v * 16 + static_cast<uint32_t>(d);
+  }
+  return v;
 }
 
 // Sorted, disjoint, non-adjacent inclusive ranges of code points.
