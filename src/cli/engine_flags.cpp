@@ -26,11 +26,14 @@ void add_engine_flags(CLI::App* c, EngineFlags& f) {
   c->add_option("--long-prefill-token-threshold", e.long_prefill_token_threshold,
                 "Longest prompt chunk per step (0 = the token budget)");
   c->add_option("--threads,-t", f.threads, "Compute threads (default: all cores)");
+  c->add_flag("--repack,!--no-repack", f.repack,
+              "Repack Q8_0/Q4_0/Q4_K weights at load for the row-parallel AVX-512 kernels (default on)");
 }
 
 EngineConfig EngineFlags::resolve() {
   config.kv_cache_dtype = kv_cache_dtype == "f16" ? KvDType::kF16 : KvDType::kF32;
   ThreadPool::global().set_num_threads(threads);
+  set_weight_repacking(repack);
   log_info("CPU kernels: {}, {} threads", cpu_kernels().isa, ThreadPool::global().num_threads());
   return config;
 }

@@ -13,6 +13,7 @@ struct EngineFlags {
   EngineConfig config;
   std::string kv_cache_dtype = "f32";
   int threads = 0;
+  bool repack = true;
   // Applies the string-valued flags to `config`, sets the thread count; call before building the engine.
   EngineConfig resolve();
 };

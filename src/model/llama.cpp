@@ -5,6 +5,8 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/log.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/ops.h"
 
 namespace kvik {
@@ -77,6 +79,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
     w.w_down = matrix(g, p + "ffn_down.weight", c.dim, c.ff_dim);
     m->layers_.push_back(w);
   }
+  m->pack_weights();
   return m;
 }
 
@@ -144,7 +147,18 @@ std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir) {
     w.w_down = mat(p + "mlp.down_proj.weight", c.dim, c.ff_dim);
     m->layers_.push_back(w);
   }
+  m->pack_weights();
   return m;
+}
+
+void LlamaModel::pack_weights() {
+  const auto pack = [this](WeightMatrix& w) {
+    if (PackedBuffer b = pack_weight(w)) packed_.push_back(std::move(b));
+  };
+  pack(output_);
+  for (LayerWeights& l : layers_)
+    for (WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) pack(*w);
+  if (!packed_.empty()) log_info("repacked {} weight matrices into 16-row groups for the {} kernels", packed_.size(), cpu_kernels().isa);
 }
 
 const GgufFile& LlamaModel::gguf() const {

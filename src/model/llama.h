@@ -9,6 +9,7 @@
 
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
+#include "kernels/cpu/packed.h"
 #include "model/kv_cache.h"
 #include "model/model_config.h"
 #include "tensor/tensor.h"
@@ -49,6 +50,7 @@ class LlamaModel {
   const GgufFile& gguf() const;  // throws kvik::Error for a Hugging Face directory
   int64_t parameter_count() const;
   int64_t weight_bytes() const;
+  int64_t packed_weight_count() const { return static_cast<int64_t>(packed_.size()); }
   DType embedding_dtype() const { return token_embd_.dtype; }
 
   // Runs the batch; writes K/V of every token into `cache` and logits [N, V] for batch.logits_indices.
@@ -64,6 +66,7 @@ class LlamaModel {
   LlamaModel() = default;
   static std::unique_ptr<LlamaModel> load_hf(const std::string& dir);
   const float* owned_floats(const uint8_t* data, DType dtype, int64_t n);  // a dequantized copy kept by the model
+  void pack_weights();  // repacks the matmul weights the CPU's kernels have a packed layout for
   void rope_rows(float* x, int64_t n_heads, int32_t pos);
   void attention_block(int64_t layer, const ForwardBatch& b, KvCacheTensors& cache, int64_t T);
   void mlp_block(int64_t layer, int64_t T);
@@ -72,6 +75,7 @@ class LlamaModel {
   std::unique_ptr<GgufFile> gguf_;
   std::unique_ptr<SafetensorsModel> safetensors_;
   std::vector<std::vector<float>> owned_;  // norms/biases converted to f32
+  std::vector<PackedBuffer> packed_;       // repacked copies of weights (WeightMatrix::packed points here)
   ModelConfig config_;
   WeightMatrix token_embd_;  // [V, d]
   const float* output_norm_ = nullptr;

@@ -15,6 +15,10 @@ struct WeightMatrix {
   int64_t cols = 0;  // in features
   const uint8_t* data = nullptr;
   size_t row_bytes = 0;
+  // The same rows repacked at load for the row-parallel kernels (kernels/cpu/packed.h), or null: groups of 16
+  // rows, packed_group_bytes each. `data` stays valid (embedding lookups read it).
+  const uint8_t* packed = nullptr;
+  size_t packed_group_bytes = 0;
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };
 

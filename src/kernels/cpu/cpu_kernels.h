@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "kernels/cpu/packed.h"
 #include "tensor/dtype.h"
 #include "tensor/k_quants.h"
 
@@ -25,6 +26,7 @@ struct ActQ8 {
   int64_t nb;  // blocks per row
 };
 inline constexpr int64_t kActQ8MaxRows = 8;
+inline constexpr int64_t kPackMaxTokens = 8;
 // Byte offset of element j (0..31) of block b within a row of the ActQ8 layout.
 inline int64_t act_q8_offset(int64_t nb, int64_t b, int j) {
   if ((b | 1) >= nb) return 32 * b + j;  // unpaired last block
@@ -72,6 +74,14 @@ struct CpuKernels {
   // One activation row into the ActQ8 layout: the q and d of quantize_row_q8_0, bit for bit.
   void (*quantize_act_q8)(const float* x, uint8_t* qs, float* d, int64_t n);
   void (*quantize_q8_k)(const float* x, BlockQ8_K* y, int64_t n);  // bit-exact with quantize_row_q8_k
+  // Weights repacked at load (kernels/cpu/packed.h): one 16-row group against R ≤ kPackMaxTokens activation rows,
+  // y[t·ys + i] = dot(row i of the group, activation row t); bit for bit the *_x16_ref functions, so every row's
+  // result is independent of R. Null in tables without them: weights then stay unpacked.
+  void (*gemm_q8_0_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
+  void (*gemm_q4_0_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
+  void (*gemm_q4_k_x16)(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys);
+  // One activation row into ActQ8S (quantize_act_q8s_ref bit for bit); null where the packed kernels are.
+  void (*quantize_act_q8s)(const float* x, int8_t* qs, float* d, int32_t* sums, int64_t n);
   void (*to_f16)(const float* x, uint16_t* y, int64_t n);
   void (*to_bf16)(const float* x, uint16_t* y, int64_t n);
 };

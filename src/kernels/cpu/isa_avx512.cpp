@@ -227,6 +227,132 @@ void gemv_q(const Block* w, const ActQ8& x, int64_t R, float* out) {
 void gemv_q8_0(const BlockQ8_0* w, const ActQ8& x, int64_t R, float* out) { gemv_q(w, x, R, out); }
 void gemv_q4_0(const BlockQ4_0* w, const ActQ8& x, int64_t R, float* out) { gemv_q(w, x, R, out); }
 
+// Packed weights (packed.h): lanes run across the group's 16 rows. Per block the weight vectors are loaded (and
+// Q4's nibbles split) once for all R tokens; per token each 64-byte vector meets the activation's matching 4 bytes
+// broadcast (vpdpbusd, u8 weight × s8 activation), the integer sum starts at the offset correction, and one
+// conversion and one FMA apply the block's 16 weight scales times the token's scale. The operations and their
+// order are those of the *_x16_ref functions, so the results are theirs bit for bit.
+inline __m512i bcast4(const int8_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+template <int R>
+void gemm_q8_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys) {
+  const uint16_t* dp = reinterpret_cast<const uint16_t*>(g + nb * 512);
+  __m512 acc[R];
+  for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i w[8];
+    for (int k = 0; k < 8; ++k) w[k] = _mm512_load_si512(g + b * 512 + 64 * k);
+    const __m512 dw = _mm512_cvtph_ps(load256(dp + b * kPackRows));
+    for (int t = 0; t < R; ++t) {
+      const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
+      __m512i s = _mm512_set1_epi32(-128 * x.sums[t * nb + b]);
+      for (int k = 0; k < 8; ++k) s = _mm512_dpbusd_epi32(s, w[k], bcast4(xq + 4 * k));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[t * nb + b])), acc[t]);
+    }
+  }
+  for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
+}
+
+template <int R>
+void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys) {
+  const uint16_t* dp = reinterpret_cast<const uint16_t*>(g + nb * 256);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[R];
+  for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i lo[4], hi[4];
+    for (int v = 0; v < 4; ++v) {
+      const __m512i raw = _mm512_load_si512(g + b * 256 + 64 * v);
+      lo[v] = _mm512_and_si512(raw, m4), hi[v] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+    }
+    const __m512 dw = _mm512_cvtph_ps(load256(dp + b * kPackRows));
+    for (int t = 0; t < R; ++t) {
+      const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
+      __m512i s = _mm512_set1_epi32(-8 * x.sums[t * nb + b]);
+      for (int v = 0; v < 4; ++v) {
+        s = _mm512_dpbusd_epi32(s, lo[v], bcast4(xq + 4 * v));
+        s = _mm512_dpbusd_epi32(s, hi[v], bcast4(xq + 16 + 4 * v));
+      }
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[t * nb + b])), acc[t]);
+    }
+  }
+  for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
+}
+
+// Q4_K: per sub-block j the 8 nibble vectors meet the token's 32 activations (exact int32), times the rows' 6-bit
+// scales into the super-block's int32 sum; the min term Σ_j m_j·Σx_j comes from vpdpwssd over sub-block pairs.
+template <int R>
+void gemm_q4_k_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, int64_t ys) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[R];
+  for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* rec = g + b * 2368;
+    __m512i isum[R];
+    for (int t = 0; t < R; ++t) isum[t] = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) {
+      __m512i lo[4], hi[4];
+      for (int v = 0; v < 4; ++v) {
+        const __m512i raw = _mm512_load_si512(rec + j * 256 + 64 * v);
+        lo[v] = _mm512_and_si512(raw, m4), hi[v] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+      }
+      const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(rec + 2112 + 16 * j)));
+      for (int t = 0; t < R; ++t) {
+        const int8_t* xq = x.x[t * nb + b].qs + 32 * j;
+        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(xq));
+        s = _mm512_dpbusd_epi32(s, hi[0], bcast4(xq + 16));
+        for (int v = 1; v < 4; ++v) {
+          s = _mm512_dpbusd_epi32(s, lo[v], bcast4(xq + 4 * v));
+          s = _mm512_dpbusd_epi32(s, hi[v], bcast4(xq + 16 + 4 * v));
+        }
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s, sc));
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(load256(rec + 2048)), dminw = _mm512_cvtph_ps(load256(rec + 2080));
+    __m512i mv[4];
+    for (int p = 0; p < 4; ++p) mv[p] = _mm512_cvtepu8_epi16(load256(rec + 2240 + 32 * p));
+    for (int t = 0; t < R; ++t) {
+      const int8_t* s32 = reinterpret_cast<const int8_t*>(x.sums32 + (t * nb + b) * 8);
+      __m512i m = _mm512_setzero_si512();
+      for (int p = 0; p < 4; ++p) m = _mm512_dpwssd_epi32(m, mv[p], bcast4(s32 + 4 * p));
+      const __m512 dx = _mm512_set1_ps(x.x[t * nb + b].d);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, dx), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dminw, dx), acc[t]);
+    }
+  }
+  for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
+}
+
+template <template <int> class K, typename X>
+void by_tokens(const uint8_t* g, int64_t nb, const X& x, int64_t R, float* y, int64_t ys) {
+  switch (R) {
+    case 1: return K<1>::run(g, nb, x, y, ys);
+    case 2: return K<2>::run(g, nb, x, y, ys);
+    case 3: return K<3>::run(g, nb, x, y, ys);
+    case 4: return K<4>::run(g, nb, x, y, ys);
+    case 5: return K<5>::run(g, nb, x, y, ys);
+    case 6: return K<6>::run(g, nb, x, y, ys);
+    case 7: return K<7>::run(g, nb, x, y, ys);
+    default: return K<8>::run(g, nb, x, y, ys);
+  }
+}
+template <int R> struct Q8_0x16 { static constexpr auto run = gemm_q8_0_x16_r<R>; };
+template <int R> struct Q4_0x16 { static constexpr auto run = gemm_q4_0_x16_r<R>; };
+template <int R> struct Q4_Kx16 { static constexpr auto run = gemm_q4_k_x16_r<R>; };
+void gemm_q8_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  by_tokens<Q8_0x16>(g, nb, x, R, y, ys);
+}
+void gemm_q4_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  by_tokens<Q4_0x16>(g, nb, x, R, y, ys);
+}
+void gemm_q4_k_x16(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
+  by_tokens<Q4_Kx16>(g, nb, x, R, y, ys);
+}
+
 // roundf (half away from zero), exactly: t = trunc(v) and v − t is exact, so |v − t| ≥ ½ decides the step.
 inline __m512 round_half_away(__m512 v) {
   const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
@@ -260,6 +386,16 @@ void quantize_act_q8(const float* x, uint8_t* qs, float* d, int64_t n) {
     _mm512_storeu_si512(qs + b * kQK8_0, interleave_blocks(q0, q1));
   }
   if (b < nb) _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + b * kQK8_0), quantize_block(x + b * kQK8_0, d + b));
+}
+
+void quantize_act_q8s(const float* x, int8_t* qs, float* d, int32_t* sums, int64_t n) {
+  for (int64_t b = 0; b < n / kQK8_0; ++b) {
+    const __m256i q = quantize_block(x + b * kQK8_0, d + b);  // q + 128
+    const __m256i sad = _mm256_sad_epu8(q, _mm256_setzero_si256());
+    const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+    sums[b] = static_cast<int32_t>(_mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1)) - 32 * 128;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + b * kQK8_0), _mm256_xor_si256(q, _mm256_set1_epi8(-128)));
+  }
 }
 
 void to_f16(const float* x, uint16_t* y, int64_t n) {
@@ -540,6 +676,10 @@ constexpr CpuKernels kAvx512 = {
     .gemv_q4_0 = gemv_q4_0,
     .quantize_act_q8 = quantize_act_q8,
     .quantize_q8_k = quantize_q8_k,
+    .gemm_q8_0_x16 = gemm_q8_0_x16,
+    .gemm_q4_0_x16 = gemm_q4_0_x16,
+    .gemm_q4_k_x16 = gemm_q4_k_x16,
+    .quantize_act_q8s = quantize_act_q8s,
     .to_f16 = to_f16,
     .to_bf16 = to_bf16,
 };

@@ -42,12 +42,17 @@ struct PreparedInput {
   std::vector<uint8_t>* act_qs = nullptr;
   std::vector<float>* act_d = nullptr;
   std::vector<BlockQ8_K>* q8k = nullptr;
+  std::vector<int8_t>* act_s_qs = nullptr;  // ActQ8S (packed Q8_0 / Q4_0)
+  std::vector<float>* act_s_d = nullptr;
+  std::vector<int32_t>* act_s_sums = nullptr;
+  std::vector<int16_t>* q8k_sums32 = nullptr;  // with q8k, for packed Q4_K
 };
 
 // Which conversion a weight type needs (one per kind and input).
-enum class Partner { kF32, kF16, kBF16, kActQ8, kQ8K };
-Partner partner_of(DType t) {
-  switch (t) {
+enum class Partner { kF32, kF16, kBF16, kActQ8, kQ8K, kActQ8S, kQ8KSums, kCount };
+Partner partner_of(const WeightMatrix& w) {
+  if (w.packed) return w.dtype == DType::Q4_K ? Partner::kQ8KSums : Partner::kActQ8S;
+  switch (w.dtype) {
     case DType::F32: return Partner::kF32;
     case DType::F16: return Partner::kF16;
     case DType::BF16: return Partner::kBF16;
@@ -56,7 +61,7 @@ Partner partner_of(DType t) {
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K: return Partner::kQ8K;
-    default: fail("matmul: no kernel for weight type {}", dtype_name(t));
+    default: fail("matmul: no kernel for weight type {}", dtype_name(w.dtype));
   }
 }
 
@@ -91,7 +96,31 @@ void prepare(PreparedInput& in, Partner p) {
       in.act_qs = &qs, in.act_d = &d;
       return;
     }
+    case Partner::kActQ8S: {
+      thread_local std::vector<int8_t> qs;
+      thread_local std::vector<float> d;
+      thread_local std::vector<int32_t> sums;
+      const int64_t nb = n / kQK8_0;
+      int8_t* q = scratch(qs, static_cast<size_t>(T * n));
+      float* dd = scratch(d, static_cast<size_t>(T * nb));
+      int32_t* ss = scratch(sums, static_cast<size_t>(T * nb));
+      split(T, T * n * 16, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) k.quantize_act_q8s(x + t * n, q + t * n, dd + t * nb, ss + t * nb, n);
+      });
+      in.act_s_qs = &qs, in.act_s_d = &d, in.act_s_sums = &sums;
+      return;
+    }
+    case Partner::kQ8KSums: {
+      prepare(in, Partner::kQ8K);
+      thread_local std::vector<int16_t> sums;
+      const int64_t nb = n / kQK_K;
+      q8_k_sums32(in.q8k->data(), scratch(sums, static_cast<size_t>(T * nb * 8)), T * nb);
+      in.q8k_sums32 = &sums;
+      return;
+    }
+    case Partner::kCount: return;
     case Partner::kQ8K: {
+      if (in.q8k) return;  // already converted for a packed Q4_K sharing this input
       thread_local std::vector<BlockQ8_K> buf;
       const int64_t nb = n / kQK_K;
       BlockQ8_K* q = scratch(buf, static_cast<size_t>(T * nb));
@@ -121,9 +150,39 @@ void rows_dot4(const X* xa, int64_t xs, int64_t T, const WeightMatrix& w, float*
     for (int64_t r = r0; r < r1; ++r) y[t * w.rows + r] = dot(reinterpret_cast<const W*>(w.row(r)), xa + t * xs, len);
 }
 
+// Rows [r0, r1) of a packed weight: r0 starts a 16-row group (tasks are whole groups).
+void matmul_packed(const PreparedInput& in, const WeightMatrix& w, float* y, int64_t r0, int64_t r1) {
+  static_assert(kRowsPerTask % kPackRows == 0);
+  const CpuKernels& k = cpu_kernels();
+  const int64_t T = in.T, n = in.n;
+  float tmp[kPackMaxTokens * kPackRows];
+  for (int64_t r = r0; r < r1; r += kPackRows) {
+    const uint8_t* g = w.packed + static_cast<size_t>(r / kPackRows) * w.packed_group_bytes;
+    const bool full = r + kPackRows <= w.rows;
+    for (int64_t t = 0; t < T; t += kPackMaxTokens) {
+      const int64_t R = std::min(kPackMaxTokens, T - t);
+      float* out = full ? y + t * w.rows + r : tmp;
+      const int64_t os = full ? w.rows : kPackRows;
+      if (w.dtype == DType::Q4_K) {
+        const int64_t nb = n / kQK_K;
+        const ActQ8KS x{in.q8k->data() + t * nb, in.q8k_sums32->data() + t * nb * 8, nb};
+        k.gemm_q4_k_x16(g, nb, x, R, out, os);
+      } else {
+        const int64_t nb = n / kQK8_0;
+        const ActQ8S x{in.act_s_qs->data() + t * n, in.act_s_d->data() + t * nb, in.act_s_sums->data() + t * nb, nb};
+        (w.dtype == DType::Q8_0 ? k.gemm_q8_0_x16 : k.gemm_q4_0_x16)(g, nb, x, R, out, os);
+      }
+      if (!full)
+        for (int64_t i = 0; i < R; ++i)
+          std::copy(tmp + i * kPackRows, tmp + i * kPackRows + (w.rows - r), y + (t + i) * w.rows + r);
+    }
+  }
+}
+
 void matmul_rows(const PreparedInput& in, const WeightMatrix& w, float* y, int64_t r0, int64_t r1) {
   const CpuKernels& k = cpu_kernels();
   const int64_t T = in.T, n = in.n;
+  if (w.packed) return matmul_packed(in, w, y, r0, r1);
   switch (w.dtype) {
     case DType::F32: {
       constexpr int64_t kTileRows = 4, kTileTokens = 4;
@@ -169,11 +228,11 @@ void matmul(const float* x, int64_t T, std::initializer_list<MatmulOut> outs) {
   if (T == 0 || outs.size() == 0) return;
   PreparedInput in;
   in.x = x, in.T = T, in.n = outs.begin()->w->cols;
-  bool prepared[5] = {};
+  bool prepared[static_cast<int>(Partner::kCount)] = {};
   int64_t n_tasks = 0, work = 0;
   for (const MatmulOut& o : outs) {
     if (o.w->cols != in.n) fail("matmul: inputs of {} and {} columns share one input", o.w->cols, in.n);
-    const Partner p = partner_of(o.w->dtype);
+    const Partner p = partner_of(*o.w);
     if (!prepared[static_cast<int>(p)]) prepare(in, p), prepared[static_cast<int>(p)] = true;
     n_tasks += (o.w->rows + kRowsPerTask - 1) / kRowsPerTask;
     work += T * o.w->rows * o.w->cols;

@@ -1,0 +1,206 @@
+#include "kernels/cpu/packed.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include <sys/mman.h>
+
+#include "core/fp16.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace kvik {
+namespace {
+
+constexpr size_t kQ4KRecord = 2368;  // one super-block of a Q4_K group
+constexpr size_t kQ4KD = 2048, kQ4KDmin = 2080, kQ4KSc = 2112, kQ4KM = 2240;
+
+size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+constexpr size_t kHugePage = size_t{2} << 20;
+
+// Row i of a group as the packed layout stores it, from one plain row (blocks of the weight's type).
+void pack_row_q8_0(const BlockQ8_0* src, int64_t nb, int i, uint8_t* g) {
+  uint16_t* d = reinterpret_cast<uint16_t*>(g + nb * 512);
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int j = 0; j < kQK8_0; ++j)
+      g[b * 512 + (j / 4) * 64 + i * 4 + j % 4] = static_cast<uint8_t>(src[b].qs[j] + 128);
+    d[b * kPackRows + i] = src[b].d;
+  }
+}
+
+void pack_row_q4_0(const BlockQ4_0* src, int64_t nb, int i, uint8_t* g) {
+  uint16_t* d = reinterpret_cast<uint16_t*>(g + nb * 256);
+  for (int64_t b = 0; b < nb; ++b) {
+    // src qs[l]: low nibble = element l, high = element 16 + l; packed byte (v, e): element 4v + e and 16 + 4v + e.
+    for (int l = 0; l < 16; ++l) g[b * 256 + (l / 4) * 64 + i * 4 + l % 4] = src[b].qs[l];
+    d[b * kPackRows + i] = src[b].d;
+  }
+}
+
+void pack_row_q4_k(const BlockQ4_K* src, int64_t nb, int i, uint8_t* g) {
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* rec = g + b * kQ4KRecord;
+    for (int j = 0; j < 8; ++j)
+      for (int l = 0; l < 16; ++l) {
+        const int lo = q4_k_quant(src[b], 32 * j + l), hi = q4_k_quant(src[b], 32 * j + 16 + l);
+        rec[j * 256 + (l / 4) * 64 + i * 4 + l % 4] = static_cast<uint8_t>(lo | (hi << 4));
+      }
+    reinterpret_cast<uint16_t*>(rec + kQ4KD)[i] = src[b].d;
+    reinterpret_cast<uint16_t*>(rec + kQ4KDmin)[i] = src[b].dmin;
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, m;
+      k_scale_min(j, src[b].scales, sc, m);
+      rec[kQ4KSc + j * 16 + i] = sc;
+      rec[kQ4KM + (j / 2) * 32 + i * 2 + j % 2] = m;
+    }
+  }
+}
+
+float f16(const uint8_t* p, int64_t k) {
+  uint16_t h;
+  std::memcpy(&h, p + 2 * k, 2);
+  return fp16_to_f32(h);
+}
+
+}  // namespace
+
+void AlignedFree::operator()(uint8_t* p) const { std::free(p); }
+
+size_t packed_group_bytes(DType t, int64_t cols) {
+  switch (t) {
+    case DType::Q8_0: return round64(static_cast<size_t>(cols / kQK8_0) * (512 + 32));
+    case DType::Q4_0: return round64(static_cast<size_t>(cols / kQK4_0) * (256 + 32));
+    case DType::Q4_K: return static_cast<size_t>(cols / kQK_K) * kQ4KRecord;
+    default: return 0;
+  }
+}
+
+namespace {
+std::atomic<bool> g_repack{true};
+}  // namespace
+
+void set_weight_repacking(bool on) { g_repack = on; }
+
+bool packable(DType t) {
+  if (!g_repack) return false;
+  const CpuKernels& k = cpu_kernels();
+  switch (t) {
+    case DType::Q8_0: return k.gemm_q8_0_x16 != nullptr;
+    case DType::Q4_0: return k.gemm_q4_0_x16 != nullptr;
+    case DType::Q4_K: return k.gemm_q4_k_x16 != nullptr;
+    default: return false;
+  }
+}
+
+PackedBuffer pack_rows(const WeightMatrix& w) {
+  const size_t gb = packed_group_bytes(w.dtype, w.cols);
+  if (gb == 0) return {};
+  const int64_t groups = (w.rows + kPackRows - 1) / kPackRows;
+  // 2 MiB-aligned so that transparent huge pages can back it (fewer TLB misses while decode streams it).
+  const size_t bytes = (gb * static_cast<size_t>(groups) + kHugePage - 1) / kHugePage * kHugePage;
+  PackedBuffer buf(static_cast<uint8_t*>(std::aligned_alloc(kHugePage, bytes)));
+  if (!buf) return {};
+  madvise(buf.get(), bytes, MADV_HUGEPAGE);  // advice only: without THP the buffer just keeps 4 KiB pages
+  const int64_t nb = w.cols / traits(w.dtype).block_size;
+  ThreadPool::global().parallel_for(groups, [&](int64_t g0, int64_t g1) {
+    for (int64_t gi = g0; gi < g1; ++gi) {
+      uint8_t* g = buf.get() + gb * static_cast<size_t>(gi);
+      std::memset(g, 0, gb);  // padding rows: zero scales, so they contribute nothing
+      for (int i = 0; i < kPackRows && gi * kPackRows + i < w.rows; ++i) {
+        const uint8_t* row = w.row(gi * kPackRows + i);
+        switch (w.dtype) {
+          case DType::Q8_0: pack_row_q8_0(reinterpret_cast<const BlockQ8_0*>(row), nb, i, g); break;
+          case DType::Q4_0: pack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(row), nb, i, g); break;
+          default: pack_row_q4_k(reinterpret_cast<const BlockQ4_K*>(row), nb, i, g); break;
+        }
+      }
+    }
+  });
+  return buf;
+}
+
+PackedBuffer pack_weight(WeightMatrix& w) {
+  if (!packable(w.dtype)) return {};
+  PackedBuffer buf = pack_rows(w);
+  if (buf) w.packed = buf.get(), w.packed_group_bytes = packed_group_bytes(w.dtype, w.cols);
+  return buf;
+}
+
+void gemm_q8_0_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  const uint8_t* dp = g + nb * 512;
+  for (int64_t t = 0; t < R; ++t)
+    for (int i = 0; i < kPackRows; ++i) {
+      float s = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
+        int32_t sumi = -128 * x.sums[t * nb + b];
+        for (int j = 0; j < kQK8_0; ++j) sumi += g[b * 512 + (j / 4) * 64 + i * 4 + j % 4] * xq[j];
+        s = std::fma(static_cast<float>(sumi), f16(dp, b * kPackRows + i) * x.d[t * nb + b], s);
+      }
+      y[t * ys + i] = s;
+    }
+}
+
+void gemm_q4_0_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  const uint8_t* dp = g + nb * 256;
+  for (int64_t t = 0; t < R; ++t)
+    for (int i = 0; i < kPackRows; ++i) {
+      float s = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
+        int32_t sumi = -8 * x.sums[t * nb + b];
+        for (int l = 0; l < 16; ++l) {
+          const uint8_t v = g[b * 256 + (l / 4) * 64 + i * 4 + l % 4];
+          sumi += (v & 0x0F) * xq[l] + (v >> 4) * xq[16 + l];
+        }
+        s = std::fma(static_cast<float>(sumi), f16(dp, b * kPackRows + i) * x.d[t * nb + b], s);
+      }
+      y[t * ys + i] = s;
+    }
+}
+
+void gemm_q4_k_x16_ref(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
+  for (int64_t t = 0; t < R; ++t)
+    for (int i = 0; i < kPackRows; ++i) {
+      float s = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* rec = g + b * kQ4KRecord;
+        const BlockQ8_K& xb = x.x[t * nb + b];
+        const int16_t* s32 = x.sums32 + (t * nb + b) * 8;
+        int32_t isum = 0, msum = 0;
+        for (int j = 0; j < 8; ++j) {
+          int32_t p = 0;
+          for (int l = 0; l < 16; ++l) {
+            const uint8_t v = rec[j * 256 + (l / 4) * 64 + i * 4 + l % 4];
+            p += (v & 0x0F) * xb.qs[32 * j + l] + (v >> 4) * xb.qs[32 * j + 16 + l];
+          }
+          isum += rec[kQ4KSc + j * 16 + i] * p;
+          msum += rec[kQ4KM + (j / 2) * 32 + i * 2 + j % 2] * s32[j];
+        }
+        s = std::fma(static_cast<float>(isum), f16(rec + kQ4KD, i) * xb.d, s);
+        s = std::fma(-static_cast<float>(msum), f16(rec + kQ4KDmin, i) * xb.d, s);
+      }
+      y[t * ys + i] = s;
+    }
+}
+
+void quantize_act_q8s_ref(const float* x, int8_t* qs, float* d, int32_t* sums, int64_t n) {
+  BlockQ8_0 blk;
+  for (int64_t b = 0; b < n / kQK8_0; ++b) {
+    quantize_row(DType::Q8_0, x + b * kQK8_0, &blk, kQK8_0);
+    d[b] = fp16_to_f32(blk.d);
+    int32_t s = 0;
+    for (int j = 0; j < kQK8_0; ++j) s += qs[b * kQK8_0 + j] = blk.qs[j];
+    sums[b] = s;
+  }
+}
+
+void q8_k_sums32(const BlockQ8_K* x, int16_t* sums32, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b)
+    for (int j = 0; j < 8; ++j)
+      sums32[b * 8 + j] = static_cast<int16_t>(x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+}
+
+}  // namespace kvik

@@ -1,0 +1,79 @@
+// Weights repacked once at load for kernels whose SIMD lanes run across output rows (the idea behind llama.cpp's
+// repacked "q4_0 8x8" CPU tensor types). Sixteen consecutive rows form a group; inside a group every 32-element
+// block is stored 4-byte k-group by k-group: elements 4g..4g+3 of row 0, of row 1, …, of row 15. One 64-byte load
+// then holds the same four inputs' weights for 16 outputs, one vpdpbusd with the activation's 4 bytes broadcast
+// gives 16 partial dot products, and each block's scales are applied once per (group, token, block) instead of
+// once per (row, token, block).
+//
+// Weights are the unsigned operand (u8), activations the signed one (s8): Q8_0 stores q + 128 and Q4_0/Q4_K their
+// nibbles as they are; the offset comes off exactly with the activation block's Σx (−128·Σx, −8·Σx). The Q4_K
+// min term is Σ_j m_j·Σx_j over 32-element sub-blocks, as ggml computes it.
+//
+// Group layouts (nb blocks per row; a last partial group is padded with zero rows):
+//   Q8_0: qs [nb][8 k-groups][16 rows][4] u8 (q + 128), then d [nb][16] fp16; padded to 64 bytes.
+//   Q4_0: qs [nb][4 v][16 rows][4]: low nibble = element 4v + e, high nibble = element 16 + 4v + e;
+//         then d [nb][16] fp16; padded to 64 bytes.
+//   Q4_K: per 256-element super-block (2368 bytes, a multiple of 64):
+//         qs [8 sub-blocks j][4 v][16 rows][4]: low nibble = element 32j + 4v + e, high = 32j + 16 + 4v + e;
+//         d [16] fp16, dmin [16] fp16, sc [8 j][16 rows] u8, m [4 pairs p][16 rows][2] u8 (m_2p, m_2p+1).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "tensor/k_quants.h"
+#include "tensor/tensor.h"
+
+namespace kvik {
+
+inline constexpr int64_t kPackRows = 16;
+
+// Activations for packed Q8_0 / Q4_0: quantize_row_q8_0's q (plain s8) and d (as float) per 32-element block, and
+// Σq per block. Row r starts at qs + r·nb·32, d + r·nb, sums + r·nb.
+struct ActQ8S {
+  const int8_t* qs;
+  const float* d;
+  const int32_t* sums;
+  int64_t nb;
+};
+
+// Activations for packed Q4_K: Q8_K blocks (row r at x + r·nb) and their 32-element sums, 8 per block
+// (sums32[(r·nb + b)·8 + j] = bsums[2j] + bsums[2j + 1]).
+struct ActQ8KS {
+  const BlockQ8_K* x;
+  const int16_t* sums32;
+  int64_t nb;
+};
+
+// Bytes of one 16-row group of a weight with `cols` inputs, or 0 when the type has no packed layout.
+size_t packed_group_bytes(DType t, int64_t cols);
+
+struct AlignedFree {
+  void operator()(uint8_t* p) const;
+};
+using PackedBuffer = std::unique_ptr<uint8_t[], AlignedFree>;
+
+// w's rows in the packed layout (groups of kPackRows, 64-byte aligned), whatever the CPU; empty when w's type has
+// no packed layout.
+PackedBuffer pack_rows(const WeightMatrix& w);
+// Repacks w into a new 64-byte-aligned buffer and points w.packed at it (the caller keeps the buffer alive as
+// long as w is used). Returns an empty buffer and leaves w alone when w's type has no packed layout or the
+// running CPU's kernel table has no kernel for it. Groups are packed in parallel on the thread pool.
+PackedBuffer pack_weight(WeightMatrix& w);
+// Whether pack_weight would pack a weight of this type on this CPU.
+bool packable(DType t);
+// Process-wide switch (`--no-repack`): when off, pack_weight packs nothing and every weight runs unpacked.
+void set_weight_repacking(bool on);
+
+// Scalar references of the packed kernels (the AVX-512 ones must equal them bit for bit: the integer sums are
+// exact and the float operations are the same fmas in the same order). y[t·ys + i] for token t < R, row i < 16.
+void gemm_q8_0_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
+void gemm_q4_0_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
+void gemm_q4_k_x16_ref(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys);
+// One activation row into ActQ8S: the q and d of quantize_row_q8_0, bit for bit, and the block sums.
+void quantize_act_q8s_ref(const float* x, int8_t* qs, float* d, int32_t* sums, int64_t n);
+// The 32-element sums of nb Q8_K blocks.
+void q8_k_sums32(const BlockQ8_K* x, int16_t* sums32, int64_t nb);
+
+}  // namespace kvik

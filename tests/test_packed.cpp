@@ -1,0 +1,273 @@
+// Weights repacked at load (kernels/cpu/packed.h).
+//  - The scalar references on the packed layout agree with the exact value of the quantized dot product (computed
+//    in double from the plain blocks, ggml's integer formulation) within the float rounding bound, and with unit
+//    scales exactly: so packing loses no element, scale or min, and a partial last group works.
+//  - Every compiled packed kernel equals its scalar reference bit for bit for every token count R, so a token's
+//    result never depends on the batch; quantize_act_q8s equals quantize_row_q8_0 bit for bit.
+//  - matmul on a packed weight: batch-invariant, shared-input calls equal separate calls, and within the bound of
+//    matmul on the same weight unpacked.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/fp16.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/packed.h"
+
+using namespace kvik;
+
+namespace {
+
+double gamma(int64_t n) { return static_cast<double>(n + 64) * std::ldexp(1.0, -24); }
+
+struct Weights {
+  std::vector<uint8_t> data;
+  WeightMatrix m;
+};
+
+// Random rows; `unit` gives every block scale 1 (and Q4_K dmin 1) so that all results are exact integers.
+Weights random_weights(DType t, int64_t rows, int64_t cols, std::mt19937& rng, bool unit) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  Weights w;
+  const size_t rb = *row_bytes(t, cols);
+  w.data.resize(rb * static_cast<size_t>(rows));
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (auto& v : row) v = g(rng);
+    uint8_t* dst = w.data.data() + rb * static_cast<size_t>(r);
+    quantize_row(t, row.data(), dst, cols);
+    if (!unit) continue;
+    const uint16_t one = f32_to_fp16(1.0f);
+    if (t == DType::Q8_0)
+      for (int64_t b = 0; b < cols / kQK8_0; ++b) reinterpret_cast<BlockQ8_0*>(dst)[b].d = one;
+    else if (t == DType::Q4_0)
+      for (int64_t b = 0; b < cols / kQK4_0; ++b) reinterpret_cast<BlockQ4_0*>(dst)[b].d = one;
+    else
+      for (int64_t b = 0; b < cols / kQK_K; ++b) reinterpret_cast<BlockQ4_K*>(dst)[b].d = reinterpret_cast<BlockQ4_K*>(dst)[b].dmin = one;
+  }
+  w.m = WeightMatrix{t, rows, cols, w.data.data(), rb};
+  return w;
+}
+
+// Activations of R rows in both packed partner forms.
+struct Acts {
+  int64_t n = 0;
+  std::vector<int8_t> qs;
+  std::vector<float> d;
+  std::vector<int32_t> sums;
+  std::vector<BlockQ8_K> q8k;
+  std::vector<int16_t> sums32;
+  ActQ8S s8(int64_t t0 = 0) const {
+    const int64_t nb = n / kQK8_0;
+    return {qs.data() + t0 * n, d.data() + t0 * nb, sums.data() + t0 * nb, nb};
+  }
+  ActQ8KS k(int64_t t0 = 0) const {
+    const int64_t nb = n / kQK_K;
+    return {q8k.data() + t0 * nb, sums32.data() + t0 * nb * 8, nb};
+  }
+};
+
+Acts random_acts(int64_t R, int64_t n, std::mt19937& rng, bool unit) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  Acts a;
+  a.n = n;
+  std::vector<float> x(static_cast<size_t>(R * n));
+  for (auto& v : x) v = g(rng);
+  a.qs.resize(R * n), a.d.resize(R * n / kQK8_0), a.sums.resize(R * n / kQK8_0);
+  for (int64_t t = 0; t < R; ++t)
+    quantize_act_q8s_ref(x.data() + t * n, a.qs.data() + t * n, a.d.data() + t * n / kQK8_0, a.sums.data() + t * n / kQK8_0, n);
+  if (unit) std::fill(a.d.begin(), a.d.end(), 1.0f);
+  if (n % kQK_K == 0) {
+    a.q8k.resize(R * n / kQK_K), a.sums32.resize(R * n / kQK_K * 8);
+    for (int64_t t = 0; t < R; ++t) quantize_row_q8_k(x.data() + t * n, a.q8k.data() + t * n / kQK_K, n);
+    if (unit)
+      for (auto& b : a.q8k) b.d = 1.0f;
+    q8_k_sums32(a.q8k.data(), a.sums32.data(), R * n / kQK_K);
+  }
+  return a;
+}
+
+// The exact dot product of weight row r and activation row t (double, from the plain blocks), and the sum of the
+// magnitudes of the float terms the kernels round (per block: d_w·d_x·sumi, and for Q4_K also dmin·d_x·Σm·s).
+struct Exact {
+  double value = 0, mag = 0;
+};
+Exact exact(const WeightMatrix& w, int64_t r, const Acts& a, int64_t t) {
+  Exact e;
+  const uint8_t* row = w.row(r);
+  if (w.dtype == DType::Q4_K) {
+    const int64_t nb = w.cols / kQK_K;
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ4_K& blk = reinterpret_cast<const BlockQ4_K*>(row)[b];
+      const BlockQ8_K& xb = a.q8k[t * nb + b];
+      int64_t isum = 0, msum = 0;
+      for (int j = 0; j < 8; ++j) {
+        uint8_t sc, m;
+        k_scale_min(j, blk.scales, sc, m);
+        int64_t p = 0, s = 0;
+        for (int l = 0; l < 32; ++l) p += q4_k_quant(blk, 32 * j + l) * xb.qs[32 * j + l], s += xb.qs[32 * j + l];
+        isum += sc * p, msum += m * s;
+      }
+      const double dd = double(fp16_to_f32(blk.d)) * xb.d, dm = double(fp16_to_f32(blk.dmin)) * xb.d;
+      e.value += dd * isum - dm * msum;
+      e.mag += std::fabs(dd * isum) + std::fabs(dm * msum);
+    }
+    return e;
+  }
+  const int64_t nb = w.cols / kQK8_0;
+  for (int64_t b = 0; b < nb; ++b) {
+    int64_t sumi = 0;
+    float dw;
+    for (int j = 0; j < kQK8_0; ++j) {
+      int q;
+      if (w.dtype == DType::Q8_0) q = reinterpret_cast<const BlockQ8_0*>(row)[b].qs[j];
+      else {
+        const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
+        q = (j < 16 ? (blk.qs[j] & 15) : (blk.qs[j - 16] >> 4)) - 8;
+      }
+      sumi += q * a.qs[t * w.cols + b * kQK8_0 + j];
+    }
+    dw = fp16_to_f32(w.dtype == DType::Q8_0 ? reinterpret_cast<const BlockQ8_0*>(row)[b].d
+                                            : reinterpret_cast<const BlockQ4_0*>(row)[b].d);
+    const double term = double(dw) * a.d[t * nb + b] * sumi;
+    e.value += term, e.mag += std::fabs(term);
+  }
+  return e;
+}
+
+// Runs the packed reference (or a table's kernel) over every group of w for R tokens: y[t·rows + r].
+void run_packed(const WeightMatrix& w, const uint8_t* packed, const Acts& a, int64_t R, float* y, const CpuKernels* k) {
+  const size_t gb = packed_group_bytes(w.dtype, w.cols);
+  float tmp[kPackMaxTokens * kPackRows];
+  for (int64_t g = 0; g * kPackRows < w.rows; ++g) {
+    const uint8_t* grp = packed + gb * g;
+    switch (w.dtype) {
+      case DType::Q8_0: (k ? k->gemm_q8_0_x16 : gemm_q8_0_x16_ref)(grp, w.cols / kQK8_0, a.s8(), R, tmp, kPackRows); break;
+      case DType::Q4_0: (k ? k->gemm_q4_0_x16 : gemm_q4_0_x16_ref)(grp, w.cols / kQK8_0, a.s8(), R, tmp, kPackRows); break;
+      default: (k ? k->gemm_q4_k_x16 : gemm_q4_k_x16_ref)(grp, w.cols / kQK_K, a.k(), R, tmp, kPackRows); break;
+    }
+    for (int64_t t = 0; t < R; ++t)
+      for (int64_t i = 0; i < kPackRows && g * kPackRows + i < w.rows; ++i) y[t * w.rows + g * kPackRows + i] = tmp[t * kPackRows + i];
+  }
+}
+
+class PackedTypes : public ::testing::TestWithParam<DType> {};
+
+TEST_P(PackedTypes, ReferenceEqualsExactDotWithinRoundingBound) {
+  std::mt19937 rng(11);
+  const DType t = GetParam();
+  for (int64_t cols : {256, 512, 2048})
+    for (bool unit : {true, false}) {
+      const int64_t rows = 37, R = kPackMaxTokens;  // 37: two full groups and a partial one
+      const Weights w = random_weights(t, rows, cols, rng, unit);
+      const Acts a = random_acts(R, cols, rng, unit);
+      const PackedBuffer p = pack_rows(w.m);
+      ASSERT_TRUE(p) << dtype_name(t);
+      std::vector<float> y(R * rows);
+      run_packed(w.m, p.get(), a, R, y.data(), nullptr);
+      for (int64_t tok = 0; tok < R; ++tok)
+        for (int64_t r = 0; r < rows; ++r) {
+          const Exact e = exact(w.m, r, a, tok);
+          if (unit) EXPECT_EQ(double(y[tok * rows + r]), e.value) << dtype_name(t) << " cols " << cols << " row " << r;
+          else EXPECT_LE(std::fabs(y[tok * rows + r] - e.value), gamma(cols) * e.mag) << dtype_name(t) << " cols " << cols << " row " << r;
+        }
+    }
+}
+
+TEST_P(PackedTypes, EveryTableKernelEqualsReferenceBitForBitForEveryTokenCount) {
+  std::mt19937 rng(13);
+  const DType t = GetParam();
+  std::vector<const CpuKernels*> tables = {&generic_kernels()};
+  if (avx2_kernels()) tables.push_back(avx2_kernels());
+  __builtin_cpu_init();
+  if (avx512_kernels() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+    tables.push_back(avx512_kernels());
+  int tested = 0;
+  for (const CpuKernels* k : tables) {
+    const bool has = t == DType::Q8_0 ? k->gemm_q8_0_x16 != nullptr
+                     : t == DType::Q4_0 ? k->gemm_q4_0_x16 != nullptr
+                                        : k->gemm_q4_k_x16 != nullptr;
+    if (!has) continue;
+    ++tested;
+    for (int64_t cols : {256, 768, 2048}) {
+      const int64_t rows = 40;
+      const Weights w = random_weights(t, rows, cols, rng, false);
+      const Acts a = random_acts(kPackMaxTokens, cols, rng, false);
+      const PackedBuffer p = pack_rows(w.m);
+      std::vector<float> want(kPackMaxTokens * rows), got(kPackMaxTokens * rows);
+      run_packed(w.m, p.get(), a, kPackMaxTokens, want.data(), nullptr);
+      for (int64_t R = 1; R <= kPackMaxTokens; ++R) {
+        run_packed(w.m, p.get(), a, R, got.data(), k);
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * R * rows))
+            << k->isa << " " << dtype_name(t) << " cols " << cols << " R " << R;
+      }
+    }
+  }
+  if (tested == 0) GTEST_SKIP() << "no table on this CPU has a packed " << dtype_name(t) << " kernel";
+}
+
+// matmul through a packed weight: batch invariance, shared inputs (mixed with an unpacked partner), and agreement
+// with the same weight unpacked.
+TEST_P(PackedTypes, MatmulOnPackedWeightsIsBatchInvariantAndAgreesWithUnpacked) {
+  const DType t = GetParam();
+  if (!packable(t)) GTEST_SKIP() << "this CPU's kernel table runs " << dtype_name(t) << " unpacked";
+  std::mt19937 rng(17);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 512}, {300, 1024}}) {
+    Weights plain = random_weights(t, rows, cols, rng, false);
+    WeightMatrix packed = plain.m;
+    const PackedBuffer owner = pack_weight(packed);
+    ASSERT_TRUE(packed.packed);
+    Weights other = random_weights(DType::Q6_K, 48, cols, rng, false);  // unpacked partner sharing the input
+    for (int64_t T : {1, 2, 7, 8, 9, 17, 70}) {
+      std::vector<float> x(T * cols), y(T * rows), yu(T * rows), y1(rows), yo(T * 48), ro(T * 48);
+      for (auto& v : x) v = g(rng);
+      matmul(x.data(), T, packed, y.data());
+      matmul(x.data(), T, plain.m, yu.data());
+      for (int64_t i = 0; i < T; ++i) {
+        matmul(x.data() + i * cols, 1, packed, y1.data());
+        ASSERT_EQ(0, std::memcmp(y1.data(), y.data() + i * rows, sizeof(float) * rows)) << "rows " << rows << " T " << T << " token " << i;
+      }
+      for (int64_t i = 0; i < T * rows; ++i) EXPECT_NEAR(y[i], yu[i], 1e-4 * (1 + std::fabs(yu[i]))) << i;
+      std::vector<float> ys(T * rows);
+      matmul(x.data(), T, {{&packed, ys.data()}, {&other.m, yo.data()}});
+      matmul(x.data(), T, other.m, ro.data());
+      EXPECT_EQ(ys, y);
+      EXPECT_EQ(yo, ro);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PackedWeightTypes, PackedTypes, ::testing::Values(DType::Q8_0, DType::Q4_0, DType::Q4_K),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(Packed, QuantizeActQ8SIsBitExactIncludingTiesAndZeroBlocks) {
+  const CpuKernels& k = cpu_kernels();
+  if (!k.quantize_act_q8s) GTEST_SKIP() << "no packed kernels in the " << k.isa << " table";
+  std::mt19937 rng(19);
+  std::normal_distribution<float> g(0.0f, 3.0f);
+  for (int64_t nb : {1, 2, 3, 8, 64}) {
+    const int64_t n = nb * kQK8_0;
+    std::vector<float> x(n);
+    for (auto& v : x) v = g(rng);
+    x[0] = 127.0f;  // d = 1: k + ½ values are exact rounding ties
+    for (int j = 1; j < kQK8_0; ++j) x[j] = static_cast<float>(j % 9 - 4) + (j % 2 ? 0.5f : -0.5f);
+    if (nb > 1) std::fill(x.begin() + kQK8_0, x.begin() + 2 * kQK8_0, 0.0f);
+    std::vector<int8_t> q0(n), q1(n);
+    std::vector<float> d0(nb), d1(nb);
+    std::vector<int32_t> s0(nb), s1(nb);
+    quantize_act_q8s_ref(x.data(), q0.data(), d0.data(), s0.data(), n);
+    k.quantize_act_q8s(x.data(), q1.data(), d1.data(), s1.data(), n);
+    EXPECT_EQ(q0, q1) << "nb " << nb;
+    EXPECT_EQ(0, std::memcmp(d0.data(), d1.data(), sizeof(float) * nb)) << "nb " << nb;
+    EXPECT_EQ(s0, s1) << "nb " << nb;
+  }
+}
+
+}  // namespace
