@@ -240,13 +240,13 @@ inline __m512i bcast4(const int8_t* p) {
 
 template <int R>
 void gemm_q8_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys) {
-  const uint16_t* dp = reinterpret_cast<const uint16_t*>(g + nb * 512);
   __m512 acc[R];
   for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     __m512i w[8];
-    for (int k = 0; k < 8; ++k) w[k] = _mm512_load_si512(g + b * 512 + 64 * k);
-    const __m512 dw = _mm512_cvtph_ps(load256(dp + b * kPackRows));
+    const uint8_t* qs = g + packed_qs_offset(b, kQ8_0PackedQs);
+    for (int k = 0; k < 8; ++k) w[k] = _mm512_load_si512(qs + 64 * k);
+    const __m512 dw = _mm512_cvtph_ps(load256(g + packed_d_offset(b, kQ8_0PackedQs)));
     for (int t = 0; t < R; ++t) {
       const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
       __m512i s = _mm512_set1_epi32(-128 * x.sums[t * nb + b]);
@@ -259,17 +259,16 @@ void gemm_q8_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
 
 template <int R>
 void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys) {
-  const uint16_t* dp = reinterpret_cast<const uint16_t*>(g + nb * 256);
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   __m512 acc[R];
   for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     __m512i lo[4], hi[4];
     for (int v = 0; v < 4; ++v) {
-      const __m512i raw = _mm512_load_si512(g + b * 256 + 64 * v);
+      const __m512i raw = _mm512_load_si512(g + packed_qs_offset(b, kQ4_0PackedQs) + 64 * v);
       lo[v] = _mm512_and_si512(raw, m4), hi[v] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
     }
-    const __m512 dw = _mm512_cvtph_ps(load256(dp + b * kPackRows));
+    const __m512 dw = _mm512_cvtph_ps(load256(g + packed_d_offset(b, kQ4_0PackedQs)));
     for (int t = 0; t < R; ++t) {
       const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
       __m512i s = _mm512_set1_epi32(-8 * x.sums[t * nb + b]);

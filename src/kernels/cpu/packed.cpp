@@ -17,25 +17,27 @@ namespace {
 constexpr size_t kQ4KRecord = 2368;  // one super-block of a Q4_K group
 constexpr size_t kQ4KD = 2048, kQ4KDmin = 2080, kQ4KSc = 2112, kQ4KM = 2240;
 
-size_t round64(size_t n) { return (n + 63) / 64 * 64; }
 constexpr size_t kHugePage = size_t{2} << 20;
 
 // Row i of a group as the packed layout stores it, from one plain row (blocks of the weight's type).
+void set_d(uint8_t* g, int64_t b, int64_t Q, int i, uint16_t d) {
+  std::memcpy(g + packed_d_offset(b, Q) + 2 * i, &d, 2);
+}
+
 void pack_row_q8_0(const BlockQ8_0* src, int64_t nb, int i, uint8_t* g) {
-  uint16_t* d = reinterpret_cast<uint16_t*>(g + nb * 512);
   for (int64_t b = 0; b < nb; ++b) {
-    for (int j = 0; j < kQK8_0; ++j)
-      g[b * 512 + (j / 4) * 64 + i * 4 + j % 4] = static_cast<uint8_t>(src[b].qs[j] + 128);
-    d[b * kPackRows + i] = src[b].d;
+    uint8_t* qs = g + packed_qs_offset(b, kQ8_0PackedQs);
+    for (int j = 0; j < kQK8_0; ++j) qs[(j / 4) * 64 + i * 4 + j % 4] = static_cast<uint8_t>(src[b].qs[j] + 128);
+    set_d(g, b, kQ8_0PackedQs, i, src[b].d);
   }
 }
 
 void pack_row_q4_0(const BlockQ4_0* src, int64_t nb, int i, uint8_t* g) {
-  uint16_t* d = reinterpret_cast<uint16_t*>(g + nb * 256);
   for (int64_t b = 0; b < nb; ++b) {
     // src qs[l]: low nibble = element l, high = element 16 + l; packed byte (v, e): element 4v + e and 16 + 4v + e.
-    for (int l = 0; l < 16; ++l) g[b * 256 + (l / 4) * 64 + i * 4 + l % 4] = src[b].qs[l];
-    d[b * kPackRows + i] = src[b].d;
+    uint8_t* qs = g + packed_qs_offset(b, kQ4_0PackedQs);
+    for (int l = 0; l < 16; ++l) qs[(l / 4) * 64 + i * 4 + l % 4] = src[b].qs[l];
+    set_d(g, b, kQ4_0PackedQs, i, src[b].d);
   }
 }
 
@@ -70,8 +72,8 @@ void AlignedFree::operator()(uint8_t* p) const { std::free(p); }
 
 size_t packed_group_bytes(DType t, int64_t cols) {
   switch (t) {
-    case DType::Q8_0: return round64(static_cast<size_t>(cols / kQK8_0) * (512 + 32));
-    case DType::Q4_0: return round64(static_cast<size_t>(cols / kQK4_0) * (256 + 32));
+    case DType::Q8_0: return static_cast<size_t>((cols / kQK8_0 + 1) / 2 * (2 * kQ8_0PackedQs + 64));
+    case DType::Q4_0: return static_cast<size_t>((cols / kQK4_0 + 1) / 2 * (2 * kQ4_0PackedQs + 64));
     case DType::Q4_K: return static_cast<size_t>(cols / kQK_K) * kQ4KRecord;
     default: return 0;
   }
@@ -129,33 +131,33 @@ PackedBuffer pack_weight(WeightMatrix& w) {
 }
 
 void gemm_q8_0_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  const uint8_t* dp = g + nb * 512;
   for (int64_t t = 0; t < R; ++t)
     for (int i = 0; i < kPackRows; ++i) {
       float s = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
         const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
         int32_t sumi = -128 * x.sums[t * nb + b];
-        for (int j = 0; j < kQK8_0; ++j) sumi += g[b * 512 + (j / 4) * 64 + i * 4 + j % 4] * xq[j];
-        s = std::fma(static_cast<float>(sumi), f16(dp, b * kPackRows + i) * x.d[t * nb + b], s);
+        const uint8_t* qs = g + packed_qs_offset(b, kQ8_0PackedQs);
+        for (int j = 0; j < kQK8_0; ++j) sumi += qs[(j / 4) * 64 + i * 4 + j % 4] * xq[j];
+        s = std::fma(static_cast<float>(sumi), f16(g + packed_d_offset(b, kQ8_0PackedQs), i) * x.d[t * nb + b], s);
       }
       y[t * ys + i] = s;
     }
 }
 
 void gemm_q4_0_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  const uint8_t* dp = g + nb * 256;
   for (int64_t t = 0; t < R; ++t)
     for (int i = 0; i < kPackRows; ++i) {
       float s = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
         const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
         int32_t sumi = -8 * x.sums[t * nb + b];
+        const uint8_t* qs = g + packed_qs_offset(b, kQ4_0PackedQs);
         for (int l = 0; l < 16; ++l) {
-          const uint8_t v = g[b * 256 + (l / 4) * 64 + i * 4 + l % 4];
+          const uint8_t v = qs[(l / 4) * 64 + i * 4 + l % 4];
           sumi += (v & 0x0F) * xq[l] + (v >> 4) * xq[16 + l];
         }
-        s = std::fma(static_cast<float>(sumi), f16(dp, b * kPackRows + i) * x.d[t * nb + b], s);
+        s = std::fma(static_cast<float>(sumi), f16(g + packed_d_offset(b, kQ4_0PackedQs), i) * x.d[t * nb + b], s);
       }
       y[t * ys + i] = s;
     }

@@ -10,9 +10,11 @@
 // min term is Σ_j m_j·Σx_j over 32-element sub-blocks, as ggml computes it.
 //
 // Group layouts (nb blocks per row; a last partial group is padded with zero rows):
-//   Q8_0: qs [nb][8 k-groups][16 rows][4] u8 (q + 128), then d [nb][16] fp16; padded to 64 bytes.
-//   Q4_0: qs [nb][4 v][16 rows][4]: low nibble = element 4v + e, high nibble = element 16 + 4v + e;
-//         then d [nb][16] fp16; padded to 64 bytes.
+//   Q8_0: per block qs [8 k-groups][16 rows][4] u8 (q + 128) (Q = 512 bytes) and d [16] fp16;
+//   Q4_0: per block qs [4 v][16 rows][4]: low nibble = element 4v + e, high nibble = element 16 + 4v + e
+//         (Q = 256 bytes) and d [16] fp16;
+//         both with blocks in pairs: [qs of block 2p][qs of 2p + 1][d of 2p][d of 2p + 1] (a multiple of 64 bytes;
+//         an odd last block gets a zero partner), so quants and scales arrive in one sequential stream.
 //   Q4_K: per 256-element super-block (2368 bytes, a multiple of 64):
 //         qs [8 sub-blocks j][4 v][16 rows][4]: low nibble = element 32j + 4v + e, high = 32j + 16 + 4v + e;
 //         d [16] fp16, dmin [16] fp16, sc [8 j][16 rows] u8, m [4 pairs p][16 rows][2] u8 (m_2p, m_2p+1).
@@ -45,6 +47,11 @@ struct ActQ8KS {
   const int16_t* sums32;
   int64_t nb;
 };
+
+// Offsets of block b's quants and scales in a Q8_0 / Q4_0 group with Q quant bytes per block.
+inline constexpr int64_t packed_qs_offset(int64_t b, int64_t Q) { return (b / 2) * (2 * Q + 64) + (b % 2) * Q; }
+inline constexpr int64_t packed_d_offset(int64_t b, int64_t Q) { return (b / 2) * (2 * Q + 64) + 2 * Q + (b % 2) * 32; }
+inline constexpr int64_t kQ8_0PackedQs = 512, kQ4_0PackedQs = 256;
 
 // Bytes of one 16-row group of a weight with `cols` inputs, or 0 when the type has no packed layout.
 size_t packed_group_bytes(DType t, int64_t cols);
