@@ -108,6 +108,45 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   });
 }
 
+void ThreadPool::parallel_for_balanced(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  if (n >= (int64_t{1} << 31)) return parallel_for(n, fn);
+  // Per thread: the unclaimed part of its range, front in the low and back in the high 32 bits.
+  struct alignas(64) Range {
+    std::atomic<uint64_t> fb;
+  };
+  constexpr int kMaxThreads = 64;
+  Range ranges[kMaxThreads];
+  const int nt = std::min(num_threads_, kMaxThreads);
+  if (nt == 1) return fn(0, n);
+  for (int t = 0; t < nt; ++t)
+    ranges[t].fb.store(static_cast<uint64_t>(n * t / nt) | static_cast<uint64_t>(n * (t + 1) / nt) << 32,
+                       std::memory_order_relaxed);
+  const int64_t chunk = std::max<int64_t>(1, n / (16 * nt));
+  run([&](int t, int nt_run) {
+    if (nt_run == 1) return fn(0, n);  // run inline (the pool was busy): all of it here
+    if (t >= nt) return;
+    // Own range from the front, in chunks.
+    std::atomic<uint64_t>& own = ranges[t].fb;
+    for (uint64_t v = own.load(std::memory_order_relaxed);;) {
+      const uint32_t f = static_cast<uint32_t>(v), b = static_cast<uint32_t>(v >> 32);
+      if (f >= b) break;
+      const uint32_t e = static_cast<uint32_t>(std::min<int64_t>(b, f + chunk));
+      if (own.compare_exchange_weak(v, e | static_cast<uint64_t>(b) << 32, std::memory_order_relaxed)) fn(f, e), v = own.load(std::memory_order_relaxed);
+    }
+    // Then the others' ranges from the back.
+    for (int k = 1; k < nt; ++k) {
+      std::atomic<uint64_t>& other = ranges[(t + k) % nt].fb;
+      for (uint64_t v = other.load(std::memory_order_relaxed);;) {
+        const uint32_t f = static_cast<uint32_t>(v), b = static_cast<uint32_t>(v >> 32);
+        if (f >= b) break;
+        const uint32_t s = static_cast<uint32_t>(std::max<int64_t>(f, int64_t{b} - chunk));
+        if (other.compare_exchange_weak(v, f | static_cast<uint64_t>(s) << 32, std::memory_order_relaxed)) fn(s, b), v = other.load(std::memory_order_relaxed);
+      }
+    }
+  });
+}
+
 void ThreadPool::parallel_for_dynamic(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   std::atomic<int64_t> next{0};

@@ -30,6 +30,10 @@ class ThreadPool {
 
   // Splits [0, n) into contiguous equal ranges, one per thread: fn(begin, end).
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+  // As parallel_for (contiguous ranges, one per thread, taken front to back in chunks), but a thread that is
+  // done takes chunks from the back of the others' ranges: streams stay sequential, and a thread slowed by
+  // the machine (a descheduled vCPU) is helped instead of waited for.
+  void parallel_for_balanced(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
   // Hands out [0, n) in chunks from a shared counter (for uneven work): fn(begin, end).
   void parallel_for_dynamic(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn);
 

@@ -60,7 +60,7 @@ EngineCore::EngineCore(LlamaModel& model, const EngineConfig& config, std::vecto
     fail("--max-num-batched-tokens must be positive, got {}", config_.max_num_batched_tokens);
   if (config_.memory_utilization <= 0 || config_.memory_utilization > 1)
     fail("--memory-utilization must be in (0, 1], got {}", config_.memory_utilization);
-  capacity_ = size_kv_pool(mc, config_, model.weight_bytes());
+  capacity_ = size_kv_pool(mc, config_, model.resident_weight_bytes());
   if (config_.log_stats) {
     log_info("KV cache: {} bytes per token (2 x L {} x n_kv {} x d_h {} x {} bytes)", capacity_.bytes_per_token,
              mc.n_layers, mc.n_kv_heads, mc.head_dim, KvCacheTensors::elem_bytes(config_.kv_cache_dtype));

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <filesystem>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -153,12 +156,25 @@ std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir) {
 
 void LlamaModel::pack_weights() {
   const auto pack = [this](WeightMatrix& w) {
-    if (PackedBuffer b = pack_weight(w)) packed_.push_back(std::move(b));
+    PackedBuffer b = pack_weight(w);
+    if (!b) return;
+    packed_bytes_ += (w.rows + kPackRows - 1) / kPackRows * static_cast<int64_t>(w.packed_group_bytes);
+    packed_.push_back(std::move(b));
+    // The mapped original is not read again (unless it is also the embedding table): hand its pages back, so the
+    // packed copy replaces it in memory instead of doubling it. Advice only; a later read would fault them in.
+    if (w.data == token_embd_.data) return;
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t begin = (reinterpret_cast<uintptr_t>(w.data) + page - 1) / page * page;
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(w.data) + w.rows * w.row_bytes) / page * page;
+    if (end > begin && madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) == 0)
+      released_bytes_ += static_cast<int64_t>(end - begin);
   };
   pack(output_);
   for (LayerWeights& l : layers_)
     for (WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) pack(*w);
-  if (!packed_.empty()) log_info("repacked {} weight matrices into 16-row groups for the {} kernels", packed_.size(), cpu_kernels().isa);
+  if (!packed_.empty())
+    log_info("repacked {} weight matrices ({:.1f} MiB) into 16-row groups for the {} kernels", packed_.size(),
+             packed_bytes_ / 1048576.0, cpu_kernels().isa);
 }
 
 const GgufFile& LlamaModel::gguf() const {
@@ -181,6 +197,20 @@ int64_t LlamaModel::weight_bytes() const {
     for (const auto& t : gguf_->tensors()) n += static_cast<int64_t>(t.nbytes);
   else
     for (const SafetensorsTensor* t : safetensors_->all()) n += static_cast<int64_t>(t->nbytes);
+  return n;
+}
+
+int64_t LlamaModel::decode_bytes_per_token() const {
+  const int64_t emb = static_cast<int64_t>(token_embd_.row_bytes) * token_embd_.rows;
+  int64_t n = weight_bytes() - (config_.tied_embeddings ? 0 : emb);
+  const auto add_packing = [&n](const WeightMatrix& w) {
+    if (!w.packed) return;
+    const int64_t groups = (w.rows + kPackRows - 1) / kPackRows;
+    n += groups * static_cast<int64_t>(w.packed_group_bytes) - w.rows * static_cast<int64_t>(w.row_bytes);
+  };
+  add_packing(output_);
+  for (const LayerWeights& l : layers_)
+    for (const WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add_packing(*w);
   return n;
 }
 

@@ -51,6 +51,12 @@ class LlamaModel {
   int64_t parameter_count() const;
   int64_t weight_bytes() const;
   int64_t packed_weight_count() const { return static_cast<int64_t>(packed_.size()); }
+  // Memory the weights occupy: the mapped file less the pages of repacked originals handed back, plus the packed
+  // copies (what the KV cache budget subtracts).
+  int64_t resident_weight_bytes() const { return weight_bytes() - released_bytes_ + packed_bytes_; }
+  // Weight bytes one batch-1 decode step reads: every matrix once (in its packed form where repacked), of the
+  // embedding table only one row.
+  int64_t decode_bytes_per_token() const;
   DType embedding_dtype() const { return token_embd_.dtype; }
 
   // Runs the batch; writes K/V of every token into `cache` and logits [N, V] for batch.logits_indices.
@@ -76,6 +82,7 @@ class LlamaModel {
   std::unique_ptr<SafetensorsModel> safetensors_;
   std::vector<std::vector<float>> owned_;  // norms/biases converted to f32
   std::vector<PackedBuffer> packed_;       // repacked copies of weights (WeightMatrix::packed points here)
+  int64_t packed_bytes_ = 0, released_bytes_ = 0;
   ModelConfig config_;
   WeightMatrix token_embd_;  // [V, d]
   const float* output_norm_ = nullptr;

@@ -44,7 +44,7 @@ double measure_memory_bandwidth_gbs() {
   });
   std::vector<uint64_t> sink(static_cast<size_t>(pool.num_threads()));
   double best = 0.0;
-  for (int rep = 0; rep < 3; ++rep) {
+  for (int rep = 0; rep < 5; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
     pool.run([&](int i, int nt) {
       const size_t b = n * i / nt, e = n * (i + 1) / nt;

@@ -32,6 +32,12 @@ void split(int64_t n, int64_t work, Fn&& fn) {
   else ThreadPool::global().parallel_for(n, fn);
 }
 
+template <typename Fn>
+void split_balanced(int64_t n, int64_t work, Fn&& fn) {
+  if (work < kMinParallelWork || n == 1) fn(int64_t{0}, n);
+  else ThreadPool::global().parallel_for_balanced(n, fn);
+}
+
 // The input of one or more matmuls converted once to what each weight type multiplies with (llama.cpp's pairing):
 // f16 for F16, bf16 for BF16, ActQ8 for Q8_0/Q4_0, Q8_K for the K-quants; F32 reads x itself.
 struct PreparedInput {
@@ -238,7 +244,7 @@ void matmul(const float* x, int64_t T, std::initializer_list<MatmulOut> outs) {
     work += T * o.w->rows * o.w->cols;
   }
   // One task list over every output's row blocks, so q/k/v (or gate/up) share one wake-up of the pool.
-  split(n_tasks, work, [&](int64_t task_begin, int64_t task_end) {
+  split_balanced(n_tasks, work, [&](int64_t task_begin, int64_t task_end) {
     int64_t base = 0;
     for (const MatmulOut& o : outs) {
       const int64_t nt = (o.w->rows + kRowsPerTask - 1) / kRowsPerTask;
