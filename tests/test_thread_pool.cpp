@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <numeric>
 #include <thread>
 
@@ -23,6 +25,40 @@ TEST(ThreadPool, EveryIndexOnceAcrossManyJobs) {
         for (int64_t i = b; i < e; ++i) sum += i;
       });
       ASSERT_EQ(sum.load(), (n * 3) * (n * 3 - 1) / 2);
+    }
+  }
+}
+
+// The balanced split hands out every index exactly once, also when one thread is slow and the others steal from
+// the back of its range (the slow thread's first chunk sleeps), and stealing really happens.
+TEST(ThreadPool, BalancedSplitEveryIndexOnceWithStealing) {
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 2, 5, 16, 37, 100, 1000, 4099}) {
+      std::vector<std::atomic<int>> hits(n);
+      std::atomic<int> calls{0};
+      pool.parallel_for_balanced(n, [&](int64_t b, int64_t e) {
+        ASSERT_LT(b, e);
+        ++calls;
+        if (b == 0 && n >= 100) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        for (int64_t i = b; i < e; ++i) hits[i]++;
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "threads " << threads << " n " << n << " i " << i;
+    }
+    // Thread 0 stalls on its first chunk; the others must finish its range (indices owned by thread 0 are run
+    // by another thread).
+    if (threads > 1) {
+      const int64_t n = 1024;
+      std::vector<std::atomic<int>> by(n);
+      std::atomic<int> stalled{0};
+      pool.parallel_for_balanced(n, [&](int64_t b, int64_t e) {
+        const int me = static_cast<int>(std::hash<std::thread::id>{}(std::this_thread::get_id()) & 0x7fffffff);
+        if (b == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100)), stalled = me;
+        for (int64_t i = b; i < e; ++i) by[i] = me;
+      });
+      int others = 0;
+      for (int64_t i = 0; i < n / threads; ++i) others += by[i].load() != stalled.load();
+      EXPECT_GT(others, 0) << "threads " << threads << ": nobody stole from the stalled thread's range";
     }
   }
 }
