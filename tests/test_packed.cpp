@@ -47,8 +47,12 @@ Weights random_weights(DType t, int64_t rows, int64_t cols, std::mt19937& rng, b
       for (int64_t b = 0; b < cols / kQK8_0; ++b) reinterpret_cast<BlockQ8_0*>(dst)[b].d = one;
     else if (t == DType::Q4_0)
       for (int64_t b = 0; b < cols / kQK4_0; ++b) reinterpret_cast<BlockQ4_0*>(dst)[b].d = one;
-    else
+    else if (t == DType::Q4_K)
       for (int64_t b = 0; b < cols / kQK_K; ++b) reinterpret_cast<BlockQ4_K*>(dst)[b].d = reinterpret_cast<BlockQ4_K*>(dst)[b].dmin = one;
+    else if (t == DType::Q5_K)
+      for (int64_t b = 0; b < cols / kQK_K; ++b) reinterpret_cast<BlockQ5_K*>(dst)[b].d = reinterpret_cast<BlockQ5_K*>(dst)[b].dmin = one;
+    else
+      for (int64_t b = 0; b < cols / kQK_K; ++b) reinterpret_cast<BlockQ6_K*>(dst)[b].d = one;
   }
   w.m = WeightMatrix{t, rows, cols, w.data.data(), rb};
   return w;
@@ -100,22 +104,41 @@ struct Exact {
 Exact exact(const WeightMatrix& w, int64_t r, const Acts& a, int64_t t) {
   Exact e;
   const uint8_t* row = w.row(r);
-  if (w.dtype == DType::Q4_K) {
+  if (w.dtype == DType::Q4_K || w.dtype == DType::Q5_K) {
     const int64_t nb = w.cols / kQK_K;
     for (int64_t b = 0; b < nb; ++b) {
-      const BlockQ4_K& blk = reinterpret_cast<const BlockQ4_K*>(row)[b];
+      const BlockQ4_K& b4 = reinterpret_cast<const BlockQ4_K*>(row)[b];
+      const BlockQ5_K& b5 = reinterpret_cast<const BlockQ5_K*>(row)[b];
+      const bool q5 = w.dtype == DType::Q5_K;
       const BlockQ8_K& xb = a.q8k[t * nb + b];
       int64_t isum = 0, msum = 0;
       for (int j = 0; j < 8; ++j) {
         uint8_t sc, m;
-        k_scale_min(j, blk.scales, sc, m);
+        k_scale_min(j, q5 ? b5.scales : b4.scales, sc, m);
         int64_t p = 0, s = 0;
-        for (int l = 0; l < 32; ++l) p += q4_k_quant(blk, 32 * j + l) * xb.qs[32 * j + l], s += xb.qs[32 * j + l];
+        for (int l = 0; l < 32; ++l)
+          p += (q5 ? q5_k_quant(b5, 32 * j + l) : q4_k_quant(b4, 32 * j + l)) * xb.qs[32 * j + l], s += xb.qs[32 * j + l];
         isum += sc * p, msum += m * s;
       }
-      const double dd = double(fp16_to_f32(blk.d)) * xb.d, dm = double(fp16_to_f32(blk.dmin)) * xb.d;
+      const double dd = double(fp16_to_f32(q5 ? b5.d : b4.d)) * xb.d, dm = double(fp16_to_f32(q5 ? b5.dmin : b4.dmin)) * xb.d;
       e.value += dd * isum - dm * msum;
       e.mag += std::fabs(dd * isum) + std::fabs(dm * msum);
+    }
+    return e;
+  }
+  if (w.dtype == DType::Q6_K) {
+    const int64_t nb = w.cols / kQK_K;
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ6_K& blk = reinterpret_cast<const BlockQ6_K*>(row)[b];
+      const BlockQ8_K& xb = a.q8k[t * nb + b];
+      int64_t isum = 0;
+      for (int j = 0; j < 16; ++j) {
+        int64_t p = 0;
+        for (int l = 0; l < 16; ++l) p += (q6_k_quant(blk, 16 * j + l) - 32) * xb.qs[16 * j + l];
+        isum += blk.scales[j] * p;
+      }
+      const double term = double(fp16_to_f32(blk.d)) * xb.d * isum;
+      e.value += term, e.mag += std::fabs(term);
     }
     return e;
   }
@@ -149,7 +172,9 @@ void run_packed(const WeightMatrix& w, const uint8_t* packed, const Acts& a, int
     switch (w.dtype) {
       case DType::Q8_0: (k ? k->gemm_q8_0_x16 : gemm_q8_0_x16_ref)(grp, w.cols / kQK8_0, a.s8(), R, tmp, kPackRows); break;
       case DType::Q4_0: (k ? k->gemm_q4_0_x16 : gemm_q4_0_x16_ref)(grp, w.cols / kQK8_0, a.s8(), R, tmp, kPackRows); break;
-      default: (k ? k->gemm_q4_k_x16 : gemm_q4_k_x16_ref)(grp, w.cols / kQK_K, a.k(), R, tmp, kPackRows); break;
+      case DType::Q4_K: (k ? k->gemm_q4_k_x16 : gemm_q4_k_x16_ref)(grp, w.cols / kQK_K, a.k(), R, tmp, kPackRows); break;
+      case DType::Q5_K: (k ? k->gemm_q5_k_x16 : gemm_q5_k_x16_ref)(grp, w.cols / kQK_K, a.k(), R, tmp, kPackRows); break;
+      default: (k ? k->gemm_q6_k_x16 : gemm_q6_k_x16_ref)(grp, w.cols / kQK_K, a.k(), R, tmp, kPackRows); break;
     }
     for (int64_t t = 0; t < R; ++t)
       for (int64_t i = 0; i < kPackRows && g * kPackRows + i < w.rows; ++i) y[t * w.rows + g * kPackRows + i] = tmp[t * kPackRows + i];
@@ -190,9 +215,11 @@ TEST_P(PackedTypes, EveryTableKernelEqualsReferenceBitForBitForEveryTokenCount) 
     tables.push_back(avx512_kernels());
   int tested = 0;
   for (const CpuKernels* k : tables) {
-    const bool has = t == DType::Q8_0 ? k->gemm_q8_0_x16 != nullptr
+    const bool has = t == DType::Q8_0   ? k->gemm_q8_0_x16 != nullptr
                      : t == DType::Q4_0 ? k->gemm_q4_0_x16 != nullptr
-                                        : k->gemm_q4_k_x16 != nullptr;
+                     : t == DType::Q4_K ? k->gemm_q4_k_x16 != nullptr
+                     : t == DType::Q5_K ? k->gemm_q5_k_x16 != nullptr
+                                        : k->gemm_q6_k_x16 != nullptr;
     if (!has) continue;
     ++tested;
     for (int64_t cols : {256, 768, 2048}) {
@@ -224,7 +251,12 @@ TEST_P(PackedTypes, MatmulOnPackedWeightsIsBatchInvariantAndAgreesWithUnpacked) 
     WeightMatrix packed = plain.m;
     const PackedBuffer owner = pack_weight(packed);
     ASSERT_TRUE(packed.packed);
-    Weights other = random_weights(DType::Q6_K, 48, cols, rng, false);  // unpacked partner sharing the input
+    // Partners sharing the input: unpacked BF16 and Q6_K (Q8_K activations, as packed K-quants use), and another
+    // packed K-quant (a Q4_K_M layer mixes packed Q4_K and Q6_K on one input).
+    Weights other = random_weights(DType::BF16, 48, cols, rng, false);
+    Weights q6 = random_weights(DType::Q6_K, 32, cols, rng, false);
+    Weights pk = random_weights(t == DType::Q6_K ? DType::Q4_K : DType::Q6_K, 64, cols, rng, false);
+    const PackedBuffer pk_owner = pack_weight(pk.m);
     for (int64_t T : {1, 2, 7, 8, 9, 17, 70}) {
       std::vector<float> x(T * cols), y(T * rows), yu(T * rows), y1(rows), yo(T * 48), ro(T * 48);
       for (auto& v : x) v = g(rng);
@@ -235,16 +267,19 @@ TEST_P(PackedTypes, MatmulOnPackedWeightsIsBatchInvariantAndAgreesWithUnpacked) 
         ASSERT_EQ(0, std::memcmp(y1.data(), y.data() + i * rows, sizeof(float) * rows)) << "rows " << rows << " T " << T << " token " << i;
       }
       for (int64_t i = 0; i < T * rows; ++i) EXPECT_NEAR(y[i], yu[i], 1e-4 * (1 + std::fabs(yu[i]))) << i;
-      std::vector<float> ys(T * rows);
-      matmul(x.data(), T, {{&packed, ys.data()}, {&other.m, yo.data()}});
-      matmul(x.data(), T, other.m, ro.data());
+      std::vector<float> ys(T * rows), y6(T * 32), r6(T * 32), yk(T * 64), rk(T * 64);
+      matmul(x.data(), T, {{&pk.m, yk.data()}, {&packed, ys.data()}, {&q6.m, y6.data()}, {&other.m, yo.data()}});
+      matmul(x.data(), T, other.m, ro.data()), matmul(x.data(), T, q6.m, r6.data()), matmul(x.data(), T, pk.m, rk.data());
       EXPECT_EQ(ys, y);
       EXPECT_EQ(yo, ro);
+      EXPECT_EQ(y6, r6);
+      EXPECT_EQ(yk, rk);
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(PackedWeightTypes, PackedTypes, ::testing::Values(DType::Q8_0, DType::Q4_0, DType::Q4_K),
+INSTANTIATE_TEST_SUITE_P(PackedWeightTypes, PackedTypes,
+                         ::testing::Values(DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(Packed, QuantizeActQ8SIsBitExactIncludingTiesAndZeroBlocks) {

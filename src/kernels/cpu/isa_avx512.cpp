@@ -282,24 +282,32 @@ void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
   for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
 }
 
-// Q4_K: per sub-block j the 8 nibble vectors meet the token's 32 activations (exact int32), times the rows' 6-bit
-// scales into the super-block's int32 sum; the min term Σ_j m_j·Σx_j comes from vpdpwssd over sub-block pairs.
-template <int R>
-void gemm_q4_k_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, int64_t ys) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
+// Q4_K / Q5_K: per sub-block j the 8 quant vectors (nibbles, with Q5_K's fifth bits or-ed in at bit 4) meet the
+// token's 32 activations (exact int32), times the rows' 6-bit scales into the super-block's int32 sum; the min term
+// Σ_j m_j·Σx_j comes from vpdpwssd over sub-block pairs.
+template <int R, bool kFifth>
+void gemm_k_scale_min_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, int64_t ys) {
+  constexpr PackedKScaleMin L = kFifth ? kPackedQ5K : kPackedQ4K;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
   __m512 acc[R];
   for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* rec = g + b * 2368;
+    const uint8_t* rec = g + b * L.record;
     __m512i isum[R];
     for (int t = 0; t < R; ++t) isum[t] = _mm512_setzero_si512();
     for (int j = 0; j < 8; ++j) {
       __m512i lo[4], hi[4];
+      __m512i fb = _mm512_setzero_si512();
+      if constexpr (kFifth) fb = _mm512_load_si512(rec + L.fifth + 64 * j);
       for (int v = 0; v < 4; ++v) {
         const __m512i raw = _mm512_load_si512(rec + j * 256 + 64 * v);
         lo[v] = _mm512_and_si512(raw, m4), hi[v] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+        if constexpr (kFifth) {  // bit v → bit 4 and bit 4 + v → bit 4 (epi16 shifts: strays are masked off)
+          lo[v] = _mm512_or_si512(lo[v], _mm512_and_si512(_mm512_slli_epi16(fb, 4 - v), bit4));
+          hi[v] = _mm512_or_si512(hi[v], _mm512_and_si512(_mm512_srli_epi16(fb, v), bit4));
+        }
       }
-      const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(rec + 2112 + 16 * j)));
+      const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(rec + L.sc + 16 * j)));
       for (int t = 0; t < R; ++t) {
         const int8_t* xq = x.x[t * nb + b].qs + 32 * j;
         __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(xq));
@@ -311,9 +319,9 @@ void gemm_q4_k_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, i
         isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s, sc));
       }
     }
-    const __m512 dw = _mm512_cvtph_ps(load256(rec + 2048)), dminw = _mm512_cvtph_ps(load256(rec + 2080));
+    const __m512 dw = _mm512_cvtph_ps(load256(rec + L.d)), dminw = _mm512_cvtph_ps(load256(rec + L.dmin));
     __m512i mv[4];
-    for (int p = 0; p < 4; ++p) mv[p] = _mm512_cvtepu8_epi16(load256(rec + 2240 + 32 * p));
+    for (int p = 0; p < 4; ++p) mv[p] = _mm512_cvtepu8_epi16(load256(rec + L.m + 32 * p));
     for (int t = 0; t < R; ++t) {
       const int8_t* s32 = reinterpret_cast<const int8_t*>(x.sums32 + (t * nb + b) * 8);
       __m512i m = _mm512_setzero_si512();
@@ -322,6 +330,61 @@ void gemm_q4_k_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, i
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, dx), acc[t]);
       acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dminw, dx), acc[t]);
     }
+  }
+  for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
+}
+
+// Q6_K: per 32-element chunk c the nibbles with their high bit pairs or-ed in at bits 4..5 give sub-blocks 2c (low
+// nibbles) and 2c + 1 (high); each sub-block's int32 sum is multiplied by its signed scale, and the −32 offset
+// comes off per chunk with vpdpwssd of the (−32·sc_2c, −32·sc_2c+1) pairs by the token's (bsums_2c, bsums_2c+1).
+inline __m512i q6_high_bits(__m512i h, int v) {  // bits 2v..2v+1 of each byte → bits 4..5 (strays masked off)
+  const __m512i m = _mm512_set1_epi8(0x30);
+  switch (v) {
+    case 0: return _mm512_and_si512(_mm512_slli_epi16(h, 4), m);
+    case 1: return _mm512_and_si512(_mm512_slli_epi16(h, 2), m);
+    case 2: return _mm512_and_si512(h, m);
+    default: return _mm512_and_si512(_mm512_srli_epi16(h, 2), m);
+  }
+}
+
+template <int R>
+void gemm_q6_k_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, int64_t ys) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[R];
+  for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* rec = g + b * kQ6KRecord;
+    __m512i isum[R];
+    for (int t = 0; t < R; ++t) isum[t] = _mm512_setzero_si512();
+    for (int c = 0; c < 8; ++c) {
+      const uint8_t* ch = rec + c * kQ6KChunk;
+      const __m512i hl = _mm512_load_si512(ch + 256), hh = _mm512_load_si512(ch + 320);
+      __m512i lo[4], hi[4];
+      for (int v = 0; v < 4; ++v) {
+        const __m512i raw = _mm512_load_si512(ch + 64 * v);
+        lo[v] = _mm512_or_si512(_mm512_and_si512(raw, m4), q6_high_bits(hl, v));
+        hi[v] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw, 4), m4), q6_high_bits(hh, v));
+      }
+      const __m512i pair = _mm512_cvtepi8_epi16(load256(rec + kQ6KSc + 32 * c));  // (sc_2c, sc_2c+1) per row
+      const __m512i sc_lo = _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16), sc_hi = _mm512_srai_epi32(pair, 16);
+      const __m512i neg32 = _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(pair, 5));
+      for (int t = 0; t < R; ++t) {
+        const BlockQ8_K& xb = x.x[t * nb + b];
+        const int8_t* xq = xb.qs + 32 * c;
+        __m512i s_lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(xq));
+        __m512i s_hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], bcast4(xq + 16));
+        for (int v = 1; v < 4; ++v) {
+          s_lo = _mm512_dpbusd_epi32(s_lo, lo[v], bcast4(xq + 4 * v));
+          s_hi = _mm512_dpbusd_epi32(s_hi, hi[v], bcast4(xq + 16 + 4 * v));
+        }
+        __m512i sum = _mm512_add_epi32(_mm512_mullo_epi32(s_lo, sc_lo), _mm512_mullo_epi32(s_hi, sc_hi));
+        sum = _mm512_dpwssd_epi32(sum, neg32, bcast4(reinterpret_cast<const int8_t*>(xb.bsums + 2 * c)));
+        isum[t] = _mm512_add_epi32(isum[t], sum);
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(load256(rec + kQ6KD));
+    for (int t = 0; t < R; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, _mm512_set1_ps(x.x[t * nb + b].d)), acc[t]);
   }
   for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
 }
@@ -341,7 +404,9 @@ void by_tokens(const uint8_t* g, int64_t nb, const X& x, int64_t R, float* y, in
 }
 template <int R> struct Q8_0x16 { static constexpr auto run = gemm_q8_0_x16_r<R>; };
 template <int R> struct Q4_0x16 { static constexpr auto run = gemm_q4_0_x16_r<R>; };
-template <int R> struct Q4_Kx16 { static constexpr auto run = gemm_q4_k_x16_r<R>; };
+template <int R> struct Q4_Kx16 { static constexpr auto run = gemm_k_scale_min_x16_r<R, false>; };
+template <int R> struct Q5_Kx16 { static constexpr auto run = gemm_k_scale_min_x16_r<R, true>; };
+template <int R> struct Q6_Kx16 { static constexpr auto run = gemm_q6_k_x16_r<R>; };
 void gemm_q8_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   by_tokens<Q8_0x16>(g, nb, x, R, y, ys);
 }
@@ -350,6 +415,12 @@ void gemm_q4_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, flo
 }
 void gemm_q4_k_x16(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
   by_tokens<Q4_Kx16>(g, nb, x, R, y, ys);
+}
+void gemm_q5_k_x16(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
+  by_tokens<Q5_Kx16>(g, nb, x, R, y, ys);
+}
+void gemm_q6_k_x16(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
+  by_tokens<Q6_Kx16>(g, nb, x, R, y, ys);
 }
 
 // roundf (half away from zero), exactly: t = trunc(v) and v − t is exact, so |v − t| ≥ ½ decides the step.
@@ -678,6 +749,8 @@ constexpr CpuKernels kAvx512 = {
     .gemm_q8_0_x16 = gemm_q8_0_x16,
     .gemm_q4_0_x16 = gemm_q4_0_x16,
     .gemm_q4_k_x16 = gemm_q4_k_x16,
+    .gemm_q5_k_x16 = gemm_q5_k_x16,
+    .gemm_q6_k_x16 = gemm_q6_k_x16,
     .quantize_act_q8s = quantize_act_q8s,
     .to_f16 = to_f16,
     .to_bf16 = to_bf16,

@@ -57,7 +57,14 @@ struct PreparedInput {
 // Which conversion a weight type needs (one per kind and input).
 enum class Partner { kF32, kF16, kBF16, kActQ8, kQ8K, kActQ8S, kQ8KSums, kCount };
 Partner partner_of(const WeightMatrix& w) {
-  if (w.packed) return w.dtype == DType::Q4_K ? Partner::kQ8KSums : Partner::kActQ8S;
+  if (w.packed) {
+    switch (w.dtype) {
+      case DType::Q4_K:
+      case DType::Q5_K: return Partner::kQ8KSums;
+      case DType::Q6_K: return Partner::kQ8K;
+      default: return Partner::kActQ8S;
+    }
+  }
   switch (w.dtype) {
     case DType::F32: return Partner::kF32;
     case DType::F16: return Partner::kF16;
@@ -169,10 +176,11 @@ void matmul_packed(const PreparedInput& in, const WeightMatrix& w, float* y, int
       const int64_t R = std::min(kPackMaxTokens, T - t);
       float* out = full ? y + t * w.rows + r : tmp;
       const int64_t os = full ? w.rows : kPackRows;
-      if (w.dtype == DType::Q4_K) {
+      if (w.dtype == DType::Q4_K || w.dtype == DType::Q5_K || w.dtype == DType::Q6_K) {
         const int64_t nb = n / kQK_K;
-        const ActQ8KS x{in.q8k->data() + t * nb, in.q8k_sums32->data() + t * nb * 8, nb};
-        k.gemm_q4_k_x16(g, nb, x, R, out, os);
+        const int16_t* sums32 = in.q8k_sums32 ? in.q8k_sums32->data() + t * nb * 8 : nullptr;
+        const ActQ8KS x{in.q8k->data() + t * nb, sums32, nb};
+        (w.dtype == DType::Q4_K ? k.gemm_q4_k_x16 : w.dtype == DType::Q5_K ? k.gemm_q5_k_x16 : k.gemm_q6_k_x16)(g, nb, x, R, out, os);
       } else {
         const int64_t nb = n / kQK8_0;
         const ActQ8S x{in.act_s_qs->data() + t * n, in.act_s_d->data() + t * nb, in.act_s_sums->data() + t * nb, nb};

@@ -14,8 +14,6 @@
 namespace kvik {
 namespace {
 
-constexpr size_t kQ4KRecord = 2368;  // one super-block of a Q4_K group
-constexpr size_t kQ4KD = 2048, kQ4KDmin = 2080, kQ4KSc = 2112, kQ4KM = 2240;
 
 constexpr size_t kHugePage = size_t{2} << 20;
 
@@ -41,22 +39,43 @@ void pack_row_q4_0(const BlockQ4_0* src, int64_t nb, int i, uint8_t* g) {
   }
 }
 
-void pack_row_q4_k(const BlockQ4_K* src, int64_t nb, int i, uint8_t* g) {
+template <typename Block, int (*Quant)(const Block&, int)>
+void pack_row_k_scale_min(const Block* src, int64_t nb, int i, uint8_t* g, const PackedKScaleMin& L) {
   for (int64_t b = 0; b < nb; ++b) {
-    uint8_t* rec = g + b * kQ4KRecord;
+    uint8_t* rec = g + b * L.record;
     for (int j = 0; j < 8; ++j)
       for (int l = 0; l < 16; ++l) {
-        const int lo = q4_k_quant(src[b], 32 * j + l), hi = q4_k_quant(src[b], 32 * j + 16 + l);
-        rec[j * 256 + (l / 4) * 64 + i * 4 + l % 4] = static_cast<uint8_t>(lo | (hi << 4));
+        const int lo = Quant(src[b], 32 * j + l), hi = Quant(src[b], 32 * j + 16 + l);
+        rec[j * 256 + (l / 4) * 64 + i * 4 + l % 4] = static_cast<uint8_t>((lo & 15) | ((hi & 15) << 4));
+        if (L.fifth) rec[L.fifth + j * 64 + i * 4 + l % 4] |= static_cast<uint8_t>((lo >> 4) << (l / 4) | (hi >> 4) << (4 + l / 4));
       }
-    reinterpret_cast<uint16_t*>(rec + kQ4KD)[i] = src[b].d;
-    reinterpret_cast<uint16_t*>(rec + kQ4KDmin)[i] = src[b].dmin;
+    std::memcpy(rec + L.d + 2 * i, &src[b].d, 2);
+    std::memcpy(rec + L.dmin + 2 * i, &src[b].dmin, 2);
     for (int j = 0; j < 8; ++j) {
       uint8_t sc, m;
       k_scale_min(j, src[b].scales, sc, m);
-      rec[kQ4KSc + j * 16 + i] = sc;
-      rec[kQ4KM + (j / 2) * 32 + i * 2 + j % 2] = m;
+      rec[L.sc + j * 16 + i] = sc;
+      rec[L.m + (j / 2) * 32 + i * 2 + j % 2] = m;
     }
+  }
+}
+
+void pack_row_q6_k(const BlockQ6_K* src, int64_t nb, int i, uint8_t* g) {
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* rec = g + b * kQ6KRecord;
+    for (int c = 0; c < 8; ++c) {
+      uint8_t* ch = rec + c * kQ6KChunk;
+      for (int l = 0; l < 16; ++l) {
+        const int lo = q6_k_quant(src[b], 32 * c + l), hi = q6_k_quant(src[b], 32 * c + 16 + l);
+        const int v = l / 4, e = l % 4;
+        ch[v * 64 + i * 4 + e] = static_cast<uint8_t>((lo & 15) | ((hi & 15) << 4));
+        ch[256 + i * 4 + e] |= static_cast<uint8_t>((lo >> 4) << (2 * v));
+        ch[320 + i * 4 + e] |= static_cast<uint8_t>((hi >> 4) << (2 * v));
+      }
+      rec[kQ6KSc + c * 32 + i * 2] = static_cast<uint8_t>(src[b].scales[2 * c]);
+      rec[kQ6KSc + c * 32 + i * 2 + 1] = static_cast<uint8_t>(src[b].scales[2 * c + 1]);
+    }
+    std::memcpy(rec + kQ6KD + 2 * i, &src[b].d, 2);
   }
 }
 
@@ -74,7 +93,9 @@ size_t packed_group_bytes(DType t, int64_t cols) {
   switch (t) {
     case DType::Q8_0: return static_cast<size_t>((cols / kQK8_0 + 1) / 2 * (2 * kQ8_0PackedQs + 64));
     case DType::Q4_0: return static_cast<size_t>((cols / kQK4_0 + 1) / 2 * (2 * kQ4_0PackedQs + 64));
-    case DType::Q4_K: return static_cast<size_t>(cols / kQK_K) * kQ4KRecord;
+    case DType::Q4_K: return static_cast<size_t>(cols / kQK_K * kPackedQ4K.record);
+    case DType::Q5_K: return static_cast<size_t>(cols / kQK_K * kPackedQ5K.record);
+    case DType::Q6_K: return static_cast<size_t>(cols / kQK_K * kQ6KRecord);
     default: return 0;
   }
 }
@@ -92,6 +113,8 @@ bool packable(DType t) {
     case DType::Q8_0: return k.gemm_q8_0_x16 != nullptr;
     case DType::Q4_0: return k.gemm_q4_0_x16 != nullptr;
     case DType::Q4_K: return k.gemm_q4_k_x16 != nullptr;
+    case DType::Q5_K: return k.gemm_q5_k_x16 != nullptr;
+    case DType::Q6_K: return k.gemm_q6_k_x16 != nullptr;
     default: return false;
   }
 }
@@ -115,7 +138,13 @@ PackedBuffer pack_rows(const WeightMatrix& w) {
         switch (w.dtype) {
           case DType::Q8_0: pack_row_q8_0(reinterpret_cast<const BlockQ8_0*>(row), nb, i, g); break;
           case DType::Q4_0: pack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(row), nb, i, g); break;
-          default: pack_row_q4_k(reinterpret_cast<const BlockQ4_K*>(row), nb, i, g); break;
+          case DType::Q4_K:
+            pack_row_k_scale_min<BlockQ4_K, q4_k_quant>(reinterpret_cast<const BlockQ4_K*>(row), nb, i, g, kPackedQ4K);
+            break;
+          case DType::Q5_K:
+            pack_row_k_scale_min<BlockQ5_K, q5_k_quant>(reinterpret_cast<const BlockQ5_K*>(row), nb, i, g, kPackedQ5K);
+            break;
+          default: pack_row_q6_k(reinterpret_cast<const BlockQ6_K*>(row), nb, i, g); break;
         }
       }
     }
@@ -163,12 +192,14 @@ void gemm_q4_0_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R,
     }
 }
 
-void gemm_q4_k_x16_ref(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
+namespace {
+void gemm_k_scale_min_ref(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys,
+                          const PackedKScaleMin& L) {
   for (int64_t t = 0; t < R; ++t)
     for (int i = 0; i < kPackRows; ++i) {
       float s = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* rec = g + b * kQ4KRecord;
+        const uint8_t* rec = g + b * L.record;
         const BlockQ8_K& xb = x.x[t * nb + b];
         const int16_t* s32 = x.sums32 + (t * nb + b) * 8;
         int32_t isum = 0, msum = 0;
@@ -176,13 +207,54 @@ void gemm_q4_k_x16_ref(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R
           int32_t p = 0;
           for (int l = 0; l < 16; ++l) {
             const uint8_t v = rec[j * 256 + (l / 4) * 64 + i * 4 + l % 4];
-            p += (v & 0x0F) * xb.qs[32 * j + l] + (v >> 4) * xb.qs[32 * j + 16 + l];
+            int lo = v & 0x0F, hi = v >> 4;
+            if (L.fifth) {
+              const uint8_t f = rec[L.fifth + j * 64 + i * 4 + l % 4];
+              lo |= ((f >> (l / 4)) & 1) << 4, hi |= ((f >> (4 + l / 4)) & 1) << 4;
+            }
+            p += lo * xb.qs[32 * j + l] + hi * xb.qs[32 * j + 16 + l];
           }
-          isum += rec[kQ4KSc + j * 16 + i] * p;
-          msum += rec[kQ4KM + (j / 2) * 32 + i * 2 + j % 2] * s32[j];
+          isum += rec[L.sc + j * 16 + i] * p;
+          msum += rec[L.m + (j / 2) * 32 + i * 2 + j % 2] * s32[j];
         }
-        s = std::fma(static_cast<float>(isum), f16(rec + kQ4KD, i) * xb.d, s);
-        s = std::fma(-static_cast<float>(msum), f16(rec + kQ4KDmin, i) * xb.d, s);
+        s = std::fma(static_cast<float>(isum), f16(rec + L.d, i) * xb.d, s);
+        s = std::fma(-static_cast<float>(msum), f16(rec + L.dmin, i) * xb.d, s);
+      }
+      y[t * ys + i] = s;
+    }
+}
+}  // namespace
+
+void gemm_q4_k_x16_ref(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
+  gemm_k_scale_min_ref(g, nb, x, R, y, ys, kPackedQ4K);
+}
+void gemm_q5_k_x16_ref(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
+  gemm_k_scale_min_ref(g, nb, x, R, y, ys, kPackedQ5K);
+}
+
+void gemm_q6_k_x16_ref(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
+  for (int64_t t = 0; t < R; ++t)
+    for (int i = 0; i < kPackRows; ++i) {
+      float s = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* rec = g + b * kQ6KRecord;
+        const BlockQ8_K& xb = x.x[t * nb + b];
+        int32_t isum = 0;
+        for (int c = 0; c < 8; ++c) {
+          const uint8_t* ch = rec + c * kQ6KChunk;
+          int32_t p_lo = 0, p_hi = 0;
+          for (int l = 0; l < 16; ++l) {
+            const int v = l / 4, e = l % 4;
+            const uint8_t q = ch[v * 64 + i * 4 + e];
+            const int lo = (q & 15) | (((ch[256 + i * 4 + e] >> (2 * v)) & 3) << 4);
+            const int hi = (q >> 4) | (((ch[320 + i * 4 + e] >> (2 * v)) & 3) << 4);
+            p_lo += lo * xb.qs[32 * c + l], p_hi += hi * xb.qs[32 * c + 16 + l];
+          }
+          const int sc_lo = static_cast<int8_t>(rec[kQ6KSc + c * 32 + i * 2]);
+          const int sc_hi = static_cast<int8_t>(rec[kQ6KSc + c * 32 + i * 2 + 1]);
+          isum += sc_lo * p_lo + sc_hi * p_hi - 32 * (sc_lo * xb.bsums[2 * c] + sc_hi * xb.bsums[2 * c + 1]);
+        }
+        s = std::fma(static_cast<float>(isum), f16(rec + kQ6KD, i) * xb.d, s);
       }
       y[t * ys + i] = s;
     }

@@ -18,6 +18,13 @@
 //   Q4_K: per 256-element super-block (2368 bytes, a multiple of 64):
 //         qs [8 sub-blocks j][4 v][16 rows][4]: low nibble = element 32j + 4v + e, high = 32j + 16 + 4v + e;
 //         d [16] fp16, dmin [16] fp16, sc [8 j][16 rows] u8, m [4 pairs p][16 rows][2] u8 (m_2p, m_2p+1).
+//   Q5_K: as Q4_K with the fifth bits after the nibbles (2880 bytes): fb [8 j][16 rows][4]: bit v of byte e =
+//         element 32j + 4v + e, bit 4 + v = element 32j + 16 + 4v + e.
+//   Q6_K: per super-block (3392 bytes): 8 chunks c of 32 elements, 384 bytes each: 4 nibble vectors as Q4_K's
+//         (low nibble = element 32c + 4v + e, sub-block 2c; high = 32c + 16 + 4v + e, sub-block 2c + 1), then two
+//         vectors of high bit pairs [16 rows][4] (bits 2v..2v+1 of byte e: element 32c + 4v + e, then 32c + 16 +
+//         4v + e); then sc [8 c][16 rows][2] s8 (sc_2c, sc_2c+1), d [16] fp16, 32 bytes of padding. The −32
+//         offset comes off as −32·Σ_j sc_j·bsums_j (vpdpwssd with −32·sc pairs).
 #pragma once
 
 #include <cstddef>
@@ -40,7 +47,7 @@ struct ActQ8S {
   int64_t nb;
 };
 
-// Activations for packed Q4_K: Q8_K blocks (row r at x + r·nb) and their 32-element sums, 8 per block
+// Activations for packed Q4_K / Q5_K / Q6_K (Q6_K does not read sums32): Q8_K blocks (row r at x + r·nb) and their 32-element sums, 8 per block
 // (sums32[(r·nb + b)·8 + j] = bsums[2j] + bsums[2j + 1]).
 struct ActQ8KS {
   const BlockQ8_K* x;
@@ -52,6 +59,14 @@ struct ActQ8KS {
 inline constexpr int64_t packed_qs_offset(int64_t b, int64_t Q) { return (b / 2) * (2 * Q + 64) + (b % 2) * Q; }
 inline constexpr int64_t packed_d_offset(int64_t b, int64_t Q) { return (b / 2) * (2 * Q + 64) + 2 * Q + (b % 2) * 32; }
 inline constexpr int64_t kQ8_0PackedQs = 512, kQ4_0PackedQs = 256;
+
+// Byte offsets inside a packed K-quant super-block record.
+struct PackedKScaleMin {
+  int64_t fifth, d, dmin, sc, m, record;
+};
+inline constexpr PackedKScaleMin kPackedQ4K{0, 2048, 2080, 2112, 2240, 2368};
+inline constexpr PackedKScaleMin kPackedQ5K{2048, 2560, 2592, 2624, 2752, 2880};
+inline constexpr int64_t kQ6KChunk = 384, kQ6KSc = 3072, kQ6KD = 3328, kQ6KRecord = 3392;
 
 // Bytes of one 16-row group of a weight with `cols` inputs, or 0 when the type has no packed layout.
 size_t packed_group_bytes(DType t, int64_t cols);
@@ -78,6 +93,8 @@ void set_weight_repacking(bool on);
 void gemm_q8_0_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
 void gemm_q4_0_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
 void gemm_q4_k_x16_ref(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys);
+void gemm_q5_k_x16_ref(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys);
+void gemm_q6_k_x16_ref(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys);
 // One activation row into ActQ8S: the q and d of quantize_row_q8_0, bit for bit, and the block sums.
 void quantize_act_q8s_ref(const float* x, int8_t* qs, float* d, int32_t* sums, int64_t n);
 // The 32-element sums of nb Q8_K blocks.
