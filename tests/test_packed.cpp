@@ -38,10 +38,10 @@ Weights random_weights(DType t, int64_t rows, int64_t cols, std::mt19937& rng, b
   w.data.resize(rb * static_cast<size_t>(rows));
   std::vector<float> row(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
-    for (auto& v : row) v = g(rng);
+    for (auto& v : row) v = unit && t == DType::F32 ? std::round(g(rng) * 8.0f) : g(rng);
     uint8_t* dst = w.data.data() + rb * static_cast<size_t>(r);
     quantize_row(t, row.data(), dst, cols);
-    if (!unit) continue;
+    if (!unit || t == DType::F32) continue;
     const uint16_t one = f32_to_fp16(1.0f);
     if (t == DType::Q8_0)
       for (int64_t b = 0; b < cols / kQK8_0; ++b) reinterpret_cast<BlockQ8_0*>(dst)[b].d = one;
@@ -61,6 +61,7 @@ Weights random_weights(DType t, int64_t rows, int64_t cols, std::mt19937& rng, b
 // Activations of R rows in both packed partner forms.
 struct Acts {
   int64_t n = 0;
+  std::vector<float> xf;  // the float rows (F32 weights multiply these)
   std::vector<int8_t> qs;
   std::vector<float> d;
   std::vector<int32_t> sums;
@@ -81,7 +82,8 @@ Acts random_acts(int64_t R, int64_t n, std::mt19937& rng, bool unit) {
   Acts a;
   a.n = n;
   std::vector<float> x(static_cast<size_t>(R * n));
-  for (auto& v : x) v = g(rng);
+  for (auto& v : x) v = unit ? std::round(g(rng) * 8.0f) : g(rng);  // unit: small integers, exact F32 sums
+  a.xf = x;
   a.qs.resize(R * n), a.d.resize(R * n / kQK8_0), a.sums.resize(R * n / kQK8_0);
   for (int64_t t = 0; t < R; ++t)
     quantize_act_q8s_ref(x.data() + t * n, a.qs.data() + t * n, a.d.data() + t * n / kQK8_0, a.sums.data() + t * n / kQK8_0, n);
@@ -123,6 +125,14 @@ Exact exact(const WeightMatrix& w, int64_t r, const Acts& a, int64_t t) {
       const double dd = double(fp16_to_f32(q5 ? b5.d : b4.d)) * xb.d, dm = double(fp16_to_f32(q5 ? b5.dmin : b4.dmin)) * xb.d;
       e.value += dd * isum - dm * msum;
       e.mag += std::fabs(dd * isum) + std::fabs(dm * msum);
+    }
+    return e;
+  }
+  if (w.dtype == DType::F32) {
+    const float* wr = reinterpret_cast<const float*>(row);
+    for (int64_t k = 0; k < w.cols; ++k) {
+      const double term = double(wr[k]) * a.xf[t * w.cols + k];
+      e.value += term, e.mag += std::fabs(term);
     }
     return e;
   }
@@ -170,6 +180,7 @@ void run_packed(const WeightMatrix& w, const uint8_t* packed, const Acts& a, int
   for (int64_t g = 0; g * kPackRows < w.rows; ++g) {
     const uint8_t* grp = packed + gb * g;
     switch (w.dtype) {
+      case DType::F32: (k ? k->gemm_f32_x16 : gemm_f32_x16_ref)(grp, w.cols, a.xf.data(), w.cols, R, tmp, kPackRows); break;
       case DType::Q8_0: (k ? k->gemm_q8_0_x16 : gemm_q8_0_x16_ref)(grp, w.cols / kQK8_0, a.s8(), R, tmp, kPackRows); break;
       case DType::Q4_0: (k ? k->gemm_q4_0_x16 : gemm_q4_0_x16_ref)(grp, w.cols / kQK8_0, a.s8(), R, tmp, kPackRows); break;
       case DType::Q4_K: (k ? k->gemm_q4_k_x16 : gemm_q4_k_x16_ref)(grp, w.cols / kQK_K, a.k(), R, tmp, kPackRows); break;
@@ -186,7 +197,7 @@ class PackedTypes : public ::testing::TestWithParam<DType> {};
 TEST_P(PackedTypes, ReferenceEqualsExactDotWithinRoundingBound) {
   std::mt19937 rng(11);
   const DType t = GetParam();
-  for (int64_t cols : {256, 512, 2048})
+  for (int64_t cols : {t == DType::F32 ? int64_t{257} : int64_t{256}, int64_t{512}, int64_t{2048}})
     for (bool unit : {true, false}) {
       const int64_t rows = 37, R = kPackMaxTokens;  // 37: two full groups and a partial one
       const Weights w = random_weights(t, rows, cols, rng, unit);
@@ -215,14 +226,15 @@ TEST_P(PackedTypes, EveryTableKernelEqualsReferenceBitForBitForEveryTokenCount) 
     tables.push_back(avx512_kernels());
   int tested = 0;
   for (const CpuKernels* k : tables) {
-    const bool has = t == DType::Q8_0   ? k->gemm_q8_0_x16 != nullptr
+    const bool has = t == DType::F32    ? k->gemm_f32_x16 != nullptr
+                     : t == DType::Q8_0 ? k->gemm_q8_0_x16 != nullptr
                      : t == DType::Q4_0 ? k->gemm_q4_0_x16 != nullptr
                      : t == DType::Q4_K ? k->gemm_q4_k_x16 != nullptr
                      : t == DType::Q5_K ? k->gemm_q5_k_x16 != nullptr
                                         : k->gemm_q6_k_x16 != nullptr;
     if (!has) continue;
     ++tested;
-    for (int64_t cols : {256, 768, 2048}) {
+    for (int64_t cols : {t == DType::F32 ? int64_t{257} : int64_t{256}, int64_t{768}, int64_t{2048}}) {
       const int64_t rows = 40;
       const Weights w = random_weights(t, rows, cols, rng, false);
       const Acts a = random_acts(kPackMaxTokens, cols, rng, false);
@@ -279,7 +291,7 @@ TEST_P(PackedTypes, MatmulOnPackedWeightsIsBatchInvariantAndAgreesWithUnpacked) 
 }
 
 INSTANTIATE_TEST_SUITE_P(PackedWeightTypes, PackedTypes,
-                         ::testing::Values(DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                         ::testing::Values(DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(Packed, QuantizeActQ8SIsBitExactIncludingTiesAndZeroBlocks) {

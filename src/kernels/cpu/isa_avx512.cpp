@@ -238,6 +238,28 @@ inline __m512i bcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
+// F32: per input k, the 16 rows' weights (one load) times the input broadcast, into two accumulators per token
+// (even and odd k) that are added at the end: 2R independent FMA chains.
+template <int R>
+void gemm_f32_x16_r(const uint8_t* g, int64_t n, const float* x, int64_t xs, float* y, int64_t ys) {
+  const float* w = reinterpret_cast<const float*>(g);
+  __m512 a0[R], a1[R];
+  for (int t = 0; t < R; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 2 <= n; k += 2) {
+    const __m512 w0 = _mm512_load_ps(w + k * kPackRows), w1 = _mm512_load_ps(w + (k + 1) * kPackRows);
+    for (int t = 0; t < R; ++t) {
+      a0[t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t * xs + k]), a0[t]);
+      a1[t] = _mm512_fmadd_ps(w1, _mm512_set1_ps(x[t * xs + k + 1]), a1[t]);
+    }
+  }
+  if (k < n) {
+    const __m512 w0 = _mm512_load_ps(w + k * kPackRows);
+    for (int t = 0; t < R; ++t) a0[t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t * xs + k]), a0[t]);
+  }
+  for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, _mm512_add_ps(a0[t], a1[t]));
+}
+
 template <int R>
 void gemm_q8_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys) {
   __m512 acc[R];
@@ -407,6 +429,18 @@ template <int R> struct Q4_0x16 { static constexpr auto run = gemm_q4_0_x16_r<R>
 template <int R> struct Q4_Kx16 { static constexpr auto run = gemm_k_scale_min_x16_r<R, false>; };
 template <int R> struct Q5_Kx16 { static constexpr auto run = gemm_k_scale_min_x16_r<R, true>; };
 template <int R> struct Q6_Kx16 { static constexpr auto run = gemm_q6_k_x16_r<R>; };
+void gemm_f32_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
+  switch (R) {
+    case 1: return gemm_f32_x16_r<1>(g, n, x, xs, y, ys);
+    case 2: return gemm_f32_x16_r<2>(g, n, x, xs, y, ys);
+    case 3: return gemm_f32_x16_r<3>(g, n, x, xs, y, ys);
+    case 4: return gemm_f32_x16_r<4>(g, n, x, xs, y, ys);
+    case 5: return gemm_f32_x16_r<5>(g, n, x, xs, y, ys);
+    case 6: return gemm_f32_x16_r<6>(g, n, x, xs, y, ys);
+    case 7: return gemm_f32_x16_r<7>(g, n, x, xs, y, ys);
+    default: return gemm_f32_x16_r<8>(g, n, x, xs, y, ys);
+  }
+}
 void gemm_q8_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   by_tokens<Q8_0x16>(g, nb, x, R, y, ys);
 }
@@ -746,6 +780,7 @@ constexpr CpuKernels kAvx512 = {
     .gemv_q4_0 = gemv_q4_0,
     .quantize_act_q8 = quantize_act_q8,
     .quantize_q8_k = quantize_q8_k,
+    .gemm_f32_x16 = gemm_f32_x16,
     .gemm_q8_0_x16 = gemm_q8_0_x16,
     .gemm_q4_0_x16 = gemm_q4_0_x16,
     .gemm_q4_k_x16 = gemm_q4_k_x16,

@@ -59,6 +59,7 @@ enum class Partner { kF32, kF16, kBF16, kActQ8, kQ8K, kActQ8S, kQ8KSums, kCount 
 Partner partner_of(const WeightMatrix& w) {
   if (w.packed) {
     switch (w.dtype) {
+      case DType::F32: return Partner::kF32;
       case DType::Q4_K:
       case DType::Q5_K: return Partner::kQ8KSums;
       case DType::Q6_K: return Partner::kQ8K;
@@ -176,7 +177,9 @@ void matmul_packed(const PreparedInput& in, const WeightMatrix& w, float* y, int
       const int64_t R = std::min(kPackMaxTokens, T - t);
       float* out = full ? y + t * w.rows + r : tmp;
       const int64_t os = full ? w.rows : kPackRows;
-      if (w.dtype == DType::Q4_K || w.dtype == DType::Q5_K || w.dtype == DType::Q6_K) {
+      if (w.dtype == DType::F32) {
+        k.gemm_f32_x16(g, n, in.x + t * n, n, R, out, os);
+      } else if (w.dtype == DType::Q4_K || w.dtype == DType::Q5_K || w.dtype == DType::Q6_K) {
         const int64_t nb = n / kQK_K;
         const int16_t* sums32 = in.q8k_sums32 ? in.q8k_sums32->data() + t * nb * 8 : nullptr;
         const ActQ8KS x{in.q8k->data() + t * nb, sums32, nb};

@@ -18,6 +18,11 @@ namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
 
 // Row i of a group as the packed layout stores it, from one plain row (blocks of the weight's type).
+void pack_row_f32(const float* src, int64_t n, int i, uint8_t* g) {
+  float* w = reinterpret_cast<float*>(g);
+  for (int64_t k = 0; k < n; ++k) w[k * kPackRows + i] = src[k];
+}
+
 void set_d(uint8_t* g, int64_t b, int64_t Q, int i, uint16_t d) {
   std::memcpy(g + packed_d_offset(b, Q) + 2 * i, &d, 2);
 }
@@ -91,6 +96,7 @@ void AlignedFree::operator()(uint8_t* p) const { std::free(p); }
 
 size_t packed_group_bytes(DType t, int64_t cols) {
   switch (t) {
+    case DType::F32: return static_cast<size_t>(cols) * kPackRows * sizeof(float);
     case DType::Q8_0: return static_cast<size_t>((cols / kQK8_0 + 1) / 2 * (2 * kQ8_0PackedQs + 64));
     case DType::Q4_0: return static_cast<size_t>((cols / kQK4_0 + 1) / 2 * (2 * kQ4_0PackedQs + 64));
     case DType::Q4_K: return static_cast<size_t>(cols / kQK_K * kPackedQ4K.record);
@@ -110,6 +116,7 @@ bool packable(DType t) {
   if (!g_repack) return false;
   const CpuKernels& k = cpu_kernels();
   switch (t) {
+    case DType::F32: return k.gemm_f32_x16 != nullptr;
     case DType::Q8_0: return k.gemm_q8_0_x16 != nullptr;
     case DType::Q4_0: return k.gemm_q4_0_x16 != nullptr;
     case DType::Q4_K: return k.gemm_q4_k_x16 != nullptr;
@@ -136,6 +143,7 @@ PackedBuffer pack_rows(const WeightMatrix& w) {
       for (int i = 0; i < kPackRows && gi * kPackRows + i < w.rows; ++i) {
         const uint8_t* row = w.row(gi * kPackRows + i);
         switch (w.dtype) {
+          case DType::F32: pack_row_f32(reinterpret_cast<const float*>(row), w.cols, i, g); break;
           case DType::Q8_0: pack_row_q8_0(reinterpret_cast<const BlockQ8_0*>(row), nb, i, g); break;
           case DType::Q4_0: pack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(row), nb, i, g); break;
           case DType::Q4_K:
@@ -157,6 +165,16 @@ PackedBuffer pack_weight(WeightMatrix& w) {
   PackedBuffer buf = pack_rows(w);
   if (buf) w.packed = buf.get(), w.packed_group_bytes = packed_group_bytes(w.dtype, w.cols);
   return buf;
+}
+
+void gemm_f32_x16_ref(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
+  const float* w = reinterpret_cast<const float*>(g);
+  for (int64_t t = 0; t < R; ++t)
+    for (int i = 0; i < kPackRows; ++i) {
+      float s[2] = {0.0f, 0.0f};
+      for (int64_t k = 0; k < n; ++k) s[k % 2] = std::fma(w[k * kPackRows + i], x[t * xs + k], s[k % 2]);
+      y[t * ys + i] = s[0] + s[1];
+    }
 }
 
 void gemm_q8_0_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {

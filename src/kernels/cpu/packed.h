@@ -10,6 +10,7 @@
 // min term is Σ_j m_j·Σx_j over 32-element sub-blocks, as ggml computes it.
 //
 // Group layouts (nb blocks per row; a last partial group is padded with zero rows):
+//   F32:  [cols][16 rows] floats (each input's 16 weights side by side; FMA with the input broadcast).
 //   Q8_0: per block qs [8 k-groups][16 rows][4] u8 (q + 128) (Q = 512 bytes) and d [16] fp16;
 //   Q4_0: per block qs [4 v][16 rows][4]: low nibble = element 4v + e, high nibble = element 16 + 4v + e
 //         (Q = 256 bytes) and d [16] fp16;
@@ -90,6 +91,8 @@ void set_weight_repacking(bool on);
 
 // Scalar references of the packed kernels (the AVX-512 ones must equal them bit for bit: the integer sums are
 // exact and the float operations are the same fmas in the same order). y[t·ys + i] for token t < R, row i < 16.
+// F32: two partial sums per (row, token), over even and odd inputs, added at the end.
+void gemm_f32_x16_ref(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys);
 void gemm_q8_0_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
 void gemm_q4_0_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
 void gemm_q4_k_x16_ref(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys);
