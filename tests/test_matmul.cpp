@@ -10,30 +10,14 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/ops.h"
+#include "random_weights.h"
 #include "tensor/dtype.h"
 
 using namespace kvik;
+using kvik::test::random_weights;
+using kvik::test::Weights;
 
 namespace {
-
-struct Weights {
-  std::vector<uint8_t> data;
-  WeightMatrix m;
-};
-
-Weights random_weights(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
-  std::normal_distribution<float> g(0.0f, 1.0f);
-  Weights w;
-  const size_t rb = *row_bytes(t, cols);
-  w.data.resize(rb * static_cast<size_t>(rows));
-  std::vector<float> row(static_cast<size_t>(cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (auto& v : row) v = g(rng);
-    quantize_row(t, row.data(), w.data.data() + rb * static_cast<size_t>(r), cols);
-  }
-  w.m = WeightMatrix{t, rows, cols, w.data.data(), rb};
-  return w;
-}
 
 class MatmulTypes : public ::testing::TestWithParam<DType> {};
 

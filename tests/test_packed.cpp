@@ -18,45 +18,15 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/packed.h"
+#include "random_weights.h"
 
 using namespace kvik;
+using kvik::test::random_weights;
+using kvik::test::Weights;
 
 namespace {
 
 double gamma(int64_t n) { return static_cast<double>(n + 64) * std::ldexp(1.0, -24); }
-
-struct Weights {
-  std::vector<uint8_t> data;
-  WeightMatrix m;
-};
-
-// Random rows; `unit` gives every block scale 1 (and Q4_K dmin 1) so that all results are exact integers.
-Weights random_weights(DType t, int64_t rows, int64_t cols, std::mt19937& rng, bool unit) {
-  std::normal_distribution<float> g(0.0f, 1.0f);
-  Weights w;
-  const size_t rb = *row_bytes(t, cols);
-  w.data.resize(rb * static_cast<size_t>(rows));
-  std::vector<float> row(static_cast<size_t>(cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (auto& v : row) v = unit && t == DType::F32 ? std::round(g(rng) * 8.0f) : g(rng);
-    uint8_t* dst = w.data.data() + rb * static_cast<size_t>(r);
-    quantize_row(t, row.data(), dst, cols);
-    if (!unit || t == DType::F32) continue;
-    const uint16_t one = f32_to_fp16(1.0f);
-    if (t == DType::Q8_0)
-      for (int64_t b = 0; b < cols / kQK8_0; ++b) reinterpret_cast<BlockQ8_0*>(dst)[b].d = one;
-    else if (t == DType::Q4_0)
-      for (int64_t b = 0; b < cols / kQK4_0; ++b) reinterpret_cast<BlockQ4_0*>(dst)[b].d = one;
-    else if (t == DType::Q4_K)
-      for (int64_t b = 0; b < cols / kQK_K; ++b) reinterpret_cast<BlockQ4_K*>(dst)[b].d = reinterpret_cast<BlockQ4_K*>(dst)[b].dmin = one;
-    else if (t == DType::Q5_K)
-      for (int64_t b = 0; b < cols / kQK_K; ++b) reinterpret_cast<BlockQ5_K*>(dst)[b].d = reinterpret_cast<BlockQ5_K*>(dst)[b].dmin = one;
-    else
-      for (int64_t b = 0; b < cols / kQK_K; ++b) reinterpret_cast<BlockQ6_K*>(dst)[b].d = one;
-  }
-  w.m = WeightMatrix{t, rows, cols, w.data.data(), rb};
-  return w;
-}
 
 // Activations of R rows in both packed partner forms.
 struct Acts {

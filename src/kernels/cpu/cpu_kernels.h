@@ -77,14 +77,14 @@ struct CpuKernels {
   // Weights repacked at load (kernels/cpu/packed.h): one 16-row group against R ≤ kPackMaxTokens activation rows,
   // y[t·ys + i] = dot(row i of the group, activation row t); bit for bit the *_x16_ref functions, so every row's
   // result is independent of R. Null in tables without them: weights then stay unpacked.
-  void (*gemm_f32_x16)(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys);
-  void (*gemm_q8_0_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
-  void (*gemm_q4_0_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
-  void (*gemm_q4_k_x16)(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys);
-  void (*gemm_q5_k_x16)(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys);
-  void (*gemm_q6_k_x16)(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys);
+  void (*gemm_f32_x16)(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) = nullptr;
+  void (*gemm_q8_0_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) = nullptr;
+  void (*gemm_q4_0_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) = nullptr;
+  void (*gemm_q4_k_x16)(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) = nullptr;
+  void (*gemm_q5_k_x16)(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) = nullptr;
+  void (*gemm_q6_k_x16)(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) = nullptr;
   // One activation row into ActQ8S (quantize_act_q8s_ref bit for bit); null where the packed kernels are.
-  void (*quantize_act_q8s)(const float* x, int8_t* qs, float* d, int32_t* sums, int64_t n);
+  void (*quantize_act_q8s)(const float* x, int8_t* qs, float* d, int32_t* sums, int64_t n) = nullptr;
   void (*to_f16)(const float* x, uint16_t* y, int64_t n);
   void (*to_bf16)(const float* x, uint16_t* y, int64_t n);
 };

@@ -169,13 +169,6 @@ constexpr CpuKernels kGeneric = {
     .gemv_q4_0 = gemv_q4_0,
     .quantize_act_q8 = quantize_act_q8,
     .quantize_q8_k = quantize_q8_k,
-    .gemm_f32_x16 = nullptr,  // no packed kernels: weights stay unpacked
-    .gemm_q8_0_x16 = nullptr,
-    .gemm_q4_0_x16 = nullptr,
-    .gemm_q4_k_x16 = nullptr,
-    .gemm_q5_k_x16 = nullptr,
-    .gemm_q6_k_x16 = nullptr,
-    .quantize_act_q8s = nullptr,
     .to_f16 = to_f16,
     .to_bf16 = to_bf16,
 };

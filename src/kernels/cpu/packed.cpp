@@ -177,37 +177,43 @@ void gemm_f32_x16_ref(const uint8_t* g, int64_t n, const float* x, int64_t xs, i
     }
 }
 
-void gemm_q8_0_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+namespace {
+// Σ q·x of row i's block (quants at qs) with the activation block xq, q as stored (u8).
+int32_t block_sum_q8_0(const uint8_t* qs, int i, const int8_t* xq) {
+  int32_t s = 0;
+  for (int j = 0; j < kQK8_0; ++j) s += qs[(j / 4) * 64 + i * 4 + j % 4] * xq[j];
+  return s;
+}
+int32_t block_sum_q4_0(const uint8_t* qs, int i, const int8_t* xq) {
+  int32_t s = 0;
+  for (int l = 0; l < 16; ++l) {
+    const uint8_t v = qs[(l / 4) * 64 + i * 4 + l % 4];
+    s += (v & 0x0F) * xq[l] + (v >> 4) * xq[16 + l];
+  }
+  return s;
+}
+
+// Q8_0 / Q4_0: per block the stored-quant sum less Offset·Σx, times d_w·d_x into the row's sum by one fma.
+template <int64_t Q, int32_t Offset, int32_t (*BlockSum)(const uint8_t*, int, const int8_t*)>
+void gemm_q_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   for (int64_t t = 0; t < R; ++t)
     for (int i = 0; i < kPackRows; ++i) {
       float s = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
         const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
-        int32_t sumi = -128 * x.sums[t * nb + b];
-        const uint8_t* qs = g + packed_qs_offset(b, kQ8_0PackedQs);
-        for (int j = 0; j < kQK8_0; ++j) sumi += qs[(j / 4) * 64 + i * 4 + j % 4] * xq[j];
-        s = std::fma(static_cast<float>(sumi), f16(g + packed_d_offset(b, kQ8_0PackedQs), i) * x.d[t * nb + b], s);
+        const int32_t sumi = BlockSum(g + packed_qs_offset(b, Q), i, xq) - Offset * x.sums[t * nb + b];
+        s = std::fma(static_cast<float>(sumi), f16(g + packed_d_offset(b, Q), i) * x.d[t * nb + b], s);
       }
       y[t * ys + i] = s;
     }
 }
+}  // namespace
 
+void gemm_q8_0_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  gemm_q_x16_ref<kQ8_0PackedQs, 128, block_sum_q8_0>(g, nb, x, R, y, ys);
+}
 void gemm_q4_0_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  for (int64_t t = 0; t < R; ++t)
-    for (int i = 0; i < kPackRows; ++i) {
-      float s = 0.0f;
-      for (int64_t b = 0; b < nb; ++b) {
-        const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
-        int32_t sumi = -8 * x.sums[t * nb + b];
-        const uint8_t* qs = g + packed_qs_offset(b, kQ4_0PackedQs);
-        for (int l = 0; l < 16; ++l) {
-          const uint8_t v = qs[(l / 4) * 64 + i * 4 + l % 4];
-          sumi += (v & 0x0F) * xq[l] + (v >> 4) * xq[16 + l];
-        }
-        s = std::fma(static_cast<float>(sumi), f16(g + packed_d_offset(b, kQ4_0PackedQs), i) * x.d[t * nb + b], s);
-      }
-      y[t * ys + i] = s;
-    }
+  gemm_q_x16_ref<kQ4_0PackedQs, 8, block_sum_q4_0>(g, nb, x, R, y, ys);
 }
 
 namespace {
