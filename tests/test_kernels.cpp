@@ -101,6 +101,28 @@ TEST_P(KernelTable, AttentionKernelsMatchReference) {
     EXPECT_LE(std::fabs(double(fast().dot_f32_f16(x.data(), h.data(), n)) - ref().dot_f32_f16(x.data(), h.data(), n)),
               gamma(n) * abs_dot) << "n=" << n;
   }
+  // Scores of one query row against scattered key rows (f32 and f16 cache): |fast − ref| ≤ γ(d)·Σ|q·k|·scale, for
+  // key counts below, at and past the 16-row tree and head dims with a partial last vector.
+  for (int64_t d : {16, 40, 64, 128})
+    for (int64_t keys : {1, 15, 16, 17, 33, 64, 100}) {
+      const int64_t rows = keys + 7;
+      std::vector<float> q(d), kf(rows * d), s0(keys), s1(keys);
+      std::vector<uint16_t> kh(rows * d);
+      for (auto& v : q) v = normal();
+      for (size_t i = 0; i < kf.size(); ++i) kf[i] = normal(), kh[i] = f32_to_fp16(kf[i]);
+      std::vector<int64_t> off(keys);
+      for (int64_t j = 0; j < keys; ++j) off[j] = ((j * 5) % rows) * d;
+      const float scale = 0.125f;
+      for (int f16 = 0; f16 < 2; ++f16) {
+        if (f16) ref().scores_f16(q.data(), kh.data(), off.data(), keys, d, scale, s0.data()), fast().scores_f16(q.data(), kh.data(), off.data(), keys, d, scale, s1.data());
+        else ref().scores_f32(q.data(), kf.data(), off.data(), keys, d, scale, s0.data()), fast().scores_f32(q.data(), kf.data(), off.data(), keys, d, scale, s1.data());
+        for (int64_t j = 0; j < keys; ++j) {
+          double mag = 0;
+          for (int64_t i = 0; i < d; ++i) mag += std::fabs(double(q[i]) * (f16 ? fp16_to_f32(kh[off[j] + i]) : kf[off[j] + i]));
+          EXPECT_LE(std::fabs(double(s0[j]) - s1[j]), gamma(d) * mag * scale) << "f16=" << f16 << " d=" << d << " keys=" << keys << " j=" << j;
+        }
+      }
+    }
   // Weighted sums of value rows at scattered offsets, head dims with and without a partial last vector and above
   // one 128-float register chunk; |fast − ref| ≤ γ(keys)·Σ|p·v|.
   for (int64_t d : {16, 32, 40, 64, 128, 130, 256})

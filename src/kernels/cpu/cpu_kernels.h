@@ -61,6 +61,9 @@ struct CpuKernels {
   // out[0..d) = Σ_j p[j]·v[off[j] .. off[j] + d) (the attention-weighted sum of value rows at element offsets off).
   void (*wsum_f32)(const float* p, const float* v, const int64_t* off, int64_t n, int64_t d, float* out);
   void (*wsum_f16)(const float* p, const uint16_t* v, const int64_t* off, int64_t n, int64_t d, float* out);
+  // out[j] = scale · q·k_j over key rows at element offsets off[j], j < n (the attention scores of one query row).
+  void (*scores_f32)(const float* q, const float* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out);
+  void (*scores_f16)(const float* q, const uint16_t* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out);
   // In-place numerically stable softmax.
   void (*softmax)(float* x, int64_t n);
   // gate[i] = silu(gate[i])·up[i] = gate[i] / (1 + e^−gate[i]) · up[i]
@@ -100,6 +103,12 @@ void tile_by_rows(const float* w, int64_t M, const float* x, int64_t xs, int64_t
 template <typename W, typename X, float (*Dot)(const W*, const X*, int64_t)>
 void dot4_by_rows(const W* w, const X* x, int64_t x_stride, int64_t n, float* out) {
   for (int i = 0; i < 4; ++i) out[i] = Dot(w, x + i * x_stride, n);
+}
+
+// Scores made of single-row dot products (for tables without a fused version).
+template <typename KV, float (*Dot)(const float*, const KV*, int64_t)>
+void scores_by_rows(const float* q, const KV* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out) {
+  for (int64_t j = 0; j < n; ++j) out[j] = Dot(q, k + off[j], d) * scale;
 }
 
 const CpuKernels& generic_kernels();

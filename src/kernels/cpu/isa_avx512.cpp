@@ -660,6 +660,49 @@ inline __m512 load_row(const void* v, int64_t i, __mmask16 m) {
   if constexpr (kF16) return load_half<true>(static_cast<const uint16_t*>(v) + i, m);
   else return _mm512_maskz_loadu_ps(m, static_cast<const float*>(v) + i);
 }
+// Attention scores of one query row: each key row's products summed over d in one vector (an FMA chain), sixteen
+// rows at a time reduced lane-wise by a 4-level shuffle tree (15 shuffle pairs and 15 adds for 16 results instead
+// of 16 full reductions). The rows go in in the order the tree leaves them (kTreeOrder is its own inverse), so
+// the 16 sums come out in position order; a tail of fewer than 16 rows is reduced row by row.
+template <bool kF16>
+inline __m512 row_products(const float* q, const void* k, int64_t d) {
+  __m512 a = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= d; i += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load_row<kF16>(k, i, 0xFFFF), a);
+  if (i < d) {
+    const __mmask16 m = tail_mask(d - i);
+    a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), load_row<kF16>(k, i, m), a);
+  }
+  return a;
+}
+inline __m512 sum_lanes_16(__m512* a) {  // lane i of the result = Σ lanes of a[kTreeOrder[i]]
+  for (int j = 0; j < 8; ++j)
+    a[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a[j], a[j + 8], 0x44), _mm512_shuffle_f32x4(a[j], a[j + 8], 0xEE));
+  for (int j = 0; j < 4; ++j)
+    a[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a[j], a[j + 4], 0x88), _mm512_shuffle_f32x4(a[j], a[j + 4], 0xDD));
+  for (int j = 0; j < 2; ++j)
+    a[j] = _mm512_add_ps(_mm512_shuffle_ps(a[j], a[j + 2], 0x44), _mm512_shuffle_ps(a[j], a[j + 2], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_ps(a[0], a[1], 0x88), _mm512_shuffle_ps(a[0], a[1], 0xDD));
+}
+template <bool kF16, typename KV>
+void scores(const float* q, const KV* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out) {
+  static constexpr int kTreeOrder[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+  const __m512 sv = _mm512_set1_ps(scale);
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    __m512 a[16];
+    for (int r = 0; r < 16; ++r) a[r] = row_products<kF16>(q, k + off[j + kTreeOrder[r]], d);
+    _mm512_storeu_ps(out + j, _mm512_mul_ps(sum_lanes_16(a), sv));
+  }
+  for (; j < n; ++j) out[j] = _mm512_reduce_add_ps(row_products<kF16>(q, k + off[j], d)) * scale;
+}
+void scores_f32(const float* q, const float* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out) {
+  scores<false>(q, k, off, n, d, scale, out);
+}
+void scores_f16(const float* q, const uint16_t* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out) {
+  scores<true>(q, k, off, n, d, scale, out);
+}
+
 template <bool kF16, int NC>
 void wsum_chunk(const float* p, const void* v, const int64_t* off, int64_t n, int64_t c0, int64_t d, float* out) {
   __m512 acc[NC];
@@ -774,6 +817,8 @@ constexpr CpuKernels kAvx512 = {
     .dot_f32_f16 = dot_f32_f16,
     .wsum_f32 = wsum_f32,
     .wsum_f16 = wsum_f16,
+    .scores_f32 = scores_f32,
+    .scores_f16 = scores_f16,
     .softmax = softmax,
     .silu_mul = silu_mul,
     .gemv_q8_0 = gemv_q8_0,

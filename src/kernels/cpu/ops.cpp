@@ -360,10 +360,8 @@ void attention_impl(const PagedAttentionArgs& a) {
       off[p] = (static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size) * kv_dim + kvh * d;
     for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
       const float* q = a.q + (t * a.n_heads + h) * d;
-      for (int32_t p = 0; p < n_keys; ++p) {
-        if constexpr (std::is_same_v<KV, float>) scores[p] = k.dot_f32(q, kc + off[p], d) * a.scale;
-        else scores[p] = k.dot_f32_f16(q, kc + off[p], d) * a.scale;
-      }
+      if constexpr (std::is_same_v<KV, float>) k.scores_f32(q, kc, off, n_keys, d, a.scale, scores);
+      else k.scores_f16(q, kc, off, n_keys, d, a.scale, scores);
       k.softmax(scores, n_keys);
       float* o = a.out + (t * a.n_heads + h) * d;
       if constexpr (std::is_same_v<KV, float>) k.wsum_f32(scores, vc, off, n_keys, d, o);
