@@ -155,26 +155,35 @@ std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir) {
 }
 
 void LlamaModel::pack_weights() {
-  const auto pack = [this](WeightMatrix& w) {
-    PackedBuffer b = pack_weight(w);
-    if (!b) return;
-    packed_bytes_ += (w.rows + kPackRows - 1) / kPackRows * static_cast<int64_t>(w.packed_group_bytes);
-    packed_.push_back(std::move(b));
+  // One arena for every packed matrix (huge-page aligned, each matrix at a 64-byte offset).
+  size_t total = 0;
+  int64_t count = 0;
+  for_each_matmul_weight(*this, [&](const WeightMatrix& w) {
+    if (packable(w.dtype)) total += packed_bytes(w), ++count;
+  });
+  if (total == 0) return;
+  packed_ = allocate_packed(total);
+  if (!packed_) {
+    log_warn("cannot allocate {:.1f} MiB for repacked weights; running them unpacked", total / 1048576.0);
+    return;
+  }
+  packed_bytes_ = static_cast<int64_t>(total);
+  uint8_t* next = packed_.get();
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  for_each_matmul_weight(*this, [&](WeightMatrix& w) {
+    if (!packable(w.dtype)) return;
+    pack_into(w, next);
+    next += packed_bytes(w);
     // The mapped original is not read again (unless it is also the embedding table): hand its pages back, so the
     // packed copy replaces it in memory instead of doubling it. Advice only; a later read would fault them in.
     if (w.data == token_embd_.data) return;
-    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
     const uintptr_t begin = (reinterpret_cast<uintptr_t>(w.data) + page - 1) / page * page;
     const uintptr_t end = (reinterpret_cast<uintptr_t>(w.data) + w.rows * w.row_bytes) / page * page;
     if (end > begin && madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) == 0)
       released_bytes_ += static_cast<int64_t>(end - begin);
-  };
-  pack(output_);
-  for (LayerWeights& l : layers_)
-    for (WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) pack(*w);
-  if (!packed_.empty())
-    log_info("repacked {} weight matrices ({:.1f} MiB) into 16-row groups for the {} kernels", packed_.size(),
-             packed_bytes_ / 1048576.0, cpu_kernels().isa);
+  });
+  log_info("repacked {} weight matrices ({:.1f} MiB) into 16-row groups for the {} kernels", count,
+           total / 1048576.0, cpu_kernels().isa);
 }
 
 const GgufFile& LlamaModel::gguf() const {
@@ -208,9 +217,7 @@ int64_t LlamaModel::decode_bytes_per_token() const {
     const int64_t groups = (w.rows + kPackRows - 1) / kPackRows;
     n += groups * static_cast<int64_t>(w.packed_group_bytes) - w.rows * static_cast<int64_t>(w.row_bytes);
   };
-  add_packing(output_);
-  for (const LayerWeights& l : layers_)
-    for (const WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add_packing(*w);
+  for_each_matmul_weight(*this, add_packing);
   return n;
 }
 

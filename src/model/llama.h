@@ -50,7 +50,6 @@ class LlamaModel {
   const GgufFile& gguf() const;  // throws kvik::Error for a Hugging Face directory
   int64_t parameter_count() const;
   int64_t weight_bytes() const;
-  int64_t packed_weight_count() const { return static_cast<int64_t>(packed_.size()); }
   // Memory the weights occupy: the mapped file less the pages of repacked originals handed back, plus the packed
   // copies (what the KV cache budget subtracts).
   int64_t resident_weight_bytes() const { return weight_bytes() - released_bytes_ + packed_bytes_; }
@@ -73,6 +72,13 @@ class LlamaModel {
   static std::unique_ptr<LlamaModel> load_hf(const std::string& dir);
   const float* owned_floats(const uint8_t* data, DType dtype, int64_t n);  // a dequantized copy kept by the model
   void pack_weights();  // repacks the matmul weights the CPU's kernels have a packed layout for
+  // f(w) for the LM head and every layer's seven projections (const or not, as `self` is).
+  template <typename Self, typename F>
+  static void for_each_matmul_weight(Self& self, F&& f) {
+    f(self.output_);
+    for (auto& l : self.layers_)
+      for (auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) f(*w);
+  }
   void rope_rows(float* x, int64_t n_heads, int32_t pos);
   void attention_block(int64_t layer, const ForwardBatch& b, KvCacheTensors& cache, int64_t T);
   void mlp_block(int64_t layer, int64_t T);
@@ -81,7 +87,7 @@ class LlamaModel {
   std::unique_ptr<GgufFile> gguf_;
   std::unique_ptr<SafetensorsModel> safetensors_;
   std::vector<std::vector<float>> owned_;  // norms/biases converted to f32
-  std::vector<PackedBuffer> packed_;       // repacked copies of weights (WeightMatrix::packed points here)
+  PackedBuffer packed_;                    // repacked copies of weights (WeightMatrix::packed points here)
   int64_t packed_bytes_ = 0, released_bytes_ = 0;
   ModelConfig config_;
   WeightMatrix token_embd_;  // [V, d]

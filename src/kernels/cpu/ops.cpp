@@ -39,7 +39,8 @@ void split_balanced(int64_t n, int64_t work, Fn&& fn) {
 }
 
 // The input of one or more matmuls converted once to what each weight type multiplies with (llama.cpp's pairing):
-// f16 for F16, bf16 for BF16, ActQ8 for Q8_0/Q4_0, Q8_K for the K-quants; F32 reads x itself.
+// f16 for F16, bf16 for BF16, ActQ8 for Q8_0/Q4_0, Q8_K for the K-quants; F32 reads x itself. Repacked weights
+// (packed.h): ActQ8S for Q8_0/Q4_0, Q8_K plus its 32-element sums for Q4_K/Q5_K, Q8_K for Q6_K.
 struct PreparedInput {
   const float* x = nullptr;
   int64_t T = 0, n = 0;
@@ -51,7 +52,7 @@ struct PreparedInput {
   std::vector<int8_t>* act_s_qs = nullptr;  // ActQ8S (packed Q8_0 / Q4_0)
   std::vector<float>* act_s_d = nullptr;
   std::vector<int32_t>* act_s_sums = nullptr;
-  std::vector<int16_t>* q8k_sums32 = nullptr;  // with q8k, for packed Q4_K
+  std::vector<int16_t>* q8k_sums32 = nullptr;  // with q8k, for packed Q4_K / Q5_K
 };
 
 // Which conversion a weight type needs (one per kind and input).
@@ -134,7 +135,7 @@ void prepare(PreparedInput& in, Partner p) {
     }
     case Partner::kCount: return;
     case Partner::kQ8K: {
-      if (in.q8k) return;  // already converted for a packed Q4_K sharing this input
+      if (in.q8k) return;  // already converted (kQ8KSums converts through here too)
       thread_local std::vector<BlockQ8_K> buf;
       const int64_t nb = n / kQK_K;
       BlockQ8_K* q = scratch(buf, static_cast<size_t>(T * nb));

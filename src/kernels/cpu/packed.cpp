@@ -1,5 +1,6 @@
 #include "kernels/cpu/packed.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -7,6 +8,7 @@
 
 #include <sys/mman.h>
 
+#include "core/error.h"
 #include "core/fp16.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -126,19 +128,28 @@ bool packable(DType t) {
   }
 }
 
-PackedBuffer pack_rows(const WeightMatrix& w) {
+size_t packed_bytes(const WeightMatrix& w) {
+  return packed_group_bytes(w.dtype, w.cols) * static_cast<size_t>((w.rows + kPackRows - 1) / kPackRows);
+}
+
+PackedBuffer allocate_packed(size_t bytes) {
+  // Buffers of a huge page or more are 2 MiB-aligned and advised for transparent huge pages (fewer TLB misses
+  // while decode streams them); smaller ones are only cache-line aligned.
+  const size_t align = bytes >= kHugePage ? kHugePage : 64;
+  const size_t rounded = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
+  PackedBuffer buf(static_cast<uint8_t*>(std::aligned_alloc(align, rounded)));
+  if (buf && align == kHugePage) madvise(buf.get(), rounded, MADV_HUGEPAGE);  // advice only
+  return buf;
+}
+
+void pack_into(WeightMatrix& w, uint8_t* dst) {
   const size_t gb = packed_group_bytes(w.dtype, w.cols);
-  if (gb == 0) return {};
+  if (gb == 0) fail("pack_into: weight type {} has no packed layout", dtype_name(w.dtype));
   const int64_t groups = (w.rows + kPackRows - 1) / kPackRows;
-  // 2 MiB-aligned so that transparent huge pages can back it (fewer TLB misses while decode streams it).
-  const size_t bytes = (gb * static_cast<size_t>(groups) + kHugePage - 1) / kHugePage * kHugePage;
-  PackedBuffer buf(static_cast<uint8_t*>(std::aligned_alloc(kHugePage, bytes)));
-  if (!buf) return {};
-  madvise(buf.get(), bytes, MADV_HUGEPAGE);  // advice only: without THP the buffer just keeps 4 KiB pages
   const int64_t nb = w.cols / traits(w.dtype).block_size;
   ThreadPool::global().parallel_for(groups, [&](int64_t g0, int64_t g1) {
     for (int64_t gi = g0; gi < g1; ++gi) {
-      uint8_t* g = buf.get() + gb * static_cast<size_t>(gi);
+      uint8_t* g = dst + gb * static_cast<size_t>(gi);
       std::memset(g, 0, gb);  // padding rows: zero scales, so they contribute nothing
       for (int i = 0; i < kPackRows && gi * kPackRows + i < w.rows; ++i) {
         const uint8_t* row = w.row(gi * kPackRows + i);
@@ -157,13 +168,23 @@ PackedBuffer pack_rows(const WeightMatrix& w) {
       }
     }
   });
+  w.packed = dst;
+  w.packed_group_bytes = gb;
+}
+
+PackedBuffer pack_rows(const WeightMatrix& w) {
+  if (packed_group_bytes(w.dtype, w.cols) == 0) return {};
+  PackedBuffer buf = allocate_packed(packed_bytes(w));
+  if (!buf) return {};
+  WeightMatrix copy = w;
+  pack_into(copy, buf.get());
   return buf;
 }
 
 PackedBuffer pack_weight(WeightMatrix& w) {
   if (!packable(w.dtype)) return {};
-  PackedBuffer buf = pack_rows(w);
-  if (buf) w.packed = buf.get(), w.packed_group_bytes = packed_group_bytes(w.dtype, w.cols);
+  PackedBuffer buf = allocate_packed(packed_bytes(w));
+  if (buf) pack_into(w, buf.get());
   return buf;
 }
 

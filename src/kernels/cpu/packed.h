@@ -77,12 +77,19 @@ struct AlignedFree {
 };
 using PackedBuffer = std::unique_ptr<uint8_t[], AlignedFree>;
 
-// w's rows in the packed layout (groups of kPackRows, 64-byte aligned), whatever the CPU; empty when w's type has
-// no packed layout.
+// Bytes of w in the packed layout (a multiple of 64; 0 when its type has none).
+size_t packed_bytes(const WeightMatrix& w);
+// A buffer for packed weights: 64-byte aligned; from 2 MiB up, 2 MiB-aligned and advised for huge pages.
+PackedBuffer allocate_packed(size_t bytes);
+// Packs w's rows into dst (packed_bytes(w) bytes, 64-byte aligned; groups in parallel on the thread pool) and
+// points w.packed at it. Throws kvik::Error for a type without a packed layout.
+void pack_into(WeightMatrix& w, uint8_t* dst);
+// w's rows in the packed layout in a new buffer, whatever the CPU (w itself is left alone); empty when w's type
+// has no packed layout.
 PackedBuffer pack_rows(const WeightMatrix& w);
-// Repacks w into a new 64-byte-aligned buffer and points w.packed at it (the caller keeps the buffer alive as
-// long as w is used). Returns an empty buffer and leaves w alone when w's type has no packed layout or the
-// running CPU's kernel table has no kernel for it. Groups are packed in parallel on the thread pool.
+// Repacks w into a new buffer and points w.packed at it (the caller keeps the buffer alive as long as w is used).
+// Returns an empty buffer and leaves w alone when w's type has no packed layout or the running CPU's kernel table
+// has no kernel for it.
 PackedBuffer pack_weight(WeightMatrix& w);
 // Whether pack_weight would pack a weight of this type on this CPU.
 bool packable(DType t);
