@@ -123,27 +123,25 @@ void ThreadPool::parallel_for_balanced(int64_t n, const std::function<void(int64
     ranges[t].fb.store(static_cast<uint64_t>(n * t / nt) | static_cast<uint64_t>(n * (t + 1) / nt) << 32,
                        std::memory_order_relaxed);
   const int64_t chunk = std::max<int64_t>(1, n / (16 * nt));
+  // Claims up to `chunk` unclaimed indices [b, e) of a range, from its front (the owner) or its back (a thief).
+  const auto claim = [chunk](std::atomic<uint64_t>& range, bool from_back, int64_t& b, int64_t& e) {
+    for (uint64_t v = range.load(std::memory_order_relaxed);;) {
+      const int64_t front = static_cast<uint32_t>(v), back = static_cast<uint32_t>(v >> 32);
+      if (front >= back) return false;
+      b = from_back ? std::max(front, back - chunk) : front;
+      e = from_back ? back : std::min(back, front + chunk);
+      const uint64_t rest = from_back ? static_cast<uint64_t>(front) | static_cast<uint64_t>(b) << 32
+                                      : static_cast<uint64_t>(e) | static_cast<uint64_t>(back) << 32;
+      if (range.compare_exchange_weak(v, rest, std::memory_order_relaxed)) return true;
+    }
+  };
   run([&](int t, int nt_run) {
     if (nt_run == 1) return fn(0, n);  // run inline (the pool was busy): all of it here
     if (t >= nt) return;
-    // Own range from the front, in chunks.
-    std::atomic<uint64_t>& own = ranges[t].fb;
-    for (uint64_t v = own.load(std::memory_order_relaxed);;) {
-      const uint32_t f = static_cast<uint32_t>(v), b = static_cast<uint32_t>(v >> 32);
-      if (f >= b) break;
-      const uint32_t e = static_cast<uint32_t>(std::min<int64_t>(b, f + chunk));
-      if (own.compare_exchange_weak(v, e | static_cast<uint64_t>(b) << 32, std::memory_order_relaxed)) fn(f, e), v = own.load(std::memory_order_relaxed);
-    }
-    // Then the others' ranges from the back.
-    for (int k = 1; k < nt; ++k) {
-      std::atomic<uint64_t>& other = ranges[(t + k) % nt].fb;
-      for (uint64_t v = other.load(std::memory_order_relaxed);;) {
-        const uint32_t f = static_cast<uint32_t>(v), b = static_cast<uint32_t>(v >> 32);
-        if (f >= b) break;
-        const uint32_t s = static_cast<uint32_t>(std::max<int64_t>(f, int64_t{b} - chunk));
-        if (other.compare_exchange_weak(v, f | static_cast<uint64_t>(s) << 32, std::memory_order_relaxed)) fn(s, b), v = other.load(std::memory_order_relaxed);
-      }
-    }
+    int64_t b, e;
+    while (claim(ranges[t].fb, false, b, e)) fn(b, e);  // own range, front to back
+    for (int k = 1; k < nt; ++k)                         // then the others', from the back
+      while (claim(ranges[(t + k) % nt].fb, true, b, e)) fn(b, e);
   });
 }
 

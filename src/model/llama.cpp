@@ -213,9 +213,7 @@ int64_t LlamaModel::decode_bytes_per_token() const {
   const int64_t emb = static_cast<int64_t>(token_embd_.row_bytes) * token_embd_.rows;
   int64_t n = weight_bytes() - (config_.tied_embeddings ? 0 : emb);
   const auto add_packing = [&n](const WeightMatrix& w) {
-    if (!w.packed) return;
-    const int64_t groups = (w.rows + kPackRows - 1) / kPackRows;
-    n += groups * static_cast<int64_t>(w.packed_group_bytes) - w.rows * static_cast<int64_t>(w.row_bytes);
+    if (w.packed) n += static_cast<int64_t>(packed_bytes(w)) - w.rows * static_cast<int64_t>(w.row_bytes);
   };
   for_each_matmul_weight(*this, add_packing);
   return n;

@@ -74,6 +74,17 @@ export async function metrics(url) {
 }
 
 // POST JSON (or a raw string body) and return { status, headers, body (parsed when JSON) }.
+// Polls /metrics until no request runs and the KV cache is empty (or ~5 s pass); returns the last values.
+export async function waitIdle(url) {
+  let m;
+  for (let t = 0; t < 100; t++) {
+    m = (await metrics(url)).values;
+    if (m['kvik:num_requests_running'] === 0 && m['kvik:kv_cache_usage_perc'] === 0) break;
+    await sleep(50);
+  }
+  return m;
+}
+
 export async function post(url, body, headers = {}) {
   const r = await fetch(url, {
     method: 'POST',

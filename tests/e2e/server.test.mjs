@@ -2,7 +2,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { startServer, metrics, post, curl, promtool, sleep } from './helpers.mjs';
+import { startServer, metrics, post, curl, promtool, waitIdle } from './helpers.mjs';
 
 const KEY = 'sk-kvik-test';
 let srv;
@@ -304,12 +304,7 @@ test('clients that disconnect mid-stream free their KV blocks', async () => {
       for await (const _chunk of stream) if (++n === 3) break; // leaving the loop aborts the HTTP request
     }),
   );
-  let m;
-  for (let t = 0; t < 100; t++) {
-    m = (await metrics(srv.url)).values;
-    if (m['kvik:num_requests_running'] === 0 && m['kvik:kv_cache_usage_perc'] === 0) break;
-    await sleep(50);
-  }
+  let m = await waitIdle(srv.url);
   assert.equal(m['kvik:num_requests_running'], 0);
   assert.equal(m['kvik:kv_cache_usage_perc'], 0);
   assert.equal(m['kvik:request_success_total{finished_reason="abort"}'] - (before['kvik:request_success_total{finished_reason="abort"}'] ?? 0), 20);
@@ -323,11 +318,7 @@ test('clients that disconnect mid-stream free their KV blocks', async () => {
       for await (const _chunk of stream) if (++n === 4) break;
     }),
   );
-  for (let t = 0; t < 100; t++) {
-    m = (await metrics(srv.url)).values;
-    if (m['kvik:num_requests_running'] === 0 && m['kvik:kv_cache_usage_perc'] === 0) break;
-    await sleep(50);
-  }
+  m = await waitIdle(srv.url);
   assert.equal(m['kvik:num_requests_running'], 0);
   assert.equal(m['kvik:kv_cache_usage_perc'], 0);
   assert.equal(m['kvik:request_success_total{finished_reason="abort"}'] - mid['kvik:request_success_total{finished_reason="abort"}'], 8 * 3);

@@ -130,6 +130,22 @@ inline float hsum256(__m256 p) {
   return _mm_cvtss_f32(h);
 }
 
+// K<R>::run(args...) for a runtime token count R in 1..8 (8 for more): one instance per R, so that each keeps its
+// per-token accumulators in registers.
+template <template <int> class K, typename... A>
+void by_tokens(int64_t R, const A&... a) {
+  switch (R) {
+    case 1: return K<1>::run(a...);
+    case 2: return K<2>::run(a...);
+    case 3: return K<3>::run(a...);
+    case 4: return K<4>::run(a...);
+    case 5: return K<5>::run(a...);
+    case 6: return K<6>::run(a...);
+    case 7: return K<7>::run(a...);
+    default: return K<8>::run(a...);
+  }
+}
+
 // The 32 nibbles of a Q4_0 block in element order (low nibbles = elements 0..15, high = 16..31), as u8 0..15.
 inline __m256i q4_0_nibbles(const BlockQ4_0& blk) {
   const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs));
@@ -211,21 +227,14 @@ void rows_q(const Block* w, const ActQ8& x, float* out) {
   }
 }
 
-template <typename Block>
-void gemv_q(const Block* w, const ActQ8& x, int64_t R, float* out) {
-  switch (R) {
-    case 1: return rows_q<1>(w, x, out);
-    case 2: return rows_q<2>(w, x, out);
-    case 3: return rows_q<3>(w, x, out);
-    case 4: return rows_q<4>(w, x, out);
-    case 5: return rows_q<5>(w, x, out);
-    case 6: return rows_q<6>(w, x, out);
-    case 7: return rows_q<7>(w, x, out);
-    default: return rows_q<8>(w, x, out);
-  }
-}
-void gemv_q8_0(const BlockQ8_0* w, const ActQ8& x, int64_t R, float* out) { gemv_q(w, x, R, out); }
-void gemv_q4_0(const BlockQ4_0* w, const ActQ8& x, int64_t R, float* out) { gemv_q(w, x, R, out); }
+// rows_q for a runtime R, through by_tokens.
+template <int R>
+struct RowsQ {
+  template <typename Block>
+  static void run(const Block* w, const ActQ8& x, float* out) { rows_q<R>(w, x, out); }
+};
+void gemv_q8_0(const BlockQ8_0* w, const ActQ8& x, int64_t R, float* out) { by_tokens<RowsQ>(R, w, x, out); }
+void gemv_q4_0(const BlockQ4_0* w, const ActQ8& x, int64_t R, float* out) { by_tokens<RowsQ>(R, w, x, out); }
 
 // Packed weights (packed.h): lanes run across the group's 16 rows. Per block the weight vectors are loaded (and
 // Q4's nibbles split) once for all R tokens; per token each 64-byte vector meets the activation's matching 4 bytes
@@ -411,50 +420,29 @@ void gemm_q6_k_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, i
   for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
 }
 
-template <template <int> class K, typename X>
-void by_tokens(const uint8_t* g, int64_t nb, const X& x, int64_t R, float* y, int64_t ys) {
-  switch (R) {
-    case 1: return K<1>::run(g, nb, x, y, ys);
-    case 2: return K<2>::run(g, nb, x, y, ys);
-    case 3: return K<3>::run(g, nb, x, y, ys);
-    case 4: return K<4>::run(g, nb, x, y, ys);
-    case 5: return K<5>::run(g, nb, x, y, ys);
-    case 6: return K<6>::run(g, nb, x, y, ys);
-    case 7: return K<7>::run(g, nb, x, y, ys);
-    default: return K<8>::run(g, nb, x, y, ys);
-  }
-}
+template <int R> struct F32x16 { static constexpr auto run = gemm_f32_x16_r<R>; };
 template <int R> struct Q8_0x16 { static constexpr auto run = gemm_q8_0_x16_r<R>; };
 template <int R> struct Q4_0x16 { static constexpr auto run = gemm_q4_0_x16_r<R>; };
 template <int R> struct Q4_Kx16 { static constexpr auto run = gemm_k_scale_min_x16_r<R, false>; };
 template <int R> struct Q5_Kx16 { static constexpr auto run = gemm_k_scale_min_x16_r<R, true>; };
 template <int R> struct Q6_Kx16 { static constexpr auto run = gemm_q6_k_x16_r<R>; };
 void gemm_f32_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
-  switch (R) {
-    case 1: return gemm_f32_x16_r<1>(g, n, x, xs, y, ys);
-    case 2: return gemm_f32_x16_r<2>(g, n, x, xs, y, ys);
-    case 3: return gemm_f32_x16_r<3>(g, n, x, xs, y, ys);
-    case 4: return gemm_f32_x16_r<4>(g, n, x, xs, y, ys);
-    case 5: return gemm_f32_x16_r<5>(g, n, x, xs, y, ys);
-    case 6: return gemm_f32_x16_r<6>(g, n, x, xs, y, ys);
-    case 7: return gemm_f32_x16_r<7>(g, n, x, xs, y, ys);
-    default: return gemm_f32_x16_r<8>(g, n, x, xs, y, ys);
-  }
+  by_tokens<F32x16>(R, g, n, x, xs, y, ys);
 }
 void gemm_q8_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  by_tokens<Q8_0x16>(g, nb, x, R, y, ys);
+  by_tokens<Q8_0x16>(R, g, nb, x, y, ys);
 }
 void gemm_q4_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  by_tokens<Q4_0x16>(g, nb, x, R, y, ys);
+  by_tokens<Q4_0x16>(R, g, nb, x, y, ys);
 }
 void gemm_q4_k_x16(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
-  by_tokens<Q4_Kx16>(g, nb, x, R, y, ys);
+  by_tokens<Q4_Kx16>(R, g, nb, x, y, ys);
 }
 void gemm_q5_k_x16(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
-  by_tokens<Q5_Kx16>(g, nb, x, R, y, ys);
+  by_tokens<Q5_Kx16>(R, g, nb, x, y, ys);
 }
 void gemm_q6_k_x16(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
-  by_tokens<Q6_Kx16>(g, nb, x, R, y, ys);
+  by_tokens<Q6_Kx16>(R, g, nb, x, y, ys);
 }
 
 // roundf (half away from zero), exactly: t = trunc(v) and v − t is exact, so |v − t| ≥ ½ decides the step.

@@ -16,8 +16,11 @@
 namespace kvik {
 namespace {
 
-
 constexpr size_t kHugePage = size_t{2} << 20;
+
+// Byte of row i's element l in a run of 4-byte k-groups: k-group l / 4 is one 64-byte vector holding the 16 rows'
+// 4 bytes side by side (for l < 4: the row's bytes within one vector).
+constexpr int64_t lane_byte(int l, int i) { return (l / 4) * 64 + i * 4 + l % 4; }
 
 // Row i of a group as the packed layout stores it, from one plain row (blocks of the weight's type).
 void pack_row_f32(const float* src, int64_t n, int i, uint8_t* g) {
@@ -32,7 +35,7 @@ void set_d(uint8_t* g, int64_t b, int64_t Q, int i, uint16_t d) {
 void pack_row_q8_0(const BlockQ8_0* src, int64_t nb, int i, uint8_t* g) {
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* qs = g + packed_qs_offset(b, kQ8_0PackedQs);
-    for (int j = 0; j < kQK8_0; ++j) qs[(j / 4) * 64 + i * 4 + j % 4] = static_cast<uint8_t>(src[b].qs[j] + 128);
+    for (int j = 0; j < kQK8_0; ++j) qs[lane_byte(j, i)] = static_cast<uint8_t>(src[b].qs[j] + 128);
     set_d(g, b, kQ8_0PackedQs, i, src[b].d);
   }
 }
@@ -41,7 +44,7 @@ void pack_row_q4_0(const BlockQ4_0* src, int64_t nb, int i, uint8_t* g) {
   for (int64_t b = 0; b < nb; ++b) {
     // src qs[l]: low nibble = element l, high = element 16 + l; packed byte (v, e): element 4v + e and 16 + 4v + e.
     uint8_t* qs = g + packed_qs_offset(b, kQ4_0PackedQs);
-    for (int l = 0; l < 16; ++l) qs[(l / 4) * 64 + i * 4 + l % 4] = src[b].qs[l];
+    for (int l = 0; l < 16; ++l) qs[lane_byte(l, i)] = src[b].qs[l];
     set_d(g, b, kQ4_0PackedQs, i, src[b].d);
   }
 }
@@ -53,8 +56,8 @@ void pack_row_k_scale_min(const Block* src, int64_t nb, int i, uint8_t* g, const
     for (int j = 0; j < 8; ++j)
       for (int l = 0; l < 16; ++l) {
         const int lo = Quant(src[b], 32 * j + l), hi = Quant(src[b], 32 * j + 16 + l);
-        rec[j * 256 + (l / 4) * 64 + i * 4 + l % 4] = static_cast<uint8_t>((lo & 15) | ((hi & 15) << 4));
-        if (L.fifth) rec[L.fifth + j * 64 + i * 4 + l % 4] |= static_cast<uint8_t>((lo >> 4) << (l / 4) | (hi >> 4) << (4 + l / 4));
+        rec[j * 256 + lane_byte(l, i)] = static_cast<uint8_t>((lo & 15) | ((hi & 15) << 4));
+        if (L.fifth) rec[L.fifth + j * 64 + lane_byte(l % 4, i)] |= static_cast<uint8_t>((lo >> 4) << (l / 4) | (hi >> 4) << (4 + l / 4));
       }
     std::memcpy(rec + L.d + 2 * i, &src[b].d, 2);
     std::memcpy(rec + L.dmin + 2 * i, &src[b].dmin, 2);
@@ -75,9 +78,9 @@ void pack_row_q6_k(const BlockQ6_K* src, int64_t nb, int i, uint8_t* g) {
       for (int l = 0; l < 16; ++l) {
         const int lo = q6_k_quant(src[b], 32 * c + l), hi = q6_k_quant(src[b], 32 * c + 16 + l);
         const int v = l / 4, e = l % 4;
-        ch[v * 64 + i * 4 + e] = static_cast<uint8_t>((lo & 15) | ((hi & 15) << 4));
-        ch[256 + i * 4 + e] |= static_cast<uint8_t>((lo >> 4) << (2 * v));
-        ch[320 + i * 4 + e] |= static_cast<uint8_t>((hi >> 4) << (2 * v));
+        ch[lane_byte(l, i)] = static_cast<uint8_t>((lo & 15) | ((hi & 15) << 4));
+        ch[256 + lane_byte(e, i)] |= static_cast<uint8_t>((lo >> 4) << (2 * v));
+        ch[320 + lane_byte(e, i)] |= static_cast<uint8_t>((hi >> 4) << (2 * v));
       }
       rec[kQ6KSc + c * 32 + i * 2] = static_cast<uint8_t>(src[b].scales[2 * c]);
       rec[kQ6KSc + c * 32 + i * 2 + 1] = static_cast<uint8_t>(src[b].scales[2 * c + 1]);
@@ -202,13 +205,13 @@ namespace {
 // Σ q·x of row i's block (quants at qs) with the activation block xq, q as stored (u8).
 int32_t block_sum_q8_0(const uint8_t* qs, int i, const int8_t* xq) {
   int32_t s = 0;
-  for (int j = 0; j < kQK8_0; ++j) s += qs[(j / 4) * 64 + i * 4 + j % 4] * xq[j];
+  for (int j = 0; j < kQK8_0; ++j) s += qs[lane_byte(j, i)] * xq[j];
   return s;
 }
 int32_t block_sum_q4_0(const uint8_t* qs, int i, const int8_t* xq) {
   int32_t s = 0;
   for (int l = 0; l < 16; ++l) {
-    const uint8_t v = qs[(l / 4) * 64 + i * 4 + l % 4];
+    const uint8_t v = qs[lane_byte(l, i)];
     s += (v & 0x0F) * xq[l] + (v >> 4) * xq[16 + l];
   }
   return s;
@@ -251,10 +254,10 @@ void gemm_k_scale_min_ref(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_
         for (int j = 0; j < 8; ++j) {
           int32_t p = 0;
           for (int l = 0; l < 16; ++l) {
-            const uint8_t v = rec[j * 256 + (l / 4) * 64 + i * 4 + l % 4];
+            const uint8_t v = rec[j * 256 + lane_byte(l, i)];
             int lo = v & 0x0F, hi = v >> 4;
             if (L.fifth) {
-              const uint8_t f = rec[L.fifth + j * 64 + i * 4 + l % 4];
+              const uint8_t f = rec[L.fifth + j * 64 + lane_byte(l % 4, i)];
               lo |= ((f >> (l / 4)) & 1) << 4, hi |= ((f >> (4 + l / 4)) & 1) << 4;
             }
             p += lo * xb.qs[32 * j + l] + hi * xb.qs[32 * j + 16 + l];
@@ -290,9 +293,9 @@ void gemm_q6_k_x16_ref(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R
           int32_t p_lo = 0, p_hi = 0;
           for (int l = 0; l < 16; ++l) {
             const int v = l / 4, e = l % 4;
-            const uint8_t q = ch[v * 64 + i * 4 + e];
-            const int lo = (q & 15) | (((ch[256 + i * 4 + e] >> (2 * v)) & 3) << 4);
-            const int hi = (q >> 4) | (((ch[320 + i * 4 + e] >> (2 * v)) & 3) << 4);
+            const uint8_t q = ch[lane_byte(l, i)];
+            const int lo = (q & 15) | (((ch[256 + lane_byte(e, i)] >> (2 * v)) & 3) << 4);
+            const int hi = (q >> 4) | (((ch[320 + lane_byte(e, i)] >> (2 * v)) & 3) << 4);
             p_lo += lo * xb.qs[32 * c + l], p_hi += hi * xb.qs[32 * c + 16 + l];
           }
           const int sc_lo = static_cast<int8_t>(rec[kQ6KSc + c * 32 + i * 2]);

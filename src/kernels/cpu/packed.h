@@ -5,9 +5,9 @@
 // gives 16 partial dot products, and each block's scales are applied once per (group, token, block) instead of
 // once per (row, token, block).
 //
-// Weights are the unsigned operand (u8), activations the signed one (s8): Q8_0 stores q + 128 and Q4_0/Q4_K their
-// nibbles as they are; the offset comes off exactly with the activation block's Σx (−128·Σx, −8·Σx). The Q4_K
-// min term is Σ_j m_j·Σx_j over 32-element sub-blocks, as ggml computes it.
+// Weights are the unsigned operand (u8), activations the signed one (s8): Q8_0 stores q + 128 and the other types
+// their quants as they are; the offset comes off exactly with the activation block's Σx (−128·Σx, −8·Σx). The
+// Q4_K/Q5_K min term is Σ_j m_j·Σx_j over 32-element sub-blocks, as ggml computes it.
 //
 // Group layouts (nb blocks per row; a last partial group is padded with zero rows):
 //   F32:  [cols][16 rows] floats (each input's 16 weights side by side; FMA with the input broadcast).
@@ -48,8 +48,8 @@ struct ActQ8S {
   int64_t nb;
 };
 
-// Activations for packed Q4_K / Q5_K / Q6_K (Q6_K does not read sums32): Q8_K blocks (row r at x + r·nb) and their 32-element sums, 8 per block
-// (sums32[(r·nb + b)·8 + j] = bsums[2j] + bsums[2j + 1]).
+// Activations for packed Q4_K / Q5_K / Q6_K: Q8_K blocks (row r at x + r·nb) and their 32-element sums, 8 per
+// block (sums32[(r·nb + b)·8 + j] = bsums[2j] + bsums[2j + 1]; Q6_K does not read them).
 struct ActQ8KS {
   const BlockQ8_K* x;
   const int16_t* sums32;
