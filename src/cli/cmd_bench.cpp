@@ -99,7 +99,7 @@ Run add_bench(CLI::App& app) {
     while (done < o->num_prompts) {
       const double now = elapsed();
       while (next < o->num_prompts && arrival[next] <= now && in_flight < limit) {
-        if (auto err = engine.add_request(std::to_string(next), prompts[next], sp); !err.empty()) fail("{}", err);
+        if (auto err = engine.add_request(std::to_string(next), prompts[next], sp)) fail("{}", err->message);
         sent[next] = elapsed();
         ++next, ++in_flight;
       }

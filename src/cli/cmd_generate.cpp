@@ -44,7 +44,7 @@ SamplingParams params_from_json(const nlohmann::json& j, SamplingParams p, const
   } catch (const nlohmann::json::exception& e) {
     fail("{}: {}", where, e.what());
   }
-  if (auto err = p.validate(); !err.empty()) fail("{}: {}", where, err);
+  if (auto err = p.validate()) fail("{}: {}", where, err->message);
   return p;
 }
 
@@ -93,7 +93,7 @@ Run add_generate(CLI::App& app) {
   add_engine_flags(c, o->engine);
   return [o]() {
     if (o->prompt.empty() && o->prompts_file.empty() ) fail("give --prompt TEXT or --prompts FILE.jsonl");
-    if (auto err = o->params.validate(); !err.empty()) fail("{}", err);
+    if (auto err = o->params.validate()) fail("{}", err->message);
     std::vector<Job> jobs;
     if (!o->prompts_file.empty()) {
       std::ifstream in(o->prompts_file);
@@ -129,8 +129,8 @@ Run add_generate(CLI::App& app) {
       Job& j = jobs[i];
       j.prompt_ids = tok->encode(j.prompt, tok->add_bos(), false);
       j.detok = std::make_unique<StreamingDetokenizer>(*tok, j.prompt_ids);
-      if (auto err = engine.add_request(std::to_string(i), j.prompt_ids, j.params); !err.empty())
-        fail("prompt {}: {}", i + 1, err);
+      if (auto err = engine.add_request(std::to_string(i), j.prompt_ids, j.params))
+        fail("prompt {}: {}", i + 1, err->message);
     }
     while (engine.has_unfinished()) {
       for (auto& out : engine.step()) {

@@ -31,7 +31,7 @@ void add_engine_flags(CLI::App* c, EngineFlags& f) {
 }
 
 EngineConfig EngineFlags::resolve() {
-  config.kv_cache_dtype = kv_cache_dtype == "f16" ? KvDType::kF16 : KvDType::kF32;
+  config.kv_cache_dtype = kv_cache_dtype == "f16" ? DType::F16 : DType::F32;
   ThreadPool::global().set_num_threads(threads);
   set_weight_repacking(repack);
   log_info("CPU kernels: {}, {} threads", cpu_kernels().isa, ThreadPool::global().num_threads());

@@ -30,16 +30,15 @@ const float* ModelRunner::execute(const SchedulerOutput& out, const KVCacheManag
   for (int64_t r = 0; r < R; ++r) {
     Request& req = *out.scheduled[r].request;
     const int64_t n = out.scheduled[r].num_scheduled_tokens;
-    const auto& blocks = kv.blocks_of(req.request_id);
-    if (static_cast<int64_t>(blocks.size()) > max_blocks_per_seq_)
-      fail("internal: request '{}' holds {} blocks, more than max_model_len allows", req.request_id, blocks.size());
-    int32_t* table = &block_tables_[r * max_blocks_per_seq_];
-    for (size_t i = 0; i < blocks.size(); ++i) table[i] = blocks[i]->block_id;
+    const BlockTable& table = kv.block_table(req.request_id);
+    if (table.size() > max_blocks_per_seq_)
+      fail("internal: request '{}' holds {} blocks, more than max_model_len allows", req.request_id, table.size());
+    table.copy_ids(&block_tables_[r * max_blocks_per_seq_]);
     for (int64_t i = 0; i < n; ++i, ++t) {
       const int64_t pos = req.num_computed_tokens + i;
       token_ids_[t] = req.all_token_ids[pos];
       positions_[t] = static_cast<int32_t>(pos);
-      slot_mapping_[t] = static_cast<int64_t>(table[pos / bs]) * bs + pos % bs;
+      slot_mapping_[t] = table.slot(pos, bs);
     }
     query_start_loc_[r + 1] = static_cast<int32_t>(t);
     seq_lens_[r] = static_cast<int32_t>(req.num_computed_tokens + n);

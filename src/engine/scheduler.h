@@ -20,7 +20,6 @@ namespace kvik {
 struct SchedulerConfig {
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
-  int64_t max_model_len = 2048;
   // Longest chunk of one prompt per step (0 = the token budget): smaller chunks interleave prefills with
   // decodes more finely.
   int64_t long_prefill_token_threshold = 0;

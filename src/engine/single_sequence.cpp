@@ -6,7 +6,7 @@
 
 namespace kvik {
 
-SingleSequence::SingleSequence(LlamaModel& model, int64_t max_len, KvDType kv_dtype, int32_t block_size)
+SingleSequence::SingleSequence(LlamaModel& model, int64_t max_len, DType kv_dtype, int32_t block_size)
     : model_(model),
       max_len_(max_len),
       cache_(model.config(), (max_len + block_size - 1) / block_size, block_size, kv_dtype),

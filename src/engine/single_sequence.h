@@ -13,7 +13,7 @@ namespace kvik {
 
 class SingleSequence {
  public:
-  SingleSequence(LlamaModel& model, int64_t max_len, KvDType kv_dtype = KvDType::kF32, int32_t block_size = 16);
+  SingleSequence(LlamaModel& model, int64_t max_len, DType kv_dtype = DType::F32, int32_t block_size = 16);
 
   // Appends tokens (prefill or decode) and returns logits for the last `n_logits` of them, [n_logits, V].
   // Throws kvik::Error when the sequence would exceed max_len.

@@ -11,6 +11,8 @@
 #include "core/log.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/rope.h"
 
 namespace kvik {
 namespace {
@@ -232,35 +234,6 @@ void LlamaModel::Workspace::reserve(const ModelConfig& c, int64_t T) {
   gate.resize(T * c.ff_dim);
   up.resize(T * c.ff_dim);
   rows.resize(T * c.dim);
-  rope_cs.resize(c.rope_dim);
-}
-
-// RoPE for one token's heads; with rope_freq_factors (Llama 3.1 scaling) each pair's angle is divided by its
-// factor: θ_i = pos · base^(−2i/rope_dim) / f_i. Without, the shared kernel.
-void LlamaModel::rope_rows(float* x, int64_t n_heads, int32_t pos) {
-  const ModelConfig& c = config_;
-  if (c.rope_freq_factors.empty()) {
-    rope(x, n_heads, c.head_dim, c.rope_dim, pos, c.rope_freq_base, c.rope_type);
-    return;
-  }
-  const int64_t half = c.rope_dim / 2;
-  float* cs = ws_.rope_cs.data();  // [cos_0..cos_{half-1}, sin_0..]
-  for (int64_t i = 0; i < half; ++i) {
-    const double theta = pos * std::pow(static_cast<double>(c.rope_freq_base), -2.0 * i / c.rope_dim) /
-                         c.rope_freq_factors[i];
-    cs[i] = static_cast<float>(std::cos(theta));
-    cs[half + i] = static_cast<float>(std::sin(theta));
-  }
-  for (int64_t h = 0; h < n_heads; ++h) {
-    float* v = x + h * c.head_dim;
-    for (int64_t i = 0; i < half; ++i) {
-      const int64_t a = c.rope_type == RopeType::kNorm ? 2 * i : i;
-      const int64_t b = c.rope_type == RopeType::kNorm ? 2 * i + 1 : i + half;
-      const float x0 = v[a], x1 = v[b];
-      v[a] = x0 * cs[i] - x1 * cs[half + i];
-      v[b] = x0 * cs[half + i] + x1 * cs[i];
-    }
-  }
 }
 
 void LlamaModel::forward(const ForwardBatch& b, KvCacheTensors& cache, float* logits) {
@@ -308,9 +281,10 @@ void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensor
     rmsnorm(ws_.k.data(), w.k_norm, ws_.attn.data(), T * c.n_kv_heads, c.head_dim, c.rms_eps);
     std::copy_n(ws_.attn.data(), T * c.kv_dim(), ws_.k.data());
   }
+  const RopeParams rp{c.head_dim, c.rope_dim, c.rope_freq_base, c.rope_type, c.rope_freq_factors};
   for (int64_t t = 0; t < T; ++t) {
-    rope_rows(&ws_.q[t * c.q_dim()], c.n_heads, b.positions[t]);
-    rope_rows(&ws_.k[t * c.kv_dim()], c.n_kv_heads, b.positions[t]);
+    rope(&ws_.q[t * c.q_dim()], c.n_heads, b.positions[t], rp);
+    rope(&ws_.k[t * c.kv_dim()], c.n_kv_heads, b.positions[t], rp);
   }
   write_kv(ws_.k.data(), ws_.v.data(), b.slot_mapping.data(), T, c.kv_dim(), cache.k(l), cache.v(l), cache.dtype());
 

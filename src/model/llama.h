@@ -46,7 +46,6 @@ class LlamaModel {
 
   const ModelConfig& config() const { return config_; }
   const std::string& path() const { return path_; }
-  bool is_gguf() const { return gguf_ != nullptr; }
   const GgufFile& gguf() const;  // throws kvik::Error for a Hugging Face directory
   int64_t parameter_count() const;
   int64_t weight_bytes() const;
@@ -64,7 +63,7 @@ class LlamaModel {
  private:
   struct Workspace {
     int64_t capacity = 0;
-    std::vector<float> x, xn, q, k, v, attn, proj, gate, up, rows, rope_cs;
+    std::vector<float> x, xn, q, k, v, attn, proj, gate, up, rows;
     void reserve(const ModelConfig& c, int64_t T);
   };
 
@@ -79,7 +78,6 @@ class LlamaModel {
     for (auto& l : self.layers_)
       for (auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) f(*w);
   }
-  void rope_rows(float* x, int64_t n_heads, int32_t pos);
   void attention_block(int64_t layer, const ForwardBatch& b, KvCacheTensors& cache, int64_t T);
   void mlp_block(int64_t layer, int64_t T);
 

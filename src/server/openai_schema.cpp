@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 #include <limits>
 
-#include "engine/sampler.h"
+#include "engine/sample/sampler.h"
 
 namespace kvik::server {
 
@@ -138,6 +138,7 @@ void parse_structured_output(const Fields& f, SamplingParams& sp) {
     if (++given > 1)
       throw ApiError::bad_request(fmt::format("'{}': only one of response_format, guided_json, guided_regex, "
                                               "guided_grammar and guided_choice may be given", field), field);
+    spec.source = field;
     sp.structured_output = std::move(spec);
   };
   if (const json* rf = f.get("response_format")) {
@@ -278,10 +279,7 @@ GenerateRequest parse(const json& body, bool chat) {
       r.include_usage = it->get<bool>();
     }
   }
-  if (std::string err = sp.validate(); !err.empty()) {
-    const std::string field = err.substr(0, err.find(' '));
-    throw ApiError::bad_request(err, field);
-  }
+  if (auto err = sp.validate()) throw ApiError::bad_request(err->message, err->param);
   return r;
 }
 
