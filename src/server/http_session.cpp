@@ -1,5 +1,7 @@
 #include "server/http_session.h"
 
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -63,6 +65,12 @@ void append_chunk(std::string& out, const std::string& data) {
 template <class Stream>
 tcp::socket& socket_of(Stream& s) {
   return beast::get_lowest_layer(s).socket();
+}
+
+// Bytes the kernel holds for the peer, not yet acknowledged: what a client that stops reading leaves behind.
+size_t kernel_unsent(tcp::socket& s) {
+  int n = 0;
+  return ::ioctl(s.native_handle(), SIOCOUTQ, &n) == 0 && n > 0 ? static_cast<size_t>(n) : 0;
 }
 
 }  // namespace
@@ -245,9 +253,11 @@ class Session : public SessionBase {
       if (!head_only_) out_ += text;
     }
     if (complete) response_done_ = true;
-    if (out_.size() + writing_.size() > cfg_.max_stream_buffer) {
+    // Unsent = queued here + in the kernel's send queue (which alone can take megabytes before a write blocks).
+    const size_t unsent = out_.size() + writing_.size() + (complete ? 0 : kernel_unsent(socket_of(stream_)));
+    if (unsent > cfg_.max_stream_buffer) {
       log_warn("{} {}: the client is not reading ({} bytes unsent, --max-stream-buffer {}): request aborted", peer_,
-               response_->id(), out_.size() + writing_.size(), cfg_.max_stream_buffer);
+               response_->id(), unsent, cfg_.max_stream_buffer);
       aborted_ = true;
       return close();
     }
