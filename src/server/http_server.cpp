@@ -81,9 +81,15 @@ HttpServer::~HttpServer() = default;
 
 int HttpServer::bind() {
   error_code ec;
-  const auto address = asio::ip::make_address(config_.host, ec);
-  if (ec) fail("--host {} is not an IP address of this machine: {}", config_.host, ec.message());
-  const tcp::endpoint ep(address, static_cast<unsigned short>(config_.port));
+  tcp::endpoint ep;
+  if (const auto address = asio::ip::make_address(config_.host, ec); !ec) {
+    ep = tcp::endpoint(address, static_cast<unsigned short>(config_.port));
+  } else {  // a host name such as localhost
+    tcp::resolver resolver(impl_->ioc);
+    const auto found = resolver.resolve(config_.host, std::to_string(config_.port), tcp::resolver::passive, ec);
+    if (ec || found.empty()) fail("--host {}: not an address or a name of this machine ({})", config_.host, ec.message());
+    ep = found.begin()->endpoint();
+  }
   auto& a = impl_->acceptor;
   a.open(ep.protocol(), ec);
   if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
