@@ -8,6 +8,7 @@
 #include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "engine/engine_core.h"
 #include "engine/single_sequence.h"
 #include "model/llama.h"
 #include "tokenizer/streaming_detokenizer.h"
@@ -28,8 +29,9 @@ Run add_chat(CLI::App& app) {
   c->add_option("--max-tokens", o->max_tokens, "Tokens per reply")->capture_default_str();
   c->add_option("--threads", o->threads, "Threads (0 = all cores)")->capture_default_str();
   return [o]() {
-    set_threads(o->threads);
-    auto model = LlamaModel::load(o->model);
+    EngineConfig cfg;
+    cfg.num_threads = o->threads;
+    auto model = load_model(o->model, cfg);
     auto tok = load_tokenizer(o->model);
     if (tok->chat_template().empty()) fail("{}: the model has no chat template", o->model);
     const int64_t max_len = std::min<int64_t>(model->config().context_length, 8192);

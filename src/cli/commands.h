@@ -19,7 +19,4 @@ Run add_chat(CLI::App& app);
 Run add_serve(CLI::App& app);
 Run add_bench(CLI::App& app);
 
-// Applies --threads (0 = all cores) to the kernels' thread pool.
-void set_threads(int threads);
-
 }  // namespace kvik::cli
