@@ -437,10 +437,11 @@ class Parser {
         n->kids.push_back(std::move(e));
         if (is_op("(")) {
           call_args(*n);
-        } else if (peek().kind == K::kString || peek().kind == K::kInt || peek().kind == K::kFloat ||
+        } else if (peek().kind == K::kString || peek().kind == K::kInt || peek().kind == K::kFloat || is_op("[") ||
+                   is_op("{") ||
                    (peek().kind == K::kName && !is_name("and") && !is_name("or") && !is_name("else") &&
                     !is_name("if") && !is_name("in") && !is_name("not") && !is_name("is"))) {
-          n->kids.push_back(primary());  // `x is divisibleby 3`, `x is sameas y`
+          n->kids.push_back(primary());  // `x is divisibleby 3`, `x is sameas y`, `x is in [1, 2]`
         }
         e = measured(std::move(n));
       } else {
