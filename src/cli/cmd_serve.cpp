@@ -42,6 +42,25 @@ std::string default_model_path() {
   fail("no MODEL given and {} does not exist: pass the path of a GGUF model", kDefaultModel);
 }
 
+// --direction NAME=FILE, each checked against the model's d.
+server::DirectionRegistry load_directions(const std::vector<std::string>& specs, const ModelConfig& c) {
+  server::DirectionRegistry r;
+  r.n_layers = c.n_layers;
+  r.dim = c.dim;
+  for (const std::string& s : specs) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
+      fail("--direction '{}': expected NAME=FILE", s);
+    const std::string name = s.substr(0, eq);
+    if (r.by_name.count(name)) fail("--direction: the name '{}' is given twice", name);
+    Direction d = load_direction(s.substr(eq + 1), c.dim);
+    if (d.layer < 0 || d.layer > c.n_layers)
+      fail("--direction '{}': its layer {} is outside 0..{}", s, d.layer, c.n_layers);
+    r.by_name.emplace(name, std::move(d));
+  }
+  return r;
+}
+
 }  // namespace
 
 Run add_serve(CLI::App& app) {
@@ -50,6 +69,7 @@ Run add_serve(CLI::App& app) {
     server::ServerConfig server;
     EngineFlags engine;
     double shutdown_grace_s = 10;
+    std::vector<std::string> directions;
   };
   auto o = std::make_shared<Opts>();
   auto* c = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
@@ -65,6 +85,8 @@ Run add_serve(CLI::App& app) {
   c->add_option("--shutdown-grace", o->shutdown_grace_s,
                 "Seconds in-flight requests may run after SIGINT/SIGTERM before they are aborted")
       ->capture_default_str();
+  c->add_option("--direction", o->directions,
+                "Register a direction for requests' \"interventions\": NAME=FILE (kvik direction's JSON); repeatable");
   add_engine_flags(c, o->engine);
   return [o]() {
     if (o->model.empty()) o->model = default_model_path();
@@ -105,6 +127,7 @@ Run add_serve(CLI::App& app) {
       EngineConfig cfg = o->engine.resolve();
       auto model = LlamaModel::load(o->model);
       auto tok = load_tokenizer(model->path());  // GGUF file or Hugging Face directory
+      const server::DirectionRegistry directions = load_directions(o->directions, model->config());
       std::vector<int32_t> eos = tok->vocab().eog_ids;
       if (eos.empty() && tok->eos_id() >= 0) eos.push_back(tok->eos_id());
       EngineCore core(*model, cfg, eos);
@@ -117,6 +140,7 @@ Run add_serve(CLI::App& app) {
       ctx.engine = engine.get();
       ctx.metrics = &metrics;
       ctx.max_model_len = core.config().max_model_len;
+      ctx.directions = &directions;
       http.set_ready(ctx);
       log_info("Model {} ready as '{}' (max_model_len {})", o->model, o->server.served_model_name, ctx.max_model_len);
 

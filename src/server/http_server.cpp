@@ -249,6 +249,11 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
                                                                                               : "max_tokens"));
   }
 
+  try {
+    r.params.interventions = resolve_interventions(r.interventions, ctx_.directions);
+  } catch (const ApiError& e) {
+    return send_error(res, e);
+  }
   auto job = std::make_shared<GenerationJob>(*ctx_.engine, tok, std::move(prompts), r.params, r.n, r.stop);
   {
     std::lock_guard<std::mutex> lock(admission_mu_);

@@ -246,6 +246,7 @@ GenerateRequest parse(const json& body, bool chat) {
       if (x.empty()) throw ApiError::bad_request("'stop' strings must not be empty", "stop");
   }
   parse_structured_output(f, sp);
+  if (const json* iv = f.get("interventions")) r.interventions = parse_interventions(*iv);
   if (auto v = f.integer("min_tokens", 0, kIntMax)) sp.min_tokens = static_cast<int32_t>(*v);
   if (const json* lb = f.get("logit_bias")) {
     if (!lb->is_object()) throw ApiError::bad_request("'logit_bias' must be an object of token id → bias", "logit_bias");
