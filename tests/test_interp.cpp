@@ -15,6 +15,7 @@
 #include "interp/bake.h"
 #include "interp/interp.h"
 #include "model/synth.h"
+#include "server/openai_schema.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvik {
@@ -54,7 +55,7 @@ struct Greedy {
   std::vector<std::vector<float>> logits;
 };
 Greedy greedy(LlamaModel& m, const std::vector<int32_t>& prompt, int n,
-              std::shared_ptr<const InterventionList> iv = nullptr, KvDType kv = KvDType::kF32) {
+              std::shared_ptr<const InterventionList> iv = nullptr, DType kv = DType::F32) {
   SingleSequence seq(m, static_cast<int64_t>(prompt.size()) + n, kv);
   seq.set_interventions(std::move(iv));
   Greedy g;
@@ -209,7 +210,7 @@ TEST(Bake, BakedGgufMatchesLlamaCpp) {
   for (const auto& c : ref["cases"]) {
     const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
     const auto want = c["generated"].get<std::vector<int32_t>>();
-    EXPECT_EQ(greedy(*baked, prompt, static_cast<int>(want.size()), nullptr, KvDType::kF16).tokens, want)
+    EXPECT_EQ(greedy(*baked, prompt, static_cast<int>(want.size()), nullptr, DType::F16).tokens, want)
         << c["prompt"];
   }
 }
@@ -224,7 +225,7 @@ std::map<std::string, std::vector<int32_t>> run_engine(EngineCore& e, const std:
     sp.max_tokens = n;
     sp.ignore_eos = true;
     sp.interventions = i < iv.size() ? iv[i] : nullptr;
-    EXPECT_EQ(e.add_request(prefix + std::to_string(i), prompts[i], sp), "");
+    EXPECT_FALSE(e.add_request(prefix + std::to_string(i), prompts[i], sp));
   }
   std::map<std::string, std::vector<int32_t>> out;
   while (e.has_unfinished())
@@ -272,6 +273,9 @@ TEST(InterventionEngine, OneSteeredRequestInABatchOf16LeavesThePlainOnesIdentica
   EXPECT_EQ(again["b16"], steered_alone);
   EXPECT_EQ(again["b15"], greedy(*m, prompts[3], 24, iv[15]).tokens);
   EXPECT_EQ(again["b3"], alone["r3"]);
+  SamplingParams sp;
+  sp.interventions = make_interventions({Intervention{Intervention::Op::kSteer, random_direction(32, 1), 1, {1}}}, 8, 32);
+  EXPECT_NE(e.add_request("other-model", prompts[0], sp), std::nullopt) << "a list built for another shape is refused";
   for (size_t i = 0; i < 15; ++i) EXPECT_EQ(again["b" + std::to_string(i)], alone["r" + std::to_string(i)]) << i;
 }
 
@@ -309,6 +313,57 @@ TEST(Looping, RepetitionRateWithAndWithoutTheDirection) {
   EXPECT_NE(abl_held, base_held) << "the ablation must change the continuations";
   EXPECT_DOUBLE_EQ(interp::repeated_4gram_rate({1, 2, 3, 4, 1, 2, 3, 4}), 1.0 / 5.0);
   EXPECT_DOUBLE_EQ(interp::repeated_4gram_rate({1, 1, 1, 1, 1, 1}), 2.0 / 3.0);
+}
+
+TEST(ServerInterventions, ParsedResolvedAndBadOnesAre400NamingTheField) {
+  using server::ApiError;
+  const nlohmann::json body = nlohmann::json::parse(R"({"prompt": "Once", "interventions": [
+      {"direction": "loop", "op": "steer", "alpha": -2, "layers": [3]}, {"direction": "loop", "op": "ablate"}]})");
+  auto parsed = server::parse_generate_request(body, false);
+  ASSERT_TRUE(std::holds_alternative<server::GenerateRequest>(parsed));
+  const auto& specs = std::get<server::GenerateRequest>(parsed).interventions;
+  ASSERT_EQ(specs.size(), 2u);
+  server::DirectionRegistry reg;
+  reg.n_layers = 5;
+  reg.dim = 64;
+  reg.by_name["loop"] = load_direction(kFixtures + "loop_direction.json", 64);
+  const auto list = server::resolve_interventions(specs, &reg);
+  ASSERT_EQ(list->items.size(), 2u);
+  EXPECT_EQ(list->items[0].layers, (std::vector<int32_t>{3}));
+  EXPECT_FLOAT_EQ(list->items[0].alpha, -2.0f);
+  EXPECT_EQ(list->items[1].layers, (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));  // ablate: every layer
+  EXPECT_EQ(server::resolve_interventions({}, &reg), nullptr);
+
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"prompt": "x", "interventions": {}})", "interventions"},
+      {R"({"prompt": "x", "interventions": [1]})", "interventions[0]"},
+      {R"({"prompt": "x", "interventions": [{"op": "steer", "alpha": 1}]})", "interventions[0].direction"},
+      {R"({"prompt": "x", "interventions": [{"direction": "loop", "op": "boost"}]})", "interventions[0].op"},
+      {R"({"prompt": "x", "interventions": [{"direction": "loop", "op": "steer"}]})", "interventions[0].alpha"},
+      {R"({"prompt": "x", "interventions": [{"direction": "loop", "op": "ablate", "alpha": 1}]})", "interventions[0].alpha"},
+      {R"({"prompt": "x", "interventions": [{"direction": "loop", "op": "ablate", "layers": [-1]}]})", "interventions[0].layers"},
+      {R"({"prompt": "x", "interventions": [{"direction": "loop", "op": "ablate", "extra": 1}]})", "interventions[0].extra"},
+  };
+  for (const auto& [json, field] : bad) {
+    auto r = server::parse_generate_request(nlohmann::json::parse(json), false);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(r)) << json;
+    EXPECT_EQ(std::get<ApiError>(r).param, field) << json;
+  }
+  const auto resolve_error = [&](const char* json, const server::DirectionRegistry* r) {
+    auto p = server::parse_generate_request(nlohmann::json::parse(json), false);
+    try {
+      server::resolve_interventions(std::get<server::GenerateRequest>(p).interventions, r);
+    } catch (const ApiError& e) {
+      return e.param;
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(resolve_error(R"({"prompt": "x", "interventions": [{"direction": "nope", "op": "ablate"}]})", &reg),
+            "interventions[0].direction");
+  EXPECT_EQ(resolve_error(R"({"prompt": "x", "interventions": [{"direction": "loop", "op": "ablate", "layers": [6]}]})", &reg),
+            "interventions[0].layers");
+  EXPECT_EQ(resolve_error(R"({"prompt": "x", "interventions": [{"direction": "loop", "op": "ablate"}]})", nullptr),
+            "interventions");
 }
 
 }  // namespace
