@@ -7,14 +7,11 @@
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "core/error.h"
-#include "core/thread_pool.h"
 #include "engine/engine_core.h"
 #include "tokenizer/streaming_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvik::cli {
-
-void set_threads(int threads) { ThreadPool::global().set_num_threads(threads); }
 
 namespace {
 
@@ -109,17 +106,105 @@ std::shared_ptr<const InterventionList> interventions_from_flags(const std::vect
   return make_interventions(std::move(items), c.n_layers, c.dim);
 }
 
+struct GenerateOpts {
+  std::string model, prompt, prompts_file;
+  std::vector<std::string> steer, ablate;
+  SamplingParams params;
+  bool json = false;
+  EngineFlags engine;
+};
+
+// --prompts FILE.jsonl (one {"prompt": ..., sampling fields...} per line) or the one --prompt.
+std::vector<Job> read_jobs(const GenerateOpts& o) {
+  std::vector<Job> jobs;
+  if (o.prompts_file.empty()) {
+    Job job;
+    job.prompt = o.prompt;
+    job.params = o.params;
+    jobs.push_back(std::move(job));
+    return jobs;
+  }
+  std::ifstream in(o.prompts_file);
+  if (!in) fail("{}: cannot open", o.prompts_file);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{}:{}", o.prompts_file, n);
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) fail("{}: not a JSON object", where);
+    if (!j.contains("prompt") || !j["prompt"].is_string()) fail("{}: 'prompt' (a string) is required", where);
+    Job job;
+    job.prompt = j["prompt"].get<std::string>();
+    job.params = params_from_json(j, o.params, where);
+    jobs.push_back(std::move(job));
+  }
+  if (jobs.empty()) fail("{}: no prompts", o.prompts_file);
+  return jobs;
+}
+
+// Steps the engine until every job is done; with `stream`, prints the one job's text as it comes.
+void run_jobs(EngineCore& engine, std::vector<Job>& jobs, bool stream) {
+  while (engine.has_unfinished()) {
+    for (auto& out : engine.step()) {
+      Job& j = jobs[std::stoul(out.request_id)];
+      for (int32_t id : out.new_token_ids) {
+        j.token_ids.push_back(id);
+        const std::string piece = j.detok->push(id);
+        j.text += piece;
+        if (stream) std::fwrite(piece.data(), 1, piece.size(), stdout), std::fflush(stdout);
+      }
+      if (out.finished) {
+        const std::string rest = j.detok->flush();
+        j.text += rest;
+        if (stream) std::fwrite(rest.data(), 1, rest.size(), stdout);
+        j.finish_reason = out.finish_reason;
+        j.stats = out.stats;
+      }
+    }
+  }
+}
+
+void print_jobs(const std::vector<Job>& jobs, bool stream) {
+  for (const Job& j : jobs) {
+    if (stream) {
+      const nlohmann::json t = job_json(j)["timings"];
+      std::printf("\n");
+      std::fprintf(stderr, "[%zu prompt tokens, %zu generated, prefill %.1f ms (%.1f tok/s), decode %.1f tok/s, finish: %s]\n",
+                   j.prompt_ids.size(), j.token_ids.size(), t["prefill_ms"].get<double>(),
+                   t["prefill_tok_s"].get<double>(), t["decode_tok_s"].get<double>(), j.finish_reason.c_str());
+    } else {
+      std::printf("%s\n", job_json(j).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    }
+  }
+}
+
+int run(const GenerateOpts& o) {
+  if (o.prompt.empty() && o.prompts_file.empty()) fail("give --prompt TEXT or --prompts FILE.jsonl");
+  if (auto err = o.params.validate()) fail("{}", err->message);
+  std::vector<Job> jobs = read_jobs(o);
+  const EngineConfig cfg = o.engine.resolve();
+  auto model = load_model(o.model, cfg);
+  auto tok = load_tokenizer(model->path());
+  if (auto iv = interventions_from_flags(o.steer, o.ablate, model->config()))
+    for (Job& j : jobs) j.params.interventions = iv;
+  EngineCore engine(*model, cfg, tok->end_of_generation_ids());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Job& j = jobs[i];
+    j.prompt_ids = tok->encode(j.prompt, tok->add_bos(), false);
+    j.detok = std::make_unique<StreamingDetokenizer>(*tok, j.prompt_ids);
+    if (auto err = engine.add_request(std::to_string(i), j.prompt_ids, j.params))
+      fail("prompt {}: {}", i + 1, err->message);
+  }
+  const bool stream = jobs.size() == 1 && !o.json;
+  run_jobs(engine, jobs, stream);
+  print_jobs(jobs, stream);
+  return 0;
+}
+
 }  // namespace
 
 Run add_generate(CLI::App& app) {
-  struct Opts {
-    std::string model, prompt, prompts_file;
-    std::vector<std::string> steer, ablate;
-    SamplingParams params;
-    bool json = false;
-    EngineFlags engine;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<GenerateOpts>();
   o->params.max_tokens = 16;
   auto* c = app.add_subcommand("generate", "Continue prompts and print the continuations");
   c->add_option("--model,-m", o->model, "GGUF model file")->required();
@@ -140,80 +225,7 @@ Run add_generate(CLI::App& app) {
                                        "layer); repeatable");
   c->add_flag("--json", o->json, "Print one JSON object with ids, text, finish_reason and timings");
   add_engine_flags(c, o->engine);
-  return [o]() {
-    if (o->prompt.empty() && o->prompts_file.empty() ) fail("give --prompt TEXT or --prompts FILE.jsonl");
-    if (auto err = o->params.validate()) fail("{}", err->message);
-    std::vector<Job> jobs;
-    if (!o->prompts_file.empty()) {
-      std::ifstream in(o->prompts_file);
-      if (!in) fail("{}: cannot open", o->prompts_file);
-      std::string line;
-      for (int n = 1; std::getline(in, line); ++n) {
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        const std::string where = fmt::format("{}:{}", o->prompts_file, n);
-        nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_discarded() || !j.is_object()) fail("{}: not a JSON object", where);
-        if (!j.contains("prompt") || !j["prompt"].is_string()) fail("{}: 'prompt' (a string) is required", where);
-        Job job;
-        job.prompt = j["prompt"].get<std::string>();
-        job.params = params_from_json(j, o->params, where);
-        jobs.push_back(std::move(job));
-      }
-      if (jobs.empty()) fail("{}: no prompts", o->prompts_file);
-    } else {
-      Job job;
-      job.prompt = o->prompt;
-      job.params = o->params;
-      jobs.push_back(std::move(job));
-    }
-
-    EngineConfig cfg = o->engine.resolve();
-    auto model = LlamaModel::load(o->model);
-    auto tok = load_tokenizer(model->path());
-    if (auto iv = interventions_from_flags(o->steer, o->ablate, model->config()))
-      for (Job& j : jobs) j.params.interventions = iv;
-    std::vector<int32_t> eos = tok->vocab().eog_ids;
-    if (eos.empty() && tok->eos_id() >= 0) eos.push_back(tok->eos_id());
-    EngineCore engine(*model, cfg, eos);
-    const bool stream = jobs.size() == 1 && !o->json;
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      Job& j = jobs[i];
-      j.prompt_ids = tok->encode(j.prompt, tok->add_bos(), false);
-      j.detok = std::make_unique<StreamingDetokenizer>(*tok, j.prompt_ids);
-      if (auto err = engine.add_request(std::to_string(i), j.prompt_ids, j.params))
-        fail("prompt {}: {}", i + 1, err->message);
-    }
-    while (engine.has_unfinished()) {
-      for (auto& out : engine.step()) {
-        Job& j = jobs[std::stoul(out.request_id)];
-        for (int32_t id : out.new_token_ids) {
-          j.token_ids.push_back(id);
-          const std::string piece = j.detok->push(id);
-          j.text += piece;
-          if (stream) std::fwrite(piece.data(), 1, piece.size(), stdout), std::fflush(stdout);
-        }
-        if (out.finished) {
-          const std::string rest = j.detok->flush();
-          j.text += rest;
-          if (stream) std::fwrite(rest.data(), 1, rest.size(), stdout);
-          j.finish_reason = out.finish_reason;
-          j.stats = out.stats;
-        }
-      }
-    }
-    for (const Job& j : jobs) {
-      if (stream) {
-        const nlohmann::json t = job_json(j)["timings"];
-        std::printf("\n");
-        std::fprintf(stderr, "[%zu prompt tokens, %zu generated, prefill %.1f ms (%.1f tok/s), decode %.1f tok/s, finish: %s]\n",
-                     j.prompt_ids.size(), j.token_ids.size(), t["prefill_ms"].get<double>(),
-                     t["prefill_tok_s"].get<double>(), t["decode_tok_s"].get<double>(), j.finish_reason.c_str());
-      } else {
-        std::printf("%s\n", job_json(j).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-      }
-    }
-    return 0;
-  };
+  return [o]() { return run(*o); };
 }
 
 }  // namespace kvik::cli

@@ -23,7 +23,4 @@ Run add_direction(CLI::App& app);
 Run add_trace(CLI::App& app);
 Run add_bake_ablation(CLI::App& app);
 
-// Applies --threads (0 = all cores) to the kernels' thread pool.
-void set_threads(int threads);
-
 }  // namespace kvik::cli

@@ -50,8 +50,8 @@ const float* norm_vector(const GgufFile& g, const std::string& name, int64_t n) 
 
 }  // namespace
 
-std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
-  if (std::filesystem::is_directory(path)) return load_hf(path);
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const LoadOptions& options) {
+  if (std::filesystem::is_directory(path)) return load_hf(path, options);
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->path_ = path;
   m->gguf_ = GgufFile::open(path);
@@ -84,7 +84,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
     w.w_down = matrix(g, p + "ffn_down.weight", c.dim, c.ff_dim);
     m->layers_.push_back(w);
   }
-  m->pack_weights();
+  m->pack_weights(options.repack_weights);
   return m;
 }
 
@@ -96,7 +96,7 @@ const float* LlamaModel::owned_floats(const uint8_t* data, DType dtype, int64_t 
 
 // A Hugging Face checkpoint: tensors named model.layers.N.self_attn.q_proj.weight, stored [out, in] row-major,
 // which is WeightMatrix's rows = out features; q/k rows in HF's rotate_half order (RopeType::kNeox).
-std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir) {
+std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir, const LoadOptions& options) {
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->path_ = dir;
   const ModelConfig& c = m->config_ = config_from_hf(dir);
@@ -152,11 +152,12 @@ std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir) {
     w.w_down = mat(p + "mlp.down_proj.weight", c.dim, c.ff_dim);
     m->layers_.push_back(w);
   }
-  m->pack_weights();
+  m->pack_weights(options.repack_weights);
   return m;
 }
 
-void LlamaModel::pack_weights() {
+void LlamaModel::pack_weights(bool repack) {
+  if (!repack) return;
   // One arena for every packed matrix (huge-page aligned, each matrix at a 64-byte offset).
   size_t total = 0;
   int64_t count = 0;

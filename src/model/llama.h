@@ -45,12 +45,18 @@ struct LayerWeights {
   WeightMatrix w_gate, w_up, w_down; // [d → d_ff] ×2, [d_ff → d]
 };
 
+struct LoadOptions {
+  // Repack the matmul weights the CPU's kernels have a packed layout for (`--repack`, default on); off, every
+  // weight runs in its file layout.
+  bool repack_weights = true;
+};
+
 class LlamaModel {
  public:
   // Loads (mmaps) a GGUF file, or a Hugging Face directory (config.json + model.safetensors or a sharded
   // index), and validates every tensor's dtype and shape; throws kvik::Error naming the file and the tensor
   // with expected vs found.
-  static std::unique_ptr<LlamaModel> load(const std::string& path);
+  static std::unique_ptr<LlamaModel> load(const std::string& path, const LoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
   const std::string& path() const { return path_; }
@@ -78,9 +84,9 @@ class LlamaModel {
   };
 
   LlamaModel() = default;
-  static std::unique_ptr<LlamaModel> load_hf(const std::string& dir);
+  static std::unique_ptr<LlamaModel> load_hf(const std::string& dir, const LoadOptions& options);
   const float* owned_floats(const uint8_t* data, DType dtype, int64_t n);  // a dequantized copy kept by the model
-  void pack_weights();  // repacks the matmul weights the CPU's kernels have a packed layout for
+  void pack_weights(bool repack);  // when `repack`, repacks the matmul weights the CPU's kernels have a packed layout for
   // f(w) for the LM head and every layer's seven projections (const or not, as `self` is).
   template <typename Self, typename F>
   static void for_each_matmul_weight(Self& self, F&& f) {
