@@ -1,5 +1,6 @@
 // kvik generate: one prompt (--prompt) or many (--prompts FILE.jsonl) through the engine.
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -62,8 +63,52 @@ nlohmann::json job_json(const Job& j) {
             {"decode_tok_s", decode_ms > 0 ? n_decode / (decode_ms / 1000) : 0.0}}}};
 }
 
+// --steer DIR.json:ALPHA[:LAYERS] and --ablate DIR.json[:LAYERS]: a steer defaults to the direction's own
+// layer, an ablation to every layer.
+Intervention intervention_flag(const std::string& spec, bool steer, const ModelConfig& c) {
+  const std::string flag = steer ? "--steer" : "--ablate";
+  std::vector<std::string> parts;
+  for (size_t p = 0;;) {
+    const size_t e = spec.find(':', p);
+    parts.push_back(spec.substr(p, e == std::string::npos ? std::string::npos : e - p));
+    if (e == std::string::npos) break;
+    p = e + 1;
+  }
+  if (parts.size() < (steer ? 2u : 1u) || parts.size() > (steer ? 3u : 2u) || parts[0].empty())
+    fail("{} '{}': expected {}", flag, spec, steer ? "DIR.json:ALPHA[:LAYERS]" : "DIR.json[:LAYERS]");
+  const Direction d = load_direction(parts[0], c.dim);
+  Intervention iv;
+  iv.op = steer ? Intervention::Op::kSteer : Intervention::Op::kAblate;
+  iv.direction = std::make_shared<const std::vector<float>>(d.vector);
+  if (steer) {
+    char* end = nullptr;
+    iv.alpha = std::strtof(parts[1].c_str(), &end);
+    if (parts[1].empty() || *end != '\0') fail("{} '{}': ALPHA '{}' is not a number", flag, spec, parts[1]);
+  }
+  const size_t li = steer ? 2 : 1;
+  if (parts.size() > li) {
+    iv.layers = parse_layer_list(parts[li], flag);
+  } else if (steer) {
+    iv.layers = {d.layer};
+  } else {
+    for (int32_t l = 0; l <= c.n_layers; ++l) iv.layers.push_back(l);
+  }
+  return iv;
+}
+
+std::shared_ptr<const InterventionList> interventions_from_flags(const std::vector<std::string>& steer,
+                                                                 const std::vector<std::string>& ablate,
+                                                                 const ModelConfig& c) {
+  if (steer.empty() && ablate.empty()) return nullptr;
+  std::vector<Intervention> items;
+  for (const auto& s : steer) items.push_back(intervention_flag(s, true, c));
+  for (const auto& s : ablate) items.push_back(intervention_flag(s, false, c));
+  return make_interventions(std::move(items), c.n_layers, c.dim);
+}
+
 struct GenerateOpts {
   std::string model, prompt, prompts_file;
+  std::vector<std::string> steer, ablate;
   SamplingParams params;
   bool json = false;
   EngineFlags engine;
@@ -140,6 +185,8 @@ int run(const GenerateOpts& o) {
   const EngineConfig cfg = o.engine.resolve();
   auto model = load_model(o.model, cfg);
   auto tok = load_tokenizer(model->path());
+  if (auto iv = interventions_from_flags(o.steer, o.ablate, model->config()))
+    for (Job& j : jobs) j.params.interventions = iv;
   EngineCore engine(*model, cfg, tok->end_of_generation_ids());
   for (size_t i = 0; i < jobs.size(); ++i) {
     Job& j = jobs[i];
@@ -172,6 +219,10 @@ Run add_generate(CLI::App& app) {
   c->add_option("--min-p", o->params.min_p, "Drop tokens below min_p x the top probability")->capture_default_str();
   c->add_option("--seed", o->params.seed, "Random seed (default: random)");
   c->add_flag("--ignore-eos", o->params.ignore_eos, "Keep generating after EOS");
+  c->add_option("--steer", o->steer, "Steer every prompt: DIR.json:ALPHA[:LAYERS] adds ALPHA x r to the stream "
+                                     "(layers e.g. 3,5-7; default the direction's layer); repeatable");
+  c->add_option("--ablate", o->ablate, "Ablate: DIR.json[:LAYERS] removes r from the stream (default: every "
+                                       "layer); repeatable");
   c->add_flag("--json", o->json, "Print one JSON object with ids, text, finish_reason and timings");
   add_engine_flags(c, o->engine);
   return [o]() { return run(*o); };

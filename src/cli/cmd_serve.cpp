@@ -42,11 +42,31 @@ std::string default_model_path() {
   fail("no MODEL given and {} does not exist: pass the path of a GGUF model", kDefaultModel);
 }
 
+// --direction NAME=FILE, each checked against the model's d.
+server::DirectionRegistry load_directions(const std::vector<std::string>& specs, const ModelConfig& c) {
+  server::DirectionRegistry r;
+  r.n_layers = c.n_layers;
+  r.dim = c.dim;
+  for (const std::string& s : specs) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
+      fail("--direction '{}': expected NAME=FILE", s);
+    const std::string name = s.substr(0, eq);
+    if (r.by_name.count(name)) fail("--direction: the name '{}' is given twice", name);
+    Direction d = load_direction(s.substr(eq + 1), c.dim);
+    if (d.layer < 0 || d.layer > c.n_layers)
+      fail("--direction '{}': its layer {} is outside 0..{}", s, d.layer, c.n_layers);
+    r.by_name.emplace(name, std::move(d));
+  }
+  return r;
+}
+
 struct ServeOpts {
   std::string model;
   server::ServerConfig server;
   EngineFlags engine;
   double shutdown_grace_s = 10;
+  std::vector<std::string> directions;
 };
 
 // Loads the model and runs the engine behind `http` until the listener returns (after stop()); a watchdog
@@ -57,6 +77,7 @@ void serve_model(const ServeOpts& o, server::HttpServer& http, std::atomic<bool>
   const EngineConfig cfg = o.engine.resolve();
   auto model = load_model(o.model, cfg);
   auto tok = load_tokenizer(model->path());  // GGUF file or Hugging Face directory
+  const server::DirectionRegistry directions = load_directions(o.directions, model->config());
   EngineCore core(*model, cfg, tok->end_of_generation_ids());
   core.enable_structured_output(structured::VocabTrie::token_bytes_of(*tok));  // response_format, guided_*
   server::ServerMetrics metrics(o.server.served_model_name);
@@ -67,6 +88,7 @@ void serve_model(const ServeOpts& o, server::HttpServer& http, std::atomic<bool>
   ctx.engine = engine.get();
   ctx.metrics = &metrics;
   ctx.max_model_len = core.config().max_model_len;
+  ctx.directions = &directions;
   http.set_ready(ctx);
   log_info("Model {} ready as '{}' (max_model_len {})", o.model, o.server.served_model_name, ctx.max_model_len);
 
@@ -144,6 +166,8 @@ Run add_serve(CLI::App& app) {
   c->add_option("--shutdown-grace", o->shutdown_grace_s,
                 "Seconds in-flight requests may run after SIGINT/SIGTERM before they are aborted")
       ->capture_default_str();
+  c->add_option("--direction", o->directions,
+                "Register a direction for requests' \"interventions\": NAME=FILE (kvik direction's JSON); repeatable");
   add_engine_flags(c, o->engine);
   return [o]() { return run(*o); };
 }

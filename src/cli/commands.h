@@ -18,5 +18,9 @@ Run add_render_chat(CLI::App& app);
 Run add_chat(CLI::App& app);
 Run add_serve(CLI::App& app);
 Run add_bench(CLI::App& app);
+Run add_lens(CLI::App& app);
+Run add_direction(CLI::App& app);
+Run add_trace(CLI::App& app);
+Run add_bake_ablation(CLI::App& app);
 
 }  // namespace kvik::cli

@@ -95,6 +95,13 @@ std::optional<ValidationError> EngineCore::validate(const std::vector<int32_t>& 
     if (outside(id))
       return ValidationError{"stop_token_ids",
                              fmt::format("stop_token_ids: token id {} is outside the vocabulary (0..{})", id, V - 1)};
+  if (params.interventions)
+    for (const Intervention& iv : params.interventions->items)
+      if (static_cast<int64_t>(iv.direction->size()) != model_.config().dim || iv.layers.back() > model_.config().n_layers)
+        return ValidationError{"interventions", fmt::format("an intervention has d = {} and layers up to {}; the "
+                                                            "model has d = {} and layers 0..{}", iv.direction->size(),
+                                                            iv.layers.back(), model_.config().dim,
+                                                            model_.config().n_layers)};
   if (static_cast<int64_t>(prompt_ids.size()) >= config_.max_model_len)
     return ValidationError{"prompt", fmt::format("the prompt has {} tokens, but max_model_len is {}: no room to "
                                                  "generate", prompt_ids.size(), config_.max_model_len)};

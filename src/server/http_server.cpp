@@ -305,6 +305,11 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
   std::vector<std::vector<int32_t>> prompts;
   if (auto err = prompt_ids(r, std::get<json>(body), chat, tok, ctx_.max_model_len, prompts))
     return send_error(res, *err);
+  try {
+    r.params.interventions = resolve_interventions(r.interventions, ctx_.directions);
+  } catch (const ApiError& e) {
+    return send_error(res, e);
+  }
 
   auto job = std::make_shared<GenerationJob>(*ctx_.engine, tok, std::move(prompts), r.params, r.n, r.stop);
   {

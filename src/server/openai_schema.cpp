@@ -299,6 +299,7 @@ GenerateRequest parse(const json& body, bool chat) {
   parse_stop(f, r);
   parse_structured_output(f, sp);
   parse_token_ids(f, sp);
+  if (const json* iv = f.get("interventions")) r.interventions = parse_interventions(*iv);
   parse_stream(f, r);
   if (auto err = sp.validate()) throw ApiError::bad_request(err->message, err->param);
   return r;
