@@ -14,7 +14,8 @@ declare -A allowed=(
   [model]="core tensor formats kernels tokenizer"
   [engine]="core tensor formats kernels tokenizer model"
   [server]="core tensor formats kernels tokenizer model chat engine"
-  [cli]="core tensor formats kernels tokenizer model chat engine server"
+  [interp]="core tensor formats kernels tokenizer model engine"
+  [cli]="core tensor formats kernels tokenizer model chat engine server interp"
 )
 bad=0
 while IFS= read -r -d '' f; do

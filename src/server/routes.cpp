@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "server/chat_template.h"
+#include "server/chat_prompt.h"
 #include "server/generation.h"
 #include "server/openai_responses.h"
 #include "server/openai_schema.h"
@@ -268,6 +268,11 @@ HttpReply Router::generate(const HttpRequest& req, bool chat, std::function<void
   auto& ids = std::get<std::vector<std::vector<int32_t>>>(prompts);
   if (auto e = check_lengths(tok, ids, r, chat, ctx_.max_model_len, chat && fields.contains("max_completion_tokens")))
     return error(*e);
+  try {
+    r.params.interventions = resolve_interventions(r.interventions, ctx_.directions);
+  } catch (const ApiError& e) {
+    return error(e);
+  }
 
   auto job = std::make_shared<GenerationJob>(*ctx_.engine, tok, std::move(ids), r.params, r.n, r.stop);
   job->set_on_output(std::move(on_engine_output));

@@ -16,6 +16,7 @@
 
 #include "engine/async_engine.h"
 #include "server/api_error.h"
+#include "server/interventions.h"
 #include "server/metrics.h"
 #include "server/response_stream.h"
 #include "tokenizer/tokenizer.h"
@@ -49,6 +50,7 @@ struct ModelContext {
   AsyncEngine* engine = nullptr;
   ServerMetrics* metrics = nullptr;
   int64_t max_model_len = 0;
+  const DirectionRegistry* directions = nullptr;  // --direction name=FILE, for "interventions"
 };
 
 struct HttpRequest {
