@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   runs["chat"] = kvik::cli::add_chat(app);
   runs["serve"] = kvik::cli::add_serve(app);
   runs["bench"] = kvik::cli::add_bench(app);
+  runs["perplexity"] = kvik::cli::add_perplexity(app);
+  runs["eval"] = kvik::cli::add_eval(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -2,6 +2,7 @@
 // of attention + SwiGLU MLP on the residual stream, final norm, LM head.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -60,6 +61,15 @@ class LlamaModel {
   // Runs the batch; writes K/V of every token into `cache` and logits [N, V] for batch.logits_indices.
   void forward(const ForwardBatch& batch, KvCacheTensors& cache, float* logits);
 
+  // Fake quantization (kvik eval quant-error): every layer's seven projections become F32 copies of their
+  // weights, rows × cols row-major, which f may change in place; the embedding table and the LM head stay.
+  // `name` is the GGUF tensor name without ".weight" ("blk.0.attn_q").
+  using WeightEdit = std::function<void(const std::string& name, float* w, int64_t rows, int64_t cols)>;
+  void edit_layer_weights(const WeightEdit& f);
+  // Called after every block with the residual stream x [T, d] (the outlier report); empty: not called.
+  using ResidualObserver = std::function<void(int64_t layer, const float* x, int64_t T)>;
+  void set_residual_observer(ResidualObserver f) { observer_ = std::move(f); }
+
  private:
   struct Workspace {
     int64_t capacity = 0;
@@ -93,6 +103,7 @@ class LlamaModel {
   WeightMatrix output_;
   std::vector<LayerWeights> layers_;
   Workspace ws_;
+  ResidualObserver observer_;
 };
 
 }  // namespace kvik

@@ -1,0 +1,120 @@
+// kvik perplexity against llama.cpp's llama-perplexity (tests/fixtures/perplexity_llamacpp.json, made by
+// tools/make_perplexity_fixture.sh) and the batching equalities: windows batched together, one at a time and
+// cut into chunks give the same number bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "eval/perplexity.h"
+#include "model/synth.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace kvik;
+
+namespace {
+
+const std::string kStories = KVIK_SHARED_DIR "/models/stories260K.gguf";
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+std::string text() { return read_file(KVIK_SOURCE_DIR "/tests/data/stories.txt"); }
+nlohmann::json fixture() {
+  return nlohmann::json::parse(read_file(KVIK_SOURCE_DIR "/tests/fixtures/perplexity_llamacpp.json"));
+}
+
+// The fixture's synth model, written as the fixture script writes it with `kvik synth`.
+std::string synth(DType type) {
+  const nlohmann::json o = fixture()["synth"]["options"];
+  SynthOptions s;
+  s.out_path = ::testing::TempDir() + "kvik_ppl_synth_" + std::string(dtype_name(type)) + ".gguf";
+  s.dim = o["dim"], s.layers = o["layers"], s.heads = o["heads"], s.kv_heads = o["kv_heads"], s.ff = o["ff"];
+  s.vocab = o["vocab"], s.seed = o["seed"], s.output_scale = o["output_scale"];
+  s.tokenizer_from = kStories;
+  s.type = type;
+  synth_llama_gguf(s);
+  return s.out_path;
+}
+
+PerplexityResult run(const std::string& model_path, PerplexityOptions opt, const std::string* reference = nullptr) {
+  auto model = LlamaModel::load(model_path);
+  auto tok = load_tokenizer(model_path);
+  std::unique_ptr<LlamaModel> ref = reference ? LlamaModel::load(*reference) : nullptr;
+  const PerplexityWindows w = make_windows(*tok, text(), opt.ctx, opt.chunks);
+  return perplexity(*model, w, opt, ref.get());
+}
+
+PerplexityOptions ctx_of_fixture() {
+  PerplexityOptions o;
+  o.ctx = fixture()["ctx"];
+  return o;
+}
+
+}  // namespace
+
+TEST(Perplexity, Stories260kEqualsLlamaPerplexity) {
+  const nlohmann::json f = fixture()["stories260k"];
+  const PerplexityResult r = run(kStories, ctx_of_fixture());
+  EXPECT_NEAR(r.ppl, f["ppl"].get<double>(), 1e-3 * f["ppl"].get<double>());
+  EXPECT_NEAR(r.ppl_stderr, f["ppl_stderr"].get<double>(), 1e-2 * f["ppl_stderr"].get<double>());
+  EXPECT_EQ(r.tokens, static_cast<int64_t>(r.chunks) * (ctx_of_fixture().ctx - 1 - ctx_of_fixture().ctx / 2));
+}
+
+TEST(Perplexity, SynthEqualsLlamaPerplexity) {
+  const nlohmann::json f = fixture()["synth"];
+  const PerplexityResult r = run(synth(DType::F32), ctx_of_fixture());
+  EXPECT_NEAR(r.ppl, f["ppl"].get<double>(), 1e-3 * f["ppl"].get<double>());
+}
+
+// llama-perplexity --kl-divergence of the Q8_0 synth model against its F32 original.
+TEST(Perplexity, KlDivergenceEqualsLlamaPerplexity) {
+  const nlohmann::json f = fixture()["synth"]["q8_0_vs_f32"];
+  const std::string base = synth(DType::F32);
+  const PerplexityResult r = run(synth(DType::Q8_0), ctx_of_fixture(), &base);
+  EXPECT_NEAR(r.ppl, f["ppl"].get<double>(), 1e-3 * f["ppl"].get<double>());
+  EXPECT_NEAR(*r.kld_mean, f["kld_mean"].get<double>(), 0.05 * f["kld_mean"].get<double>() + 1e-6);
+  EXPECT_NEAR(100 * *r.delta_p_rms, f["delta_p_rms_percent"].get<double>(), 0.02);
+  EXPECT_NEAR(100 * *r.top1_agreement, f["same_top_percent"].get<double>(), 0.5);
+}
+
+TEST(Perplexity, AgainstItselfAgreesFully) {
+  PerplexityOptions o;
+  o.ctx = 64;
+  const PerplexityResult r = run(kStories, o, &kStories);
+  EXPECT_LT(*r.kld_mean, 1e-5);
+  EXPECT_GE(*r.top1_agreement, 0.995);
+  EXPECT_LT(*r.delta_p_rms, 1e-3);
+}
+
+// Windows batched four to a pass == one window per pass == each window cut into chunks of 24 tokens.
+TEST(Perplexity, BatchingDoesNotChangeTheNumber) {
+  PerplexityOptions o;
+  o.ctx = 64;
+  o.chunks = 9;
+  o.batch_tokens = 256;
+  const PerplexityResult batched = run(kStories, o);
+  o.batch_tokens = 64;
+  const PerplexityResult alone = run(kStories, o);
+  o.batch_tokens = 24;
+  const PerplexityResult chunked = run(kStories, o);
+  EXPECT_EQ(batched.chunks, 9);
+  EXPECT_EQ(batched.ppl, alone.ppl);
+  EXPECT_EQ(batched.ppl, chunked.ppl);
+  EXPECT_EQ(batched.ppl_stderr, alone.ppl_stderr);
+}
+
+TEST(Perplexity, RejectsTooShortTextsAndWindows) {
+  auto tok = load_tokenizer(kStories);
+  EXPECT_THROW(make_windows(*tok, "Once upon a time", 64, -1), Error);
+  EXPECT_THROW(make_windows(*tok, text(), 2, -1), Error);
+  const PerplexityWindows w = make_windows(*tok, text(), 64, 3);
+  EXPECT_EQ(w.chunks, 3);
+  EXPECT_EQ(w.tokens[0], tok->bos_id());
+}
