@@ -140,7 +140,8 @@ TEST(KvCacheConsistency, ChunkedPrefillEqualsOneAppend) {
           EXPECT_LE(d, kTol) << "chunk " << chunk << ", position " << start + i;
         }
       }
-      std::printf("%s: prefill in chunks of %d vs one append, max |Δlogit| = %.3g\n", sub.name.c_str(), chunk, worst);
+      std::printf("%s, %s KV: prefill in chunks of %d vs one append, max |Δlogit| = %.3g\n", sub.name.c_str(),
+                  kv_dtype_name(kv), chunk, worst);
     }
   }
 }

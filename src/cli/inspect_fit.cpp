@@ -38,6 +38,13 @@ TypeSize matrix_type(const std::string& ftype, const std::string& name, int64_t 
   return t;
 }
 
+std::string size_str(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  return fmt::format("{:.2f} {}", b, units[u]);
+}
+
 int64_t weight_bytes_as(const GgufFile& g, const ModelConfig& c, const std::string& ftype) {
   const bool has_output = g.find_tensor("output.weight") != nullptr;
   int64_t total = 0;
@@ -59,24 +66,25 @@ void print_memory_fit(const GgufFile& g, const ModelConfig& c, double gib, int64
   const double budget = gib * static_cast<double>(int64_t{1} << 30);
   std::printf("memory fit in %.2f GiB, sequences of %lld tokens (weights as llama-quantize would type them, no "
               "imatrix; KV as kvik stores it)\n", gib, (long long)len);
-  std::printf("  %-7s %12s  %-5s %10s %14s  %s\n", "weights", "weight GiB", "KV", "KV B/tok", "KV GiB/seq", "fits");
+  std::printf("  %-7s %11s  %-5s %9s %11s  %s\n", "weights", "size", "KV", "KV B/tok", "KV per seq", "fits");
   for (const char* ftype : {"F16", "Q8_0", "Q6_K", "Q4_K_M", "Q4_0", "IQ4_NL"}) {
     const int64_t wb = weight_bytes_as(g, c, ftype);
     for (KvDType kv : {KvDType::kF16, KvDType::kQ8_0}) {
       if (kv == KvDType::kQ8_0 && c.kv_dim() % 32 != 0) {
-        std::printf("  %-7s %12.3f  %-5s  n/a (n_kv x d_h = %lld is not a multiple of 32)\n", ftype, wb / 1073741824.0,
-                    kv_dtype_name(kv), (long long)c.kv_dim());
+        std::printf("  %-7s %11s  %-5s  n/a (n_kv x d_h = %lld is not a multiple of 32)\n", ftype,
+                    size_str(static_cast<double>(wb)).c_str(), kv_dtype_name(kv), (long long)c.kv_dim());
         continue;
       }
       const int64_t per_tok = KvCacheTensors::bytes_per_token(c, kv);
       const double per_seq = static_cast<double>(per_tok) * static_cast<double>(len);
       const double left = budget - static_cast<double>(wb);
       const int64_t seqs = left > 0 ? static_cast<int64_t>(left / per_seq) : 0;
-      const std::string fits = seqs > 0 ? fmt::format("{} sequences ({} tokens)", seqs, static_cast<int64_t>(left / per_tok))
-                                        : fmt::format("does not fit: {:.2f} GiB short of one sequence",
-                                                      (static_cast<double>(wb) + per_seq - budget) / 1073741824.0);
-      std::printf("  %-7s %12.3f  %-5s %10lld %14.4f  %s\n", ftype, wb / 1073741824.0, kv_dtype_name(kv),
-                  (long long)per_tok, per_seq / 1073741824.0, fits.c_str());
+      const std::string fits =
+          seqs > 0 ? fmt::format("{} sequence{} ({} tokens)", seqs, seqs == 1 ? "" : "s", static_cast<int64_t>(left / per_tok))
+                   : fmt::format("does not fit: {} short of one sequence",
+                                 size_str(static_cast<double>(wb) + per_seq - budget));
+      std::printf("  %-7s %11s  %-5s %9lld %11s  %s\n", ftype, size_str(static_cast<double>(wb)).c_str(),
+                  kv_dtype_name(kv), (long long)per_tok, size_str(per_seq).c_str(), fits.c_str());
     }
   }
   std::printf("\n");
