@@ -74,6 +74,10 @@ void run_windows(LlamaModel& model, const PerplexityWindows& w, const Perplexity
     for (int32_t p0 = 0; p0 < w.ctx; p0 += step) {
       const int32_t p1 = std::min(w.ctx, p0 + step);
       batch.build(w, win, n, p0, p1, kBlock);
+      if (p1 - p0 == w.ctx) {  // whole windows in one pass: their rows land in place
+        model.forward(batch.view(), cache, logits.data());
+        continue;
+      }
       pass_logits.resize(batch.logits_rows.size() * V);
       model.forward(batch.view(), cache, pass_logits.data());
       // Rows come window by window; each window's scored rows of this pass continue where the last pass ended.
