@@ -13,8 +13,9 @@ declare -A allowed=(
   [chat]="core"
   [model]="core tensor formats kernels tokenizer"
   [engine]="core tensor formats kernels tokenizer model"
+  [eval]="core tensor formats kernels tokenizer model engine"
   [server]="core tensor formats kernels tokenizer model chat engine"
-  [cli]="core tensor formats kernels tokenizer model chat engine server"
+  [cli]="core tensor formats kernels tokenizer model chat engine eval server"
 )
 bad=0
 while IFS= read -r -d '' f; do

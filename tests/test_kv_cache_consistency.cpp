@@ -141,7 +141,7 @@ TEST(KvCacheConsistency, ChunkedPrefillEqualsOneAppend) {
         }
       }
       std::printf("%s, %s KV: prefill in chunks of %d vs one append, max |Δlogit| = %.3g\n", sub.name.c_str(),
-                  kv_dtype_name(kv), chunk, worst);
+                  std::string(dtype_name(kv)).c_str(), chunk, worst);
     }
   }
 }

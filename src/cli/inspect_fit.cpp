@@ -69,10 +69,10 @@ void print_memory_fit(const GgufFile& g, const ModelConfig& c, double gib, int64
   std::printf("  %-7s %11s  %-5s %9s %11s  %s\n", "weights", "size", "KV", "KV B/tok", "KV per seq", "fits");
   for (const char* ftype : {"F16", "Q8_0", "Q6_K", "Q4_K_M", "Q4_0", "IQ4_NL"}) {
     const int64_t wb = weight_bytes_as(g, c, ftype);
-    for (KvDType kv : {KvDType::kF16, KvDType::kQ8_0}) {
-      if (kv == KvDType::kQ8_0 && c.kv_dim() % 32 != 0) {
+    for (DType kv : {DType::F16, DType::Q8_0}) {
+      if (kv == DType::Q8_0 && c.kv_dim() % 32 != 0) {
         std::printf("  %-7s %11s  %-5s  n/a (n_kv x d_h = %lld is not a multiple of 32)\n", ftype,
-                    size_str(static_cast<double>(wb)).c_str(), kv_dtype_name(kv), (long long)c.kv_dim());
+                    size_str(static_cast<double>(wb)).c_str(), std::string(dtype_name(kv)).c_str(), (long long)c.kv_dim());
         continue;
       }
       const int64_t per_tok = KvCacheTensors::bytes_per_token(c, kv);
@@ -84,7 +84,7 @@ void print_memory_fit(const GgufFile& g, const ModelConfig& c, double gib, int64
                    : fmt::format("does not fit: {} short of one sequence",
                                  size_str(static_cast<double>(wb) + per_seq - budget));
       std::printf("  %-7s %11s  %-5s %9lld %11s  %s\n", ftype, size_str(static_cast<double>(wb)).c_str(),
-                  kv_dtype_name(kv), (long long)per_tok, size_str(per_seq).c_str(), fits.c_str());
+                  std::string(dtype_name(kv)).c_str(), (long long)per_tok, size_str(per_seq).c_str(), fits.c_str());
     }
   }
   std::printf("\n");

@@ -20,7 +20,7 @@ struct PerplexityOptions {
   int32_t ctx = 512;            // tokens per window
   int32_t chunks = -1;          // windows to score (-1: all that fit)
   int32_t batch_tokens = 2048;  // tokens per forward pass: max(1, batch_tokens / ctx) windows at once
-  KvDType kv_dtype = KvDType::kF16;
+  DType kv_dtype = DType::F16;
 };
 
 struct PerplexityWindows {
