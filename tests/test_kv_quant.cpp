@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "core/fp8.h"
 #include "engine/engine_core.h"
-#include "engine/sampler.h"
+#include "engine/sample/logits_ops.h"
 #include "engine/single_sequence.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "model/kv_cache.h"

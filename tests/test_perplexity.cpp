@@ -84,7 +84,10 @@ TEST(Perplexity, KlDivergenceEqualsLlamaPerplexity) {
   const PerplexityResult r = run(synth(DType::Q8_0), ctx_of_fixture(), &base);
   EXPECT_NEAR(r.ppl, f["ppl"].get<double>(), 1e-3 * f["ppl"].get<double>());
   EXPECT_NEAR(*r.kld_mean, f["kld_mean"].get<double>(), 0.05 * f["kld_mean"].get<double>() + 1e-6);
-  EXPECT_NEAR(*r.delta_p_rms, f["delta_p_rms"].get<double>(), 0.02 * f["delta_p_rms"].get<double>() + 1e-5);
+  // Δp is tiny here (target probabilities of a random model are ~1e-4) and the 16-bit base log-probabilities
+  // carry up to 1.2e-4 relative error in p, so llama-perplexity's own figure moves by ~10% (measured 2.58e-4 vs
+  // the double-precision 2.33e-4).
+  EXPECT_NEAR(*r.delta_p_rms, f["delta_p_rms"].get<double>(), 0.15 * f["delta_p_rms"].get<double>() + 1e-6);
   EXPECT_NEAR(*r.top1_agreement, f["top1_agreement"].get<double>(), 0.005);
   std::printf("q8_0 vs f32 synth: kvik kld %.6g top-1 %.4f dp rms %.5f; llama.cpp %.6g %.4f %.5f\n", *r.kld_mean,
               *r.top1_agreement, *r.delta_p_rms, f["kld_mean"].get<double>(), f["top1_agreement"].get<double>(),
