@@ -15,7 +15,8 @@ declare -A allowed=(
   [engine]="core tensor formats kernels tokenizer model"
   [eval]="core tensor formats kernels tokenizer model engine"
   [server]="core tensor formats kernels tokenizer model chat engine"
-  [cli]="core tensor formats kernels tokenizer model chat engine eval server"
+  [interp]="core tensor formats kernels tokenizer model engine"
+  [cli]="core tensor formats kernels tokenizer model chat engine eval server interp"
 )
 bad=0
 while IFS= read -r -d '' f; do

@@ -7,6 +7,7 @@
 #include "cli/engine_flags.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/engine_core.h"
 #include "eval/quant_error.h"
 #include "tokenizer/tokenizer.h"
 
@@ -79,7 +80,8 @@ Run add_eval(CLI::App& app) {
   return [o]() {
     if (o->ppl.batch_tokens < 1) fail("--batch-size must be positive");
     o->ppl.kv_dtype = parse_kv_dtype(o->kv);
-    set_threads(o->threads);
+    EngineConfig load_cfg;
+    load_cfg.num_threads = o->threads;
     for (const std::string& s : o->schemes) {
       bool known = false;
       for (const FakeQuantScheme& f : fake_quant_schemes()) known |= f.name == s;
@@ -89,7 +91,7 @@ Run add_eval(CLI::App& app) {
     const PerplexityWindows w = make_windows(*tok, read_text_file(o->file), o->ppl.ctx, o->ppl.chunks);
     log_info("quant-error: {} windows of {} tokens", w.chunks, w.ctx);
     const std::string path = o->model;
-    const QuantErrorReport r = quant_error([&path] { return LlamaModel::load(path); }, w, o->ppl, o->schemes);
+    const QuantErrorReport r = quant_error([&path, &load_cfg] { return load_model(path, load_cfg); }, w, o->ppl, o->schemes);
     if (o->json) std::printf("%s\n", to_json(r).dump().c_str());
     else print_table(r);
     return 0;

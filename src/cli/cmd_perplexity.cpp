@@ -9,6 +9,7 @@
 #include "cli/engine_flags.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/engine_core.h"
 #include "eval/perplexity.h"
 #include "core/thread_pool.h"
 #include "tokenizer/tokenizer.h"
@@ -51,11 +52,12 @@ Run add_perplexity(CLI::App& app) {
   return [o]() {
     if (o->ppl.batch_tokens < 1) fail("--batch-size must be positive");
     o->ppl.kv_dtype = parse_kv_dtype(o->kv);
-    set_threads(o->threads);
-    auto model = LlamaModel::load(o->model);
+    EngineConfig load_cfg;
+    load_cfg.num_threads = o->threads;
+    auto model = load_model(o->model, load_cfg);
     auto tok = load_tokenizer(model->path());
     std::unique_ptr<LlamaModel> ref;
-    if (!o->reference.empty()) ref = LlamaModel::load(o->reference);
+    if (!o->reference.empty()) ref = load_model(o->reference, load_cfg);
     const PerplexityWindows w = make_windows(*tok, read_text_file(o->file), o->ppl.ctx, o->ppl.chunks);
     if (o->ppl.ctx > model->config().context_length)
       log_warn("--ctx {} is longer than the model's training context {}", o->ppl.ctx, model->config().context_length);

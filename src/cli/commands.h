@@ -29,8 +29,9 @@ std::string read_text_file(const std::string& path);
 
 // --ctx, --chunks, --batch-size, --kv-cache-dtype and --threads of perplexity and eval.
 void add_perplexity_flags(CLI::App* c, PerplexityOptions& o, std::string& kv, int& threads);
-
-// Applies --threads (0 = all cores) to the kernels' thread pool.
-void set_threads(int threads);
+Run add_lens(CLI::App& app);
+Run add_direction(CLI::App& app);
+Run add_trace(CLI::App& app);
+Run add_bake_ablation(CLI::App& app);
 
 }  // namespace kvik::cli

@@ -22,6 +22,10 @@ int main(int argc, char** argv) {
   runs["bench"] = kvik::cli::add_bench(app);
   runs["perplexity"] = kvik::cli::add_perplexity(app);
   runs["eval"] = kvik::cli::add_eval(app);
+  runs["lens"] = kvik::cli::add_lens(app);
+  runs["direction"] = kvik::cli::add_direction(app);
+  runs["trace"] = kvik::cli::add_trace(app);
+  runs["bake-ablation"] = kvik::cli::add_bake_ablation(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

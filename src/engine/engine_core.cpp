@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/thread_pool.h"
 
 namespace kvik {
 
@@ -32,6 +33,7 @@ void check_config(const EngineConfig& c, const ModelConfig& mc) {
     fail("--memory-utilization must be in (0, 1], got {}", c.memory_utilization);
   if (!is_kv_cache_dtype(c.kv_cache_dtype))
     fail("--kv-cache-dtype {} is not supported", dtype_name(c.kv_cache_dtype));
+  if (c.num_threads < 0) fail("--threads must not be negative, got {}", c.num_threads);
 }
 
 RequestOutput abort_output(const Request& r, const std::string& sequence, int32_t index, const std::string& reason) {
@@ -58,6 +60,7 @@ EngineCore::EngineCore(LlamaModel& model, const EngineConfig& config, std::vecto
   const ModelConfig& mc = model.config();
   if (config_.max_model_len <= 0) config_.max_model_len = mc.context_length;
   check_config(config_, mc);
+  if (config_.num_threads > 0) ThreadPool::global().set_num_threads(config_.num_threads);
   const KvCacheBudget budget = kv_budget(config_);
   capacity_ = plan_kv_capacity(mc, budget, model.resident_weight_bytes());
   if (config_.log_stats) log_kv_capacity(mc, budget, capacity_);
@@ -92,6 +95,13 @@ std::optional<ValidationError> EngineCore::validate(const std::vector<int32_t>& 
     if (outside(id))
       return ValidationError{"stop_token_ids",
                              fmt::format("stop_token_ids: token id {} is outside the vocabulary (0..{})", id, V - 1)};
+  if (params.interventions)
+    for (const Intervention& iv : params.interventions->items)
+      if (static_cast<int64_t>(iv.direction->size()) != model_.config().dim || iv.layers.back() > model_.config().n_layers)
+        return ValidationError{"interventions", fmt::format("an intervention has d = {} and layers up to {}; the "
+                                                            "model has d = {} and layers 0..{}", iv.direction->size(),
+                                                            iv.layers.back(), model_.config().dim,
+                                                            model_.config().n_layers)};
   if (static_cast<int64_t>(prompt_ids.size()) >= config_.max_model_len)
     return ValidationError{"prompt", fmt::format("the prompt has {} tokens, but max_model_len is {}: no room to "
                                                  "generate", prompt_ids.size(), config_.max_model_len)};

@@ -36,7 +36,13 @@ struct EngineConfig {
   DType kv_cache_dtype = DType::F16;  // --kv-cache-dtype auto: a 16-bit cache, as vLLM and llama.cpp
   int64_t long_prefill_token_threshold = 0;
   bool log_stats = true;                // print the start-up capacity lines
+  int32_t num_threads = 0;              // compute threads (the kernels' process-wide pool); 0 = leave it as is
+  bool repack_weights = true;           // load_model(): LoadOptions::repack_weights
 };
+
+// Applies config.num_threads to the kernels' thread pool and loads the model with config's load options
+// (LlamaModel::load). The CLI commands load their model through this.
+std::unique_ptr<LlamaModel> load_model(const std::string& path, const EngineConfig& config);
 
 struct RequestOutput {
   std::string request_id;  // the sequence: add_request's id, or sequence_id(id, index, n) when n > 1

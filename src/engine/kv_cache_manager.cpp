@@ -12,7 +12,10 @@ KVCacheManager::KVCacheManager(int64_t num_blocks, int32_t block_size, bool enab
 }
 
 void KVCacheManager::update_block_hashes(Request& req) const {
-  extend_block_hashes(req.block_hashes, req.all_token_ids, block_size_);
+  // A request's interventions change its KV: their key goes into every block hash (never shared with plain KV).
+  const auto& iv = req.sampling_params.interventions;
+  const int64_t key[1] = {iv ? static_cast<int64_t>(iv->cache_key) : 0};
+  extend_block_hashes(req.block_hashes, req.all_token_ids, block_size_, std::span<const int64_t>(key, iv ? 1 : 0));
 }
 
 KVCacheBlocks KVCacheManager::get_computed_blocks(Request& req, int64_t* num_computed_tokens) {

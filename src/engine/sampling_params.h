@@ -2,11 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/structured/structured_output_spec.h"
+#include "model/intervention.h"
 
 namespace kvik {
 
@@ -49,6 +51,9 @@ struct SamplingParams {
   // Structured output: every token outside the spec's grammar is masked to −∞ before sampling, and EOS is
   // allowed only where the grammar accepts (engine/structured/). Compiled by EngineCore::add_request.
   std::optional<StructuredOutputSpec> structured_output;
+  // Steering / ablation of the residual stream for this request only (model/intervention.h; build with
+  // make_interventions). Its cache key goes into every block hash: steered KV is never shared with plain KV.
+  std::shared_ptr<const InterventionList> interventions;
 
   bool has_penalties() const { return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f; }
 

@@ -50,8 +50,10 @@ struct PassBatch {
       for (int32_t b = 0; b < blocks_per_window; ++b) tables.push_back(s * blocks_per_window + b);
     }
   }
-  ForwardBatch view() const {
-    return ForwardBatch{ids, pos, slots, qsl, seq_lens, tables, blocks_per_window, logits_rows};
+  ForwardBatch view(const PerplexityOptions& opt) const {
+    ForwardBatch b{ids, pos, slots, qsl, seq_lens, tables, blocks_per_window, logits_rows};
+    b.observe = opt.observe;
+    return b;
   }
 };
 
@@ -75,11 +77,11 @@ void run_windows(LlamaModel& model, const PerplexityWindows& w, const Perplexity
       const int32_t p1 = std::min(w.ctx, p0 + step);
       batch.build(w, win, n, p0, p1, kBlock);
       if (p1 - p0 == w.ctx) {  // whole windows in one pass: their rows land in place
-        model.forward(batch.view(), cache, logits.data());
+        model.forward(batch.view(opt), cache, logits.data());
         continue;
       }
       pass_logits.resize(batch.logits_rows.size() * V);
-      model.forward(batch.view(), cache, pass_logits.data());
+      model.forward(batch.view(opt), cache, pass_logits.data());
       // Rows come window by window; each window's scored rows of this pass continue where the last pass ended.
       const int32_t lo = std::max(p0, w.first()), hi = std::min(p1, w.ctx - 1);
       const int32_t per_window = std::max(0, hi - lo);

@@ -21,6 +21,8 @@ struct PerplexityOptions {
   int32_t chunks = -1;          // windows to score (-1: all that fit)
   int32_t batch_tokens = 2048;  // tokens per forward pass: max(1, batch_tokens / ctx) windows at once
   DType kv_dtype = DType::F16;
+  // Passed to every forward pass as ForwardBatch::observe (the residual stream at each layer; the outlier report).
+  std::function<void(int32_t layer, const float* x, int64_t T)> observe;
 };
 
 struct PerplexityWindows {

@@ -162,8 +162,11 @@ QuantErrorReport quant_error(const std::function<std::unique_ptr<LlamaModel>()>&
     os.sum_sq.assign(base->config().n_layers, 0.0);
     os.count.assign(base->config().n_layers, 0);
     os.max_abs.assign(base->config().n_layers * os.d, 0.0f);
-    base->set_residual_observer([&os](int64_t l, const float* x, int64_t T) { os.observe(l, x, T); });
-    rep.base_ppl = score(*base, w, opt, nullptr, &base_top).first.ppl();
+    PerplexityOptions observed = opt;  // stream layer ℓ ≥ 1 is the output of block ℓ − 1
+    observed.observe = [&os](int32_t layer, const float* x, int64_t T) {
+      if (layer >= 1) os.observe(layer - 1, x, T);
+    };
+    rep.base_ppl = score(*base, w, observed, nullptr, &base_top).first.ppl();
     rep.outliers = os.report(rep.outlier_threshold);
   }
   for (const FakeQuantScheme& s : fake_quant_schemes()) {

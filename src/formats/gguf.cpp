@@ -1,6 +1,8 @@
 #include "formats/gguf.h"
 
+#include <unistd.h>
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 
@@ -485,7 +487,10 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
 }
 
 void GgufWriter::write(const std::string& path) const {
-  const std::string tmp = path + ".tmp";
+  // A name of its own per writer: two processes writing the same path (tests run in parallel) each rename a
+  // whole file into place instead of interleaving into one temporary.
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), counter++);
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) fail("{}: cannot open for writing", tmp);
   const std::vector<uint8_t> header = header_bytes();

@@ -50,8 +50,8 @@ const float* norm_vector(const GgufFile& g, const std::string& name, int64_t n) 
 
 }  // namespace
 
-std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
-  if (std::filesystem::is_directory(path)) return load_hf(path);
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const LoadOptions& options) {
+  if (std::filesystem::is_directory(path)) return load_hf(path, options);
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->path_ = path;
   m->gguf_ = GgufFile::open(path);
@@ -84,7 +84,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
     w.w_down = matrix(g, p + "ffn_down.weight", c.dim, c.ff_dim);
     m->layers_.push_back(w);
   }
-  m->pack_weights();
+  m->pack_weights(options.repack_weights);
   return m;
 }
 
@@ -96,7 +96,7 @@ const float* LlamaModel::owned_floats(const uint8_t* data, DType dtype, int64_t 
 
 // A Hugging Face checkpoint: tensors named model.layers.N.self_attn.q_proj.weight, stored [out, in] row-major,
 // which is WeightMatrix's rows = out features; q/k rows in HF's rotate_half order (RopeType::kNeox).
-std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir) {
+std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir, const LoadOptions& options) {
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->path_ = dir;
   const ModelConfig& c = m->config_ = config_from_hf(dir);
@@ -152,11 +152,12 @@ std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir) {
     w.w_down = mat(p + "mlp.down_proj.weight", c.dim, c.ff_dim);
     m->layers_.push_back(w);
   }
-  m->pack_weights();
+  m->pack_weights(options.repack_weights);
   return m;
 }
 
-void LlamaModel::pack_weights() {
+void LlamaModel::pack_weights(bool repack) {
+  if (!repack) return;
   // One arena for every packed matrix (huge-page aligned, each matrix at a 64-byte offset).
   size_t total = 0;
   int64_t count = 0;
@@ -265,19 +266,33 @@ void LlamaModel::forward(const ForwardBatch& b, KvCacheTensors& cache, float* lo
     if (id < 0 || id >= c.vocab_size) fail("token id {} is outside the vocabulary (0..{})", id, c.vocab_size - 1);
     dequantize_row(token_embd_.dtype, token_embd_.row(id), &ws_.x[t * c.dim], c.dim);
   }
+  stream_written(b, 0, true, T);
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
     attention_block(l, b, cache, T);
-    mlp_block(l, T);
-    if (observer_) observer_(l, ws_.x.data(), T);
+    mlp_block(l, b, T);
   }
 
   // Final norm and LM head, only for the rows asked for: logits [N, V]
   const int64_t N = static_cast<int64_t>(b.logits_indices.size());
   for (int64_t i = 0; i < N; ++i)
     std::copy_n(&ws_.x[b.logits_indices[i] * c.dim], c.dim, &ws_.rows[i * c.dim]);
-  rmsnorm(ws_.rows.data(), output_norm_, ws_.xn.data(), N, c.dim, c.rms_eps);
+  lm_head(ws_.rows.data(), N, logits);
+}
+
+void LlamaModel::lm_head(const float* x, int64_t N, float* logits) {
+  ws_.reserve(config_, N);
+  rmsnorm(x, output_norm_, ws_.xn.data(), N, config_.dim, config_.rms_eps);
   matmul(ws_.xn.data(), N, output_, logits);
+}
+
+void LlamaModel::stream_written(const ForwardBatch& b, int32_t layer, bool block_end, int64_t T) {
+  if (!b.interventions.empty()) {
+    for (int64_t t = 0; t < T; ++t)
+      if (const InterventionList* list = b.interventions[t])
+        apply_interventions(*list, layer, block_end, &ws_.x[t * config_.dim], config_.dim);
+  }
+  if (block_end && b.observe) b.observe(layer, ws_.x.data(), T);
 }
 
 void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensors& cache, int64_t T) {
@@ -327,9 +342,10 @@ void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensor
 
   matmul(ws_.attn.data(), T, w.wo, ws_.proj.data());  // [T, d]
   for (int64_t i = 0; i < T * c.dim; ++i) ws_.x[i] += ws_.proj[i];
+  if (!b.interventions.empty()) stream_written(b, static_cast<int32_t>(l + 1), false, T);
 }
 
-void LlamaModel::mlp_block(int64_t l, int64_t T) {
+void LlamaModel::mlp_block(int64_t l, const ForwardBatch& b, int64_t T) {
   const ModelConfig& c = config_;
   const LayerWeights& w = layers_[l];
   rmsnorm(ws_.x.data(), w.ffn_norm, ws_.xn.data(), T, c.dim, c.rms_eps);  // xn [T, d]
@@ -337,6 +353,7 @@ void LlamaModel::mlp_block(int64_t l, int64_t T) {
   silu_mul(ws_.gate.data(), ws_.up.data(), T * c.ff_dim);                 // silu(gate) · up
   matmul(ws_.gate.data(), T, w.w_down, ws_.proj.data());                  // [T, d]
   for (int64_t i = 0; i < T * c.dim; ++i) ws_.x[i] += ws_.proj[i];
+  stream_written(b, static_cast<int32_t>(l + 1), true, T);
 }
 
 }  // namespace kvik
