@@ -45,14 +45,6 @@ std::string default_model_path() {
   fail("no MODEL given and {} does not exist: pass the path of a GGUF model", kDefaultModel);
 }
 
-std::string read_text_file(const std::string& path, const char* flag) {
-  std::ifstream in(path);
-  if (!in) fail("{} {}: cannot read the file", flag, path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // The front end's flags (connections, timeouts, TLS, CORS, logging), spelled as vLLM / llama-server spell them.
 void add_http_flags(CLI::App* c, server::ServerConfig& s) {
   c->add_option("--max-connections", s.max_connections, "Open connections served at once; beyond, 503 + Retry-After")
@@ -160,7 +152,7 @@ void serve_model(const ServeOpts& o, server::HttpServer& http, std::atomic<bool>
 int run(ServeOpts& o) {
   if (o.model.empty()) o.model = default_model_path();
   if (o.server.served_model_name.empty()) o.server.served_model_name = std::filesystem::path(o.model).stem().string();
-  if (!o.chat_template_file.empty()) o.chat_template = read_text_file(o.chat_template_file, "--chat-template");
+  if (!o.chat_template_file.empty()) o.chat_template = read_text_file(o.chat_template_file);
   o.server.generation_defaults = server::load_generation_defaults(o.generation_config, o.model);
   if (!o.server.generation_defaults.empty())
     log_info("Default sampling parameters from generation_config.json: {}",
