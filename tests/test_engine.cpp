@@ -211,6 +211,27 @@ TEST(Engine, PrefixCachingSharesAllFullBlocks) {
   EXPECT_EQ(st.queries, static_cast<int64_t>(a.size() + b.size()));
 }
 
+// Every block's ref_cnt equals the number of requests holding it; free ⇔ ref_cnt 0; the running requests'
+// sequences fit max_num_seqs; waiting requests hold no blocks.
+void expect_block_accounting(const EngineCore& e, const EngineConfig& cfg) {
+  const auto& kv = e.kv_cache_manager();
+  std::vector<int> holders(cfg.num_kv_blocks, 0);
+  int64_t seqs = 0;
+  for (const Request* r : e.scheduler().running()) {
+    for (const KVCacheBlock* b : kv.blocks_of(r->request_id)) ++holders[b->block_id];
+    seqs += r->num_seqs();
+  }
+  ASSERT_LE(seqs, cfg.max_num_seqs);
+  for (const Request* r : e.scheduler().waiting()) EXPECT_TRUE(kv.blocks_of(r->request_id).empty());
+  std::vector<int32_t> free_ids = kv.pool().free_queue().block_ids();
+  std::set<int32_t> free_set(free_ids.begin(), free_ids.end());
+  ASSERT_EQ(free_set.size(), free_ids.size()) << "a block is twice in the free list";
+  for (int64_t b = 0; b < cfg.num_kv_blocks; ++b) {
+    ASSERT_EQ(kv.pool().block(static_cast<int32_t>(b)).ref_cnt, holders[b]) << "block " << b;
+    ASSERT_EQ(free_set.count(static_cast<int32_t>(b)) == 1, holders[b] == 0) << "block " << b;
+  }
+}
+
 TEST(Engine, RandomizedBlockAccountingInvariants) {
   // Random adds (some with n > 1: forked sequences share blocks), aborts (of a sequence or of a whole
   // request) and steps on a tiny pool; after every operation each block's ref_cnt equals the number of
@@ -264,24 +285,7 @@ TEST(Engine, RandomizedBlockAccountingInvariants) {
           done.insert(o.request_id);
         }
     }
-    // Invariants: every block's ref_cnt equals the number of requests holding it; free ⇔ ref_cnt 0;
-    // the running requests' sequences fit max_num_seqs.
-    const auto& kv = e.kv_cache_manager();
-    std::vector<int> holders(cfg.num_kv_blocks, 0);
-    int64_t seqs = 0;
-    for (const Request* r : e.scheduler().running()) {
-      for (const KVCacheBlock* b : kv.blocks_of(r->request_id)) ++holders[b->block_id];
-      seqs += r->num_seqs();
-    }
-    ASSERT_LE(seqs, cfg.max_num_seqs);
-    for (const Request* r : e.scheduler().waiting()) EXPECT_TRUE(kv.blocks_of(r->request_id).empty());
-    std::vector<int32_t> free_ids = kv.pool().free_queue().block_ids();
-    std::set<int32_t> free_set(free_ids.begin(), free_ids.end());
-    ASSERT_EQ(free_set.size(), free_ids.size()) << "a block is twice in the free list";
-    for (int64_t b = 0; b < cfg.num_kv_blocks; ++b) {
-      ASSERT_EQ(kv.pool().block(static_cast<int32_t>(b)).ref_cnt, holders[b]) << "block " << b;
-      ASSERT_EQ(free_set.count(static_cast<int32_t>(b)) == 1, holders[b] == 0) << "block " << b;
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_block_accounting(e, cfg));
   }
   // Drain: everything finishes or is aborted, and every block comes back.
   while (e.has_unfinished())

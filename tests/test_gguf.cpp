@@ -86,7 +86,8 @@ void expect_error(const std::vector<uint8_t>& b, std::initializer_list<std::stri
 // ---------------------------------------------------------------------------------------------------------------
 // Round trips
 
-TEST(Gguf, EveryMetadataTypeRoundTrips) {
+// One key of every metadata type, scalar and array (u32 set twice: the second replaces the first in place).
+GgufWriter every_type_writer() {
   GgufWriter w;
   w.set_raw("u8", raw_scalar<uint8_t>(GgufType::U8, 200));
   w.set_raw("i8", raw_scalar<int8_t>(GgufType::I8, -100));
@@ -118,6 +119,11 @@ TEST(Gguf, EveryMetadataTypeRoundTrips) {
   empty_arr.u32(uint32_t(GgufType::ARRAY)).u32(uint32_t(GgufType::I64)).u64(0);
   w.set_raw("arr_empty", empty_arr.b);
   w.set_u32("u32", 4000000001u);  // setting a key again replaces it in place
+  return w;
+}
+
+TEST(Gguf, EveryMetadataTypeRoundTrips) {
+  GgufWriter w = every_type_writer();
 
   const std::vector<uint8_t> bytes = w.to_bytes();
   auto g = parse(bytes);

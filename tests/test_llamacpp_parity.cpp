@@ -195,6 +195,25 @@ TEST(LlamaCppParity, Stories260KGreedyAndTop5) {
   }
 }
 
+// The synth options a fixture entry records (tools/make_ref_fixtures.sh), writing to `out_path`.
+SynthOptions synth_options(const nlohmann::json& so, const std::string& out_path) {
+  SynthOptions o;
+  o.out_path = out_path;
+  o.type = *dtype_from_name(so.at("type").get<std::string>());
+  o.dim = so.at("dim");
+  o.layers = so.at("layers");
+  o.heads = so.at("heads");
+  o.kv_heads = so.at("kv_heads");
+  o.head_dim = so.at("head_dim");
+  o.ff = so.at("ff");
+  o.vocab = so.at("vocab");
+  o.seed = so.at("seed");
+  o.output_scale = so.value("output_scale", 1.0f);  // tools/make_ref_fixtures.sh: OUTPUT_SCALE
+  EXPECT_EQ(so.at("tokenizer_from").get<std::string>(), "stories260K.gguf");
+  o.tokenizer_from = kStories;
+  return o;
+}
+
 // Random-weight models: the test writes each model again with synth_llama_gguf (same options as the fixture
 // records), checks it is byte for byte the file llama.cpp ran (size + sha256), then teacher-forces llama.cpp's
 // 256 greedy tokens through kvik in one append and counts the positions where kvik's argmax is llama.cpp's next
@@ -208,21 +227,7 @@ TEST(LlamaCppParity, SynthModelsTeacherForced) {
   for (const auto& m : models) {
     const std::string name = m.at("name");
     SCOPED_TRACE("model " + name);
-    const auto& so = m.at("synth");
-    SynthOptions o;
-    o.out_path = (dir / (name + ".gguf")).string();
-    o.type = *dtype_from_name(so.at("type").get<std::string>());
-    o.dim = so.at("dim");
-    o.layers = so.at("layers");
-    o.heads = so.at("heads");
-    o.kv_heads = so.at("kv_heads");
-    o.head_dim = so.at("head_dim");
-    o.ff = so.at("ff");
-    o.vocab = so.at("vocab");
-    o.seed = so.at("seed");
-    o.output_scale = so.value("output_scale", 1.0f);  // tools/make_ref_fixtures.sh: OUTPUT_SCALE
-    ASSERT_EQ(so.at("tokenizer_from").get<std::string>(), "stories260K.gguf");
-    o.tokenizer_from = kStories;
+    const SynthOptions o = synth_options(m.at("synth"), (dir / (name + ".gguf")).string());
     synth_llama_gguf(o);
     ASSERT_EQ(static_cast<int64_t>(fs::file_size(o.out_path)), m.at("size").get<int64_t>())
         << "synth no longer writes the model the fixture was made with: rerun tools/make_ref_fixtures.sh";
