@@ -18,6 +18,7 @@ Run add_render_chat(CLI::App& app);
 Run add_chat(CLI::App& app);
 Run add_serve(CLI::App& app);
 Run add_bench(CLI::App& app);
+Run add_quantize(CLI::App& app);
 
 // Applies --threads (0 = all cores) to the kernels' thread pool.
 void set_threads(int threads);

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   runs["chat"] = kvik::cli::add_chat(app);
   runs["serve"] = kvik::cli::add_serve(app);
   runs["bench"] = kvik::cli::add_bench(app);
+  runs["quantize"] = kvik::cli::add_quantize(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
