@@ -119,15 +119,18 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return s;
 }
 
-}  // namespace
-
-std::vector<QuantizePlanEntry> plan_quantize(const QuantizeOptions& o) {
-  if (std::filesystem::is_directory(o.input)) return {};  // handled by quantize_model (Hugging Face input)
-  return plan_for(*GgufFile::open(o.input), o);
+std::unique_ptr<GgufFile> open_input(const std::string& path) {
+  if (std::filesystem::is_directory(path))
+    fail("{}: a directory; kvik quantize reads GGUF files (F32/F16/BF16), not Hugging Face directories yet", path);
+  return GgufFile::open(path);
 }
 
+}  // namespace
+
+std::vector<QuantizePlanEntry> plan_quantize(const QuantizeOptions& o) { return plan_for(*open_input(o.input), o); }
+
 QuantizeStats quantize_model(const QuantizeOptions& o) {
-  const auto g = GgufFile::open(o.input);
+  const auto g = open_input(o.input);
   const auto plan = plan_for(*g, o);
   GgufWriter w;
   copy_metadata(*g, o.mix, w);

@@ -14,7 +14,7 @@
 namespace kvik {
 
 struct QuantizeOptions {
-  std::string input;   // a GGUF file
+  std::string input;   // a GGUF file (Hugging Face directories are refused with an error saying so)
   std::string output;  // the GGUF file to write
   QuantMix mix;
   RecipeOptions recipe;
