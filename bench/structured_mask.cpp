@@ -110,8 +110,8 @@ int main(int argc, char** argv) {
       p.seed = static_cast<uint64_t>(next_id);
       p.max_tokens = 512;
       p.structured_output = all[k % all.size()];
-      const std::string err = e.add_request(fmt::format("r{}:{}", next_id++, k), prompt, p);
-      if (!err.empty()) throw std::runtime_error(err);
+      if (auto err = e.add_request(fmt::format("r{}:{}", next_id++, k), prompt, p))
+        throw std::runtime_error(err->message);
     };
     const auto tc = Clock::now();
     for (int i = 0; i < requests; ++i) add(static_cast<size_t>(i));

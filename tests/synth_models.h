@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <string>
 
+#include "formats/gguf.h"
 #include "model/synth.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvik::test_models {
 
@@ -25,6 +27,20 @@ inline std::string write_synth_gqa(const std::string& name, uint64_t seed) {
   o.seed = seed;
   synth_llama_gguf(o);
   return o.out_path;
+}
+
+// stories260K's tokenizer, optionally with a chat template added to its metadata.
+inline std::unique_ptr<Tokenizer> stories_tokenizer(const std::string& chat_template) {
+  auto src = GgufFile::open(KVIK_SHARED_DIR "/models/stories260K.gguf");
+  GgufWriter w;
+  for (const auto& [key, value] : src->metadata())
+    if (key.rfind("tokenizer.", 0) == 0) w.set_raw(key, value.raw);
+  if (!chat_template.empty()) w.set_string("tokenizer.chat_template", chat_template);
+  static std::vector<std::vector<uint8_t>> keep;  // GgufFile::parse views the bytes
+  keep.push_back(w.to_bytes());
+  static std::vector<std::unique_ptr<GgufFile>> files;
+  files.push_back(GgufFile::parse(keep.back(), "chat-template-test"));
+  return load_tokenizer_from_gguf(*files.back());
 }
 
 }  // namespace kvik::test_models

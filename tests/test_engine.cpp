@@ -11,6 +11,7 @@
 #include "model/llama.h"
 #include "model/synth.h"
 #include "synth_models.h"
+#include "validation_util.h"
 
 using namespace kvik;
 
@@ -70,7 +71,7 @@ RunResult run_engine(LlamaModel& m, const EngineConfig& cfg, const std::vector<s
   SamplingParams sp;
   sp.temperature = 0;
   sp.max_tokens = max_tokens;
-  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(e->add_request("r" + std::to_string(i), prompts[i], sp), "");
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(msg(e->add_request("r" + std::to_string(i), prompts[i], sp)), "");
   RunResult r;
   const int64_t preempt_before = 0;
   int guard = 0;
@@ -135,7 +136,7 @@ void expect_equal_outputs(LlamaModel& m, int n_prompts, int max_tokens) {
     SamplingParams sp;
     sp.temperature = 0;
     sp.max_tokens = max_tokens;
-    for (size_t i = 0; i < prompts2.size(); ++i) ASSERT_EQ(e.add_request("s" + std::to_string(i), prompts2[i], sp), "");
+    for (size_t i = 0; i < prompts2.size(); ++i) ASSERT_EQ(msg(e.add_request("s" + std::to_string(i), prompts2[i], sp)), "");
     while (e.has_unfinished())
       for (auto& o : e.step()) {
         auto& v = second.tokens["r" + o.request_id.substr(1)];
@@ -179,9 +180,9 @@ TEST(Engine, PrefixCachingSharesAllFullBlocks) {
   SamplingParams sp;
   sp.temperature = 0;
   sp.max_tokens = 2;
-  ASSERT_EQ(e.add_request("a", a, sp), "");
+  ASSERT_EQ(msg(e.add_request("a", a, sp)), "");
   while (e.has_unfinished()) e.step();
-  ASSERT_EQ(e.add_request("b", b, sp), "");
+  ASSERT_EQ(msg(e.add_request("b", b, sp)), "");
   int64_t first_step_tokens = -1, cached = -1;
   while (e.has_unfinished()) {
     for (auto& o : e.step())
@@ -213,7 +214,7 @@ TEST(Engine, RandomizedBlockAccountingInvariants) {
   std::set<std::string> done;
   int next_id = 0;
   int64_t num_sequences = 0, num_forked = 0;
-  int64_t ops = 0;
+  int64_t num_aborted = 0;  // sequences whose final output was an abort
   for (int iter = 0; iter < 2000; ++iter) {
     const uint32_t op = rng() % 10;
     if (op < 3) {
@@ -226,7 +227,7 @@ TEST(Engine, RandomizedBlockAccountingInvariants) {
       sp.max_tokens = 1 + static_cast<int>(rng() % 40);
       sp.n = (rng() % 3 == 0) ? 2 + static_cast<int32_t>(rng() % 3) : 1;
       const std::string id = "q" + std::to_string(next_id++);
-      ASSERT_EQ(e.add_request(id, p, sp), "");
+      ASSERT_EQ(msg(e.add_request(id, p, sp)), "");
       for (int32_t i = 0; i < sp.n; ++i) {
         live.insert(sequence_id(id, i, sp.n));
         parent_of[sequence_id(id, i, sp.n)] = id;
@@ -243,11 +244,11 @@ TEST(Engine, RandomizedBlockAccountingInvariants) {
           EXPECT_TRUE(live.count(o.request_id)) << o.request_id;
           EXPECT_FALSE(done.count(o.request_id)) << "finished twice: " << o.request_id;
           EXPECT_EQ(o.parent_id, parent_of[o.request_id]);
+          num_aborted += o.finish_reason == "abort";
           live.erase(o.request_id);
           done.insert(o.request_id);
         }
     }
-    ++ops;
     // Invariants: every block's ref_cnt equals the number of requests holding it; free ⇔ ref_cnt 0;
     // the running requests' sequences fit max_num_seqs.
     const auto& kv = e.kv_cache_manager();
@@ -278,7 +279,7 @@ TEST(Engine, RandomizedBlockAccountingInvariants) {
   EXPECT_GT(e.scheduler().num_preemptions_total(), 0);
   EXPECT_GT(num_forked, 0);
   EXPECT_GT(e.kv_cache_manager().num_block_copies_total(), 0);
-  EXPECT_GT(ops, 0);
+  EXPECT_GT(num_aborted, 0) << "the random aborts reached no live sequence";
 }
 
 TEST(Engine, StopsAtEosWithoutEmittingItAndHonoursIgnoreEos) {
@@ -292,9 +293,9 @@ TEST(Engine, StopsAtEosWithoutEmittingItAndHonoursIgnoreEos) {
   SamplingParams sp;
   sp.temperature = 0;
   sp.max_tokens = 20;
-  ASSERT_EQ(e.add_request("a", {1, 403, 407, 261, 378}, sp), "");
+  ASSERT_EQ(msg(e.add_request("a", {1, 403, 407, 261, 378}, sp)), "");
   sp.ignore_eos = true;
-  ASSERT_EQ(e.add_request("b", {1, 403, 407, 261, 378}, sp), "");
+  ASSERT_EQ(msg(e.add_request("b", {1, 403, 407, 261, 378}, sp)), "");
   std::map<std::string, std::vector<int32_t>> toks;
   std::map<std::string, std::string> reason;
   while (e.has_unfinished())
@@ -318,14 +319,14 @@ TEST(Engine, RejectsBadRequestsWithoutDisturbingOthers) {
   SamplingParams sp;
   sp.temperature = 0;
   sp.max_tokens = 5;
-  ASSERT_EQ(e.add_request("ok", {1, 403}, sp), "");
-  EXPECT_NE(e.add_request("ok", {1, 403}, sp), "");                      // duplicate id
-  EXPECT_NE(e.add_request("empty", {}, sp).find("empty"), std::string::npos);
-  EXPECT_NE(e.add_request("oov", {1, 99999}, sp).find("99999"), std::string::npos);
-  EXPECT_NE(e.add_request("long", std::vector<int32_t>(64, 5), sp).find("max_model_len"), std::string::npos);
+  ASSERT_EQ(msg(e.add_request("ok", {1, 403}, sp)), "");
+  EXPECT_NE(msg(e.add_request("ok", {1, 403}, sp)), "");                      // duplicate id
+  EXPECT_NE(msg(e.add_request("empty", {}, sp)).find("empty"), std::string::npos);
+  EXPECT_NE(msg(e.add_request("oov", {1, 99999}, sp)).find("99999"), std::string::npos);
+  EXPECT_NE(msg(e.add_request("long", std::vector<int32_t>(64, 5), sp)).find("max_model_len"), std::string::npos);
   SamplingParams bad = sp;
   bad.top_p = 2;
-  EXPECT_NE(e.add_request("badp", {1}, bad).find("top_p"), std::string::npos);
+  EXPECT_NE(msg(e.add_request("badp", {1}, bad)).find("top_p"), std::string::npos);
   int n = 0;
   while (e.has_unfinished())
     for (auto& o : e.step()) n += static_cast<int>(o.new_token_ids.size());
@@ -341,7 +342,7 @@ TEST(Engine, AbortFreesBlocksImmediately) {
   EngineCore e(*m, cfg, {});
   SamplingParams sp;
   sp.max_tokens = 100;
-  ASSERT_EQ(e.add_request("x", std::vector<int32_t>(100, 7), sp), "");
+  ASSERT_EQ(msg(e.add_request("x", std::vector<int32_t>(100, 7), sp)), "");
   e.step();
   EXPECT_LT(e.kv_cache_manager().pool().num_free_blocks(), 64);
   e.abort("x");
@@ -361,7 +362,7 @@ TEST(Engine, LogitBiasMinTokensAndStopTokenIds) {
   const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};  // greedy: 432 383 286 261 376 ...
   auto run = [&](const SamplingParams& sp, std::vector<int32_t> eos, std::string* reason) {
     EngineCore e(*m, cfg, std::move(eos));
-    EXPECT_EQ(e.add_request("r", prompt, sp), "");
+    EXPECT_EQ(msg(e.add_request("r", prompt, sp)), "");
     std::vector<int32_t> toks;
     while (e.has_unfinished())
       for (auto& o : e.step()) {
@@ -393,15 +394,26 @@ TEST(Engine, LogitBiasMinTokensAndStopTokenIds) {
   const auto out = run(min3, {383}, &reason);
   EXPECT_GE(out.size(), 3u);
   EXPECT_EQ(std::count(out.begin(), out.begin() + 3, 383), 0);
-  // Validation names the field.
+  // Validation names the field, in the message and as the typed error's param.
   EngineCore e(*m, cfg, {});
   SamplingParams bad = sp;
   bad.logit_bias = {{99999, 1.0f}};
-  EXPECT_NE(e.add_request("b1", prompt, bad).find("logit_bias"), std::string::npos);
+  EXPECT_NE(msg(e.add_request("b1", prompt, bad)).find("logit_bias"), std::string::npos);
+  EXPECT_EQ(param(e.add_request("b1", prompt, bad)), "logit_bias");
   bad = sp;
   bad.min_tokens = 10;
-  EXPECT_NE(e.add_request("b2", prompt, bad).find("min_tokens"), std::string::npos);
+  EXPECT_NE(msg(e.add_request("b2", prompt, bad)).find("min_tokens"), std::string::npos);
+  EXPECT_EQ(param(e.add_request("b2", prompt, bad)), "min_tokens");
   bad = sp;
   bad.stop_token_ids = {-1};
-  EXPECT_NE(e.add_request("b3", prompt, bad).find("stop_token_ids"), std::string::npos);
+  EXPECT_NE(msg(e.add_request("b3", prompt, bad)).find("stop_token_ids"), std::string::npos);
+  EXPECT_EQ(param(e.add_request("b3", prompt, bad)), "stop_token_ids");
+  bad = sp;
+  bad.n = 1000;
+  EXPECT_EQ(param(e.add_request("b4", prompt, bad)), "n");
+  EXPECT_EQ(param(e.add_request("b5", {}, sp)), "prompt");
+  bad = sp;
+  bad.structured_output = StructuredOutputSpec::regex("(");
+  EXPECT_EQ(param(e.add_request("b6", prompt, bad)), "guided_regex") << "no vocabulary: structured output refused";
+  EXPECT_EQ(param(e.add_request("b7", prompt, sp)), "<none>");
 }

@@ -96,7 +96,7 @@ void expect_parity(const char* fixture) {
     const int64_t N = static_cast<int64_t>(gen.size()), V = model->config().vocab_size;
     std::vector<int32_t> all = prompt;
     all.insert(all.end(), gen.begin(), gen.end() - 1);
-    SingleSequence seq(*model, static_cast<int64_t>(all.size()), std::getenv("KQ_F16") ? KvDType::kF16 : KvDType::kF32);
+    SingleSequence seq(*model, static_cast<int64_t>(all.size()), std::getenv("KQ_F16") ? DType::F16 : DType::F32);
     const auto logits = seq.append(all, N);
     int64_t agree = 0;
     double max_dev = 0;  // |p_kvik − p_llama.cpp| over llama.cpp's top-2 tokens

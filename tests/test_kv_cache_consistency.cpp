@@ -12,7 +12,7 @@
 #include <vector>
 
 
-#include "engine/sampler.h"
+#include "engine/sample/sampler.h"
 #include "engine/single_sequence.h"
 #include "model/llama.h"
 #include "model/synth.h"
@@ -148,7 +148,7 @@ TEST(KvCacheConsistency, BlockSizeDoesNotChangeLogits) {
     const int64_t max_len = 64;
     std::vector<std::vector<float>> runs;
     for (int32_t bs : {16, 1, 32}) {
-      SingleSequence s(*sub.model, max_len, KvDType::kF32, bs);
+      SingleSequence s(*sub.model, max_len, DType::F32, bs);
       std::vector<float> out = s.append(sub.prompt, static_cast<int64_t>(sub.prompt.size()));
       for (int step = 0; step < 30; ++step) {
         const std::vector<float> last(out.end() - sub.model->config().vocab_size, out.end());

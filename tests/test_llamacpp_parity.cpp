@@ -15,7 +15,7 @@
 #include <vector>
 
 
-#include "engine/sampler.h"
+#include "engine/sample/sampler.h"
 #include "engine/single_sequence.h"
 #include "model/llama.h"
 #include "model/synth.h"
@@ -92,7 +92,7 @@ std::string sha256_file(const std::string& path) {
   return std::string(hex, 64);
 }
 
-const char* kv_name(KvDType t) { return t == KvDType::kF32 ? "f32" : "f16"; }
+const char* kv_name(DType t) { return t == DType::F32 ? "f32" : "f16"; }
 
 }  // namespace
 
@@ -135,8 +135,8 @@ TEST(LlamaCppParity, Stories260KGreedyAndTop5) {
   auto model = LlamaModel::load(kStories);
   const auto& cases = fx.at("cases");
   ASSERT_GE(cases.size(), static_cast<size_t>(kMinIdentical));
-  for (KvDType kv : {KvDType::kF32, KvDType::kF16}) {
-    const bool strict = kv == KvDType::kF32;  // kvik's default is held to the bounds
+  for (DType kv : {DType::F32, DType::F16}) {
+    const bool strict = kv == DType::F32;  // kvik's default is held to the bounds
     double max_dev = 0, sum_dev = 0;
     int64_t n_dev = 0;
     int identical = 0;
@@ -244,7 +244,7 @@ TEST(LlamaCppParity, SynthModelsTeacherForced) {
     // every disagreement with llama.cpp below is a near-tie where kvik picks llama.cpp's own second choice.
     const double bound = o.type == DType::Q4_0 ? 0.95 : o.type == DType::Q8_0 ? 0.97 : 0.99;
     std::string line;
-    for (KvDType kv : {KvDType::kF32, KvDType::kF16}) {
+    for (DType kv : {DType::F32, DType::F16}) {
       SingleSequence seq(*model, static_cast<int64_t>(all.size()), kv);
       const auto logits = seq.append(all, N);
       int64_t agree = 0;
@@ -266,7 +266,7 @@ TEST(LlamaCppParity, SynthModelsTeacherForced) {
           continue;
         }
         const auto p = softmax_probs(row);
-        if (kv == KvDType::kF32 && top.at(i).size() >= 2)
+        if (kv == DType::F32 && top.at(i).size() >= 2)
           EXPECT_EQ(tok, top.at(i).at(1).at(0).get<int32_t>())
               << name << " pos " << i << ": kvik's pick is not llama.cpp's second choice " << top.at(i).dump();
         char buf[200];
@@ -281,7 +281,7 @@ TEST(LlamaCppParity, SynthModelsTeacherForced) {
                     sum_dev / (2.0 * static_cast<double>(N)));
       line += buf;
       if (!misses.empty()) std::printf("%s (%s KV) disagreements:%s\n", name.c_str(), kv_name(kv), misses.c_str());
-      if (kv == KvDType::kF32)  // kvik's default is held to the bound; f16 KV is reported for comparison
+      if (kv == DType::F32)  // kvik's default is held to the bound; f16 KV is reported for comparison
         EXPECT_GE(rate, bound) << kv_name(kv) << " KV cache: agreement " << rate << " below " << bound;
     }
     std::vector<double> top1;  // how peaked the model is: llama.cpp's top-1 probability per position

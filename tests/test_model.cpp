@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "engine/sampler.h"
+#include "engine/sample/sampler.h"
 #include "engine/single_sequence.h"
 #include "model/llama.h"
 

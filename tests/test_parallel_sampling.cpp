@@ -18,6 +18,7 @@
 #include "model/synth.h"
 #include "synth_models.h"
 #include "tokenizer/tokenizer.h"
+#include "validation_util.h"
 
 using namespace kvik;
 
@@ -92,7 +93,7 @@ std::vector<Seq> run_separately(LlamaModel& m, const EngineConfig& cfg, const st
     SamplingParams one = sp;
     one.n = 1;
     one.seed = *sp.seed + static_cast<uint64_t>(i);
-    EXPECT_EQ(e.add_request("alone", prompt, one), "");
+    EXPECT_EQ(msg(e.add_request("alone", prompt, one)), "");
     out.push_back(drain(e)["alone"]);
   }
   return out;
@@ -135,7 +136,7 @@ void expect_n_equals_separate(LlamaModel& m) {
         sp.logprobs = 3;
         const std::vector<Seq> want = run_separately(m, cfg, prompt, sp, n);
         EngineCore e(m, cfg, {2});
-        ASSERT_EQ(e.add_request("g", prompt, sp), "");
+        ASSERT_EQ(msg(e.add_request("g", prompt, sp)), "");
         std::map<std::string, Seq> got;
         collect(got, e.step());
         EXPECT_EQ(e.last_step_tokens(), len) << what << ": the prompt is prefilled once";
@@ -184,7 +185,7 @@ TEST(ParallelSampling, PromptBlocksSharedAndPartialBlockCopiedOnWrite) {
     sp.seed = 7;
     sp.max_tokens = 30;
     sp.ignore_eos = true;
-    ASSERT_EQ(e.add_request("g", make_prompt(c.len, 512, 3), sp), "");
+    ASSERT_EQ(msg(e.add_request("g", make_prompt(c.len, 512, 3), sp)), "");
     const auto& kv = e.kv_cache_manager();
     std::map<std::string, Seq> got;
     collect(got, e.step());  // prefill, sample 4 times, fork
@@ -230,12 +231,12 @@ TEST(ParallelSampling, KvBlocksAndPrefillSavedForEightSequences) {
     if (parallel) {
       SamplingParams p = sp;
       p.n = 8;
-      EXPECT_EQ(e.add_request("g", prompt, p), "");
+      EXPECT_EQ(msg(e.add_request("g", prompt, p)), "");
     } else {
       for (int i = 0; i < 8; ++i) {
         SamplingParams p = sp;
         p.seed = *sp.seed + static_cast<uint64_t>(i);
-        EXPECT_EQ(e.add_request("r" + std::to_string(i), prompt, p), "");
+        EXPECT_EQ(msg(e.add_request("r" + std::to_string(i), prompt, p)), "");
       }
     }
     *peak = *tokens = 0;
@@ -271,7 +272,7 @@ TEST(ParallelSampling, AbortOneSequenceOthersContinueIdentically) {
   const std::vector<Seq> want = run_separately(*m, cfg, prompt, sp, 4);
 
   EngineCore e(*m, cfg, {2});
-  ASSERT_EQ(e.add_request("g", prompt, sp), "");
+  ASSERT_EQ(msg(e.add_request("g", prompt, sp)), "");
   std::map<std::string, Seq> got;
   for (int s = 0; s < 6; ++s) collect(got, e.step());
   e.abort("g-1");
@@ -284,7 +285,7 @@ TEST(ParallelSampling, AbortOneSequenceOthersContinueIdentically) {
   expect_pool_empty(e);
 
   // Abort all by the request's id.
-  ASSERT_EQ(e.add_request("h", prompt, sp), "");
+  ASSERT_EQ(msg(e.add_request("h", prompt, sp)), "");
   got.clear();
   for (int s = 0; s < 3; ++s) collect(got, e.step());
   e.abort("h");
@@ -295,7 +296,7 @@ TEST(ParallelSampling, AbortOneSequenceOthersContinueIdentically) {
   }
   expect_pool_empty(e);
   EXPECT_FALSE(e.has_unfinished());
-  EXPECT_EQ(e.add_request("h", prompt, sp), "") << "the id is free again";
+  EXPECT_EQ(msg(e.add_request("h", prompt, sp)), "") << "the id is free again";
   e.abort("h");
   drain(e);
 }
@@ -314,7 +315,7 @@ TEST(ParallelSampling, AbortBeforeTheForkStrikesTheSequence) {
   const std::vector<Seq> want = run_separately(*m, cfg, prompt, sp, 4);
 
   EngineCore e(*m, cfg, {2});
-  ASSERT_EQ(e.add_request("g", prompt, sp), "");
+  ASSERT_EQ(msg(e.add_request("g", prompt, sp)), "");
   std::map<std::string, Seq> got;
   collect(got, e.step());
   EXPECT_TRUE(got.empty());
@@ -330,7 +331,7 @@ TEST(ParallelSampling, AbortBeforeTheForkStrikesTheSequence) {
   expect_pool_empty(e);
 
   // Every sequence aborted one by one before the fork: the prompt's blocks go too.
-  ASSERT_EQ(e.add_request("h", prompt, sp), "");
+  ASSERT_EQ(msg(e.add_request("h", prompt, sp)), "");
   e.step();
   EXPECT_GT(blocks_in_use(e), 0);
   for (int i = 0; i < 4; ++i) e.abort(sequence_id("h", i, 4));
@@ -366,8 +367,8 @@ TEST(ParallelSampling, PreemptedSequencesResumeIdentically) {
     tiny.enable_prefix_caching = caching;
     const std::string what = caching ? " (prefix caching)" : " (no prefix caching)";
     EngineCore e(*m, tiny, {2});
-    ASSERT_EQ(e.add_request("a", pa, sp), "");
-    ASSERT_EQ(e.add_request("b", pb, sb), "");
+    ASSERT_EQ(msg(e.add_request("a", pa, sp)), "");
+    ASSERT_EQ(msg(e.add_request("b", pb, sb)), "");
     const auto got = drain(e);
     EXPECT_GT(e.scheduler().num_preemptions_total(), 0) << what;
     int64_t forked_preemptions = 0;
@@ -398,7 +399,7 @@ TEST(ParallelSampling, StructuredOutputEachSequenceHasItsOwnMatcher) {
 
   EngineCore e(*m, cfg, {tok->eos_id()});
   e.enable_structured_output(token_bytes);
-  ASSERT_EQ(e.add_request("g", prompt, sp), "");
+  ASSERT_EQ(msg(e.add_request("g", prompt, sp)), "");
   const auto got = drain(e);
   std::set<std::string> distinct;
   for (int i = 0; i < 6; ++i) {
@@ -421,15 +422,15 @@ TEST(ParallelSampling, RejectsNBeyondMaxNumSeqsAndIdsInUse) {
   EngineCore e(*m, cfg, {2});
   SamplingParams sp;
   sp.n = 5;
-  EXPECT_NE(e.add_request("g", {1, 5, 6}, sp).find("max-num-seqs"), std::string::npos);
+  EXPECT_NE(msg(e.add_request("g", {1, 5, 6}, sp)).find("max-num-seqs"), std::string::npos);
   sp.n = 0;
-  EXPECT_NE(e.add_request("g", {1, 5, 6}, sp).find("n must"), std::string::npos);
+  EXPECT_NE(msg(e.add_request("g", {1, 5, 6}, sp)).find("n must"), std::string::npos);
   sp.n = 1;
-  ASSERT_EQ(e.add_request("g-1", {1, 5, 6}, sp), "");
+  ASSERT_EQ(msg(e.add_request("g-1", {1, 5, 6}, sp)), "");
   sp.n = 2;
-  EXPECT_NE(e.add_request("g", {1, 5, 6}, sp).find("'g-1' is already in use"), std::string::npos);
-  ASSERT_EQ(e.add_request("h", {1, 5, 6}, sp), "");
-  EXPECT_NE(e.add_request("h-0", {1, 5, 6}, SamplingParams{}).find("in use"), std::string::npos);
+  EXPECT_NE(msg(e.add_request("g", {1, 5, 6}, sp)).find("'g-1' is already in use"), std::string::npos);
+  ASSERT_EQ(msg(e.add_request("h", {1, 5, 6}, sp)), "");
+  EXPECT_NE(msg(e.add_request("h-0", {1, 5, 6}, SamplingParams{})).find("in use"), std::string::npos);
   drain(e);
   expect_pool_empty(e);
 }

@@ -4,7 +4,8 @@
 #include <cmath>
 #include <random>
 
-#include "engine/sampler.h"
+#include "engine/sample/sampler.h"
+#include "validation_util.h"
 
 using namespace kvik;
 
@@ -75,16 +76,16 @@ TEST(Penalties, RepetitionPenaltyAppliesOncePerToken) {
 TEST(Penalties, ValidateNamesTheField) {
   SamplingParams p;
   p.presence_penalty = 3;
-  EXPECT_NE(p.validate().find("presence_penalty"), std::string::npos);
+  EXPECT_NE(msg(p.validate()).find("presence_penalty"), std::string::npos);
   p = {};
   p.frequency_penalty = -2.5f;
-  EXPECT_NE(p.validate().find("frequency_penalty"), std::string::npos);
+  EXPECT_NE(msg(p.validate()).find("frequency_penalty"), std::string::npos);
   p = {};
   p.repetition_penalty = 0;
-  EXPECT_NE(p.validate().find("repetition_penalty"), std::string::npos);
+  EXPECT_NE(msg(p.validate()).find("repetition_penalty"), std::string::npos);
   p = {};
   p.logprobs = kMaxLogprobs + 1;
-  EXPECT_NE(p.validate().find("logprobs"), std::string::npos);
+  EXPECT_NE(msg(p.validate()).find("logprobs"), std::string::npos);
 }
 
 TEST(Logprobs, MatchDoubleLogSoftmaxAndTopKOrder) {

@@ -5,7 +5,8 @@
 #include <cmath>
 #include <map>
 
-#include "engine/sampler.h"
+#include "engine/sample/sampler.h"
+#include "validation_util.h"
 
 using namespace kvik;
 
@@ -83,13 +84,13 @@ TEST(Sampler, SameSeedSameDrawsAndFrequenciesMatch) {
 TEST(Sampler, ValidateNamesTheField) {
   SamplingParams p;
   p.temperature = -1;
-  EXPECT_NE(p.validate().find("temperature"), std::string::npos);
+  EXPECT_NE(msg(p.validate()).find("temperature"), std::string::npos);
   p = SamplingParams();
   p.top_p = 0;
-  EXPECT_NE(p.validate().find("top_p"), std::string::npos);
+  EXPECT_NE(msg(p.validate()).find("top_p"), std::string::npos);
   p = SamplingParams();
   p.max_tokens = 0;
-  EXPECT_NE(p.validate().find("max_tokens"), std::string::npos);
+  EXPECT_NE(msg(p.validate()).find("max_tokens"), std::string::npos);
 }
 
 namespace {

@@ -6,11 +6,12 @@
 
 #include "core/error.h"
 #include "formats/gguf.h"
-#include "server/chat_template.h"
+#include "server/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
 #include "server/metrics.h"
 #include "server/openai_schema.h"
 #include "server/stop_strings.h"
+#include "synth_models.h"
 
 using namespace kvik;
 using namespace kvik::server;
@@ -205,28 +206,13 @@ TEST(Metrics, EveryCourseMetricHasHelpAndType) {
   EXPECT_EQ(escape_label_value("a\\b\nc"), "a\\\\b\\nc");
 }
 
-namespace {
-// stories260K's tokenizer, optionally with a chat template added to its metadata.
-std::unique_ptr<Tokenizer> stories_tokenizer(const std::string& chat_template) {
-  auto src = GgufFile::open(KVIK_SHARED_DIR "/models/stories260K.gguf");
-  GgufWriter w;
-  for (const auto& [key, value] : src->metadata())
-    if (key.rfind("tokenizer.", 0) == 0) w.set_raw(key, value.raw);
-  if (!chat_template.empty()) w.set_string("tokenizer.chat_template", chat_template);
-  static std::vector<std::vector<uint8_t>> keep;  // GgufFile::parse views the bytes
-  keep.push_back(w.to_bytes());
-  static std::vector<std::unique_ptr<GgufFile>> files;
-  files.push_back(GgufFile::parse(keep.back(), "chat-template-test"));
-  return load_tokenizer_from_gguf(*files.back());
-}
-}  // namespace
 
 TEST(ChatTemplate, FallbackRendersRolesAndGenerationPrompt) {
   const json messages = {{{"role", "system"}, {"content", "Be brief."}},
                          {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "Hi"}}}}}};
-  auto tok = stories_tokenizer("");
-  EXPECT_EQ(render_chat(*tok, messages, true), "system: Be brief.\nuser: Hi\nassistant:");
-  EXPECT_EQ(render_chat(*tok, messages, false), "system: Be brief.\nuser: Hi\n");
+  auto tok = test_models::stories_tokenizer("");
+  EXPECT_EQ(render_chat(chat_format(*tok), messages, true).text, "system: Be brief.\nuser: Hi\nassistant:");
+  EXPECT_EQ(render_chat(chat_format(*tok), messages, false).text, "system: Be brief.\nuser: Hi\n");
   EXPECT_EQ(chat_prompt_ids(*tok, messages, true), tok->encode("system: Be brief.\nuser: Hi\nassistant:", true, false));
 }
 
@@ -234,14 +220,14 @@ TEST(ChatTemplate, ModelTemplateIsUsedWithBosAndSpecialTokensParsed) {
   const std::string tmpl =
       "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}{{ eos_token }}{% endfor %}"
       "{% if add_generation_prompt %}[assistant]{% endif %}";
-  auto tok = stories_tokenizer(tmpl);
+  auto tok = test_models::stories_tokenizer(tmpl);
   const json messages = {{{"role", "user"}, {"content", "Hi"}}};
-  EXPECT_EQ(render_chat(*tok, messages, true), "<s>[user] Hi</s>[assistant]");
+  EXPECT_EQ(render_chat(chat_format(*tok), messages, true).text, "<s>[user] Hi</s>[assistant]");
   const auto ids = chat_prompt_ids(*tok, messages, true);
   ASSERT_FALSE(ids.empty());
   EXPECT_EQ(ids[0], tok->bos_id());                                      // once, from the template
   EXPECT_NE(ids[1], tok->bos_id());
   EXPECT_NE(std::find(ids.begin(), ids.end(), tok->eos_id()), ids.end());  // "</s>" became the EOS id
-  auto broken = stories_tokenizer("{% for m in messages %}{{ m.role }");
-  EXPECT_THROW(render_chat(*broken, messages, true), Error);
+  auto broken = test_models::stories_tokenizer("{% for m in messages %}{{ m.role }");
+  EXPECT_THROW(render_chat(chat_format(*broken), messages, true), Error);
 }

@@ -16,6 +16,7 @@
 #include "engine/structured/vocab_trie.h"
 #include "model/llama.h"
 #include "tokenizer/tokenizer.h"
+#include "validation_util.h"
 
 using namespace kvik;
 using nlohmann::json;
@@ -170,7 +171,7 @@ TEST(StructuredEngine, TwoHundredRandomSchemasAllFinishedOutputsValidate) {
     p.seed = 1000 + i;
     p.max_tokens = 400;
     p.structured_output = StructuredOutputSpec::json_schema(schemas.back().dump());
-    ASSERT_EQ(e->add_request("s" + std::to_string(i), prompt("Once upon a time"), p), "") << schemas.back().dump();
+    ASSERT_EQ(msg(e->add_request("s" + std::to_string(i), prompt("Once upon a time"), p)), "") << schemas.back().dump();
   }
   auto res = run_all(*e);
   const std::string path = ::testing::TempDir() + "kvik_structured_schemas.jsonl";
@@ -222,7 +223,7 @@ ws ::= | " " | "\n" [ \t]{0,4}
       p.seed = 77 + k;
       p.max_tokens = 300;
       p.structured_output = cases[c].spec;
-      ASSERT_EQ(e->add_request(fmt::format("c{}-{}", c, k), prompt("Lily"), p), "");
+      ASSERT_EQ(msg(e->add_request(fmt::format("c{}-{}", c, k), prompt("Lily"), p)), "");
     }
   auto res = run_all(*e);
   const std::string path = ::testing::TempDir() + "kvik_structured_grammars.jsonl";
@@ -245,15 +246,15 @@ TEST(StructuredEngine, MaxTokensCutsWithLengthAndBadSpecsAreRefusedByName) {
   p.max_tokens = 3;
   p.structured_output = StructuredOutputSpec::json_schema(
       R"({"type":"object","properties":{"a":{"type":"string","minLength":20,"maxLength":30}},"required":["a"]})");
-  ASSERT_EQ(e->add_request("cut", prompt("Lily"), p), "");
+  ASSERT_EQ(msg(e->add_request("cut", prompt("Lily"), p)), "");
   p.structured_output = StructuredOutputSpec::json_schema(R"({"type":"object","properties":{"n":{"type":"integer","maximum":3}}})");
-  const std::string err = e->add_request("bad", prompt("Lily"), p);
+  const std::string err = msg(e->add_request("bad", prompt("Lily"), p));
   EXPECT_NE(err.find("/properties/n"), std::string::npos) << err;
   EXPECT_NE(err.find("'maximum'"), std::string::npos) << err;
   p.structured_output = StructuredOutputSpec::grammar("root ::= undefined-rule\n");
-  EXPECT_NE(e->add_request("bad2", prompt("Lily"), p).find("'undefined-rule' is used but not defined"), std::string::npos);
+  EXPECT_NE(msg(e->add_request("bad2", prompt("Lily"), p)).find("'undefined-rule' is used but not defined"), std::string::npos);
   p.structured_output = StructuredOutputSpec::regex("(a");
-  EXPECT_NE(e->add_request("bad3", prompt("Lily"), p).find("regex:"), std::string::npos);
+  EXPECT_NE(msg(e->add_request("bad3", prompt("Lily"), p)).find("regex:"), std::string::npos);
   auto res = run_all(*e);
   ASSERT_EQ(res.size(), 1u);
   EXPECT_EQ(res["cut"].finish_reason, "length");
@@ -274,7 +275,7 @@ TEST(StructuredEngine, NoTokenCanContinueIsReportedNotSampled) {
   e.enable_structured_output(std::move(bytes));
   SamplingParams p;
   p.structured_output = StructuredOutputSpec::grammar("root ::= \"a\" \"z\"\n");
-  ASSERT_EQ(e.add_request("dead", prompt("Lily"), p), "");
+  ASSERT_EQ(msg(e.add_request("dead", prompt("Lily"), p)), "");
   auto res = run_all(e);
   EXPECT_EQ(res["dead"].finish_reason, "error");
   EXPECT_EQ(res["dead"].text, "a");
@@ -298,7 +299,7 @@ TEST(StructuredEngine, SeededSamplingIsTheSameAloneAndInABatchOf32) {
       tp.structured_output = StructuredOutputSpec::json_schema(
           R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},"n":{"type":"integer"}},"required":["name"]})");
     auto alone = make_engine();
-    ASSERT_EQ(alone->add_request("t", prompt("Once upon a time"), tp), "");
+    ASSERT_EQ(msg(alone->add_request("t", prompt("Once upon a time"), tp)), "");
     const Result a = run_all(*alone)["t"];
     ASSERT_FALSE(a.ids.empty());
 
@@ -313,8 +314,8 @@ TEST(StructuredEngine, SeededSamplingIsTheSameAloneAndInABatchOf32) {
       p.max_tokens = 20 + i;
       if (i % 2 == 0) p.structured_output = StructuredOutputSpec::json_schema(g.top().dump());
       const std::string text = i % 3 == 0 ? "Lily and Tom" : i % 3 == 1 ? "The dog" : "One day, a little girl";
-      ASSERT_EQ(batch->add_request("o" + std::to_string(i), prompt(text), p), "");
-      if (i == 15) ASSERT_EQ(batch->add_request("t", prompt("Once upon a time"), tp), "");
+      ASSERT_EQ(msg(batch->add_request("o" + std::to_string(i), prompt(text), p)), "");
+      if (i == 15) ASSERT_EQ(msg(batch->add_request("t", prompt("Once upon a time"), tp)), "");
     }
     const Result b = run_all(*batch)["t"];
     EXPECT_EQ(a.ids, b.ids) << "constrained=" << constrained << "\nalone: " << a.text << "\nbatch: " << b.text;

@@ -114,77 +114,20 @@ class Parser {
     Depth d(*this, t);
     const std::string kw = name();
     if (kw == "if") return if_stmt(t);
-    if (kw == "for") {
-      auto n = node(Node::Kind::kFor, t);
-      n->names.push_back(name());
-      while (is_op(",")) {
-        ++p_;
-        n->names.push_back(name());
-      }
-      expect_name("in");
-      n->kids.push_back(ternary_free_or());
-      if (is_name("if")) {
-        ++p_;
-        n->kids.push_back(expr());
-      }
-      close_stmt();
-      n->body = block({"endfor", "else"});
-      if (is_name("else", 1)) {
-        p_ += 2;
-        close_stmt();
-        n->orelse = block({"endfor"});
-      }
-      p_ += 2;
-      close_stmt();
-      return n;
-    }
-    if (kw == "set") {
-      std::vector<std::string> targets{name()};
-      std::string attr;
-      if (is_op(".")) {
-        ++p_;
-        attr = name();
-      }
-      while (is_op(",")) {
-        ++p_;
-        targets.push_back(name());
-      }
-      if (is_op("=")) {
-        ++p_;
-        auto n = node(Node::Kind::kSet, t);
-        n->names = targets;
-        n->str = attr;
-        n->kids.push_back(expr());
-        close_stmt();
-        return n;
-      }
-      auto n = node(Node::Kind::kSetBlock, t);
-      n->names = targets;
-      n->str = attr;
-      close_stmt();
-      n->body = block({"endset"});
-      p_ += 2;
-      close_stmt();
-      return n;
-    }
+    if (kw == "for") return for_stmt(t);
+    if (kw == "set") return set_stmt(t);
     if (kw == "macro") {
       auto n = node(Node::Kind::kMacro, t);
       n->str = name();
       params(*n);
-      close_stmt();
-      n->body = block({"endmacro"});
-      p_ += 2;
-      close_stmt();
+      body_until(*n, "endmacro");
       return n;
     }
     if (kw == "call") {
       auto n = node(Node::Kind::kCallBlock, t);
       if (is_op("(")) params(*n);
       n->kids.push_back(expr());
-      close_stmt();
-      n->body = block({"endcall"});
-      p_ += 2;
-      close_stmt();
+      body_until(*n, "endcall");
       return n;
     }
     if (kw == "break" || kw == "continue") {
@@ -193,6 +136,65 @@ class Parser {
       return n;
     }
     error(t, fmt::format("unknown statement '{}'", kw));
+  }
+
+  // The rest of the opening tag, the body, and the closing {% end %} tag.
+  void body_until(Node& n, const char* end) {
+    close_stmt();
+    n.body = block({end});
+    p_ += 2;
+    close_stmt();
+  }
+
+  NodePtr for_stmt(const Token& t) {
+    auto n = node(Node::Kind::kFor, t);
+    n->names.push_back(name());
+    while (is_op(",")) {
+      ++p_;
+      n->names.push_back(name());
+    }
+    expect_name("in");
+    n->kids.push_back(ternary_free_or());
+    if (is_name("if")) {
+      ++p_;
+      n->kids.push_back(expr());
+    }
+    close_stmt();
+    n->body = block({"endfor", "else"});
+    if (is_name("else", 1)) {
+      p_ += 2;
+      close_stmt();
+      n->orelse = block({"endfor"});
+    }
+    p_ += 2;
+    close_stmt();
+    return n;
+  }
+
+  // {% set a = x %}, {% set a, b = x %}, {% set ns.attr = x %}, or the block form {% set a %}...{% endset %}.
+  NodePtr set_stmt(const Token& t) {
+    std::vector<std::string> targets{name()};
+    std::string attr;
+    if (is_op(".")) {
+      ++p_;
+      attr = name();
+    }
+    while (is_op(",")) {
+      ++p_;
+      targets.push_back(name());
+    }
+    const bool block_form = !is_op("=");
+    auto n = node(block_form ? Node::Kind::kSetBlock : Node::Kind::kSet, t);
+    n->names = targets;
+    n->str = attr;
+    if (block_form) {
+      body_until(*n, "endset");
+      return n;
+    }
+    ++p_;
+    n->kids.push_back(expr());
+    close_stmt();
+    return n;
   }
 
   // `(a, b=default, ...)` for macros and call blocks: names in n.names, defaults in n.kwargs.
@@ -435,10 +437,11 @@ class Parser {
         n->kids.push_back(std::move(e));
         if (is_op("(")) {
           call_args(*n);
-        } else if (peek().kind == K::kString || peek().kind == K::kInt || peek().kind == K::kFloat ||
+        } else if (peek().kind == K::kString || peek().kind == K::kInt || peek().kind == K::kFloat || is_op("[") ||
+                   is_op("{") ||
                    (peek().kind == K::kName && !is_name("and") && !is_name("or") && !is_name("else") &&
                     !is_name("if") && !is_name("in") && !is_name("not") && !is_name("is"))) {
-          n->kids.push_back(primary());  // `x is divisibleby 3`, `x is sameas y`
+          n->kids.push_back(primary());  // `x is divisibleby 3`, `x is sameas y`, `x is in [1, 2]`
         }
         e = measured(std::move(n));
       } else {
@@ -485,52 +488,51 @@ class Parser {
         return n;
       }
       case K::kOp:
-        if (t.text == "(") {
-          ++p_;
-          NodePtr first = expr();
-          if (is_op(",")) {
-            auto n = node(Node::Kind::kTuple, t);
-            n->kids.push_back(std::move(first));
-            while (is_op(",")) {
-              ++p_;
-              if (is_op(")")) break;
-              n->kids.push_back(expr());
-            }
-            expect_op(")");
-            return measured(std::move(n));
-          }
-          expect_op(")");
-          return first;
-        }
-        if (t.text == "[") {
-          ++p_;
-          auto n = node(Node::Kind::kList, t);
-          while (!is_op("]")) {
-            n->kids.push_back(expr());
-            if (!is_op(",")) break;
-            ++p_;
-          }
-          expect_op("]");
-          return measured(std::move(n));
-        }
-        if (t.text == "{") {
-          ++p_;
-          auto n = node(Node::Kind::kDict, t);
-          while (!is_op("}")) {
-            n->kids.push_back(expr());
-            expect_op(":");
-            n->kids.push_back(expr());
-            if (!is_op(",")) break;
-            ++p_;
-          }
-          expect_op("}");
-          return measured(std::move(n));
-        }
+        if (t.text == "(") return parenthesized(t);
+        if (t.text == "[" || t.text == "{") return list_or_dict(t);
         break;
       default:
         break;
     }
     error(t, "expected an expression");
+  }
+
+  // (x) or a tuple (a, b, ...).
+  NodePtr parenthesized(const Token& t) {
+    ++p_;
+    NodePtr first = expr();
+    if (!is_op(",")) {
+      expect_op(")");
+      return first;
+    }
+    auto n = node(Node::Kind::kTuple, t);
+    n->kids.push_back(std::move(first));
+    while (is_op(",")) {
+      ++p_;
+      if (is_op(")")) break;
+      n->kids.push_back(expr());
+    }
+    expect_op(")");
+    return measured(std::move(n));
+  }
+
+  // [a, b, ...] or {k: v, ...}; kids alternate keys and values for a dict.
+  NodePtr list_or_dict(const Token& t) {
+    const bool dict = t.text == "{";
+    const char* close = dict ? "}" : "]";
+    ++p_;
+    auto n = node(dict ? Node::Kind::kDict : Node::Kind::kList, t);
+    while (!is_op(close)) {
+      n->kids.push_back(expr());
+      if (dict) {
+        expect_op(":");
+        n->kids.push_back(expr());
+      }
+      if (!is_op(",")) break;
+      ++p_;
+    }
+    expect_op(close);
+    return measured(std::move(n));
   }
 
   const std::vector<Token>& t_;

@@ -5,8 +5,11 @@
 //               trim_blocks + lstrip_blocks
 //   expressions literals, lists, dicts, tuples, + - * / // % ** ~, comparisons, in / not in, and/or/not,
 //               a if c else b, .attr, [index], [a:b:c] slices, calls, |filters, `is` tests
-//   filters     trim length count default/d join selectattr rejectattr map upper lower replace first last
-//               tojson list string int float abs capitalize title items reverse unique indent sum
+//   filters     trim length count default/d join selectattr rejectattr select reject map upper lower replace
+//               first last tojson list string int float abs capitalize title items reverse unique indent sum
+//   tests       defined undefined none string number integer float boolean true false mapping iterable
+//               sequence callable odd even lower upper equalto/eq/==/sameas ne/!= in (one table for `is`
+//               and for selectattr/rejectattr/select/reject)
 //   methods     str: startswith endswith split strip lstrip rstrip upper lower replace title capitalize
 //               join ; dict: items keys values get ; lists have no methods (templates are read-only)
 //   globals     namespace() range() raise_exception() dict()

@@ -1,19 +1,17 @@
 // kvik generate: one prompt (--prompt) or many (--prompts FILE.jsonl) through the engine.
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "core/error.h"
-#include "core/thread_pool.h"
 #include "engine/engine_core.h"
 #include "tokenizer/streaming_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvik::cli {
-
-void set_threads(int threads) { ThreadPool::global().set_num_threads(threads); }
 
 namespace {
 
@@ -44,7 +42,7 @@ SamplingParams params_from_json(const nlohmann::json& j, SamplingParams p, const
   } catch (const nlohmann::json::exception& e) {
     fail("{}: {}", where, e.what());
   }
-  if (auto err = p.validate(); !err.empty()) fail("{}: {}", where, err);
+  if (auto err = p.validate()) fail("{}: {}", where, err->message);
   return p;
 }
 
@@ -65,16 +63,148 @@ nlohmann::json job_json(const Job& j) {
             {"decode_tok_s", decode_ms > 0 ? n_decode / (decode_ms / 1000) : 0.0}}}};
 }
 
+// --steer DIR.json:ALPHA[:LAYERS] and --ablate DIR.json[:LAYERS]: a steer defaults to the direction's own
+// layer, an ablation to every layer.
+Intervention intervention_flag(const std::string& spec, bool steer, const ModelConfig& c) {
+  const std::string flag = steer ? "--steer" : "--ablate";
+  std::vector<std::string> parts;
+  for (size_t p = 0;;) {
+    const size_t e = spec.find(':', p);
+    parts.push_back(spec.substr(p, e == std::string::npos ? std::string::npos : e - p));
+    if (e == std::string::npos) break;
+    p = e + 1;
+  }
+  if (parts.size() < (steer ? 2u : 1u) || parts.size() > (steer ? 3u : 2u) || parts[0].empty())
+    fail("{} '{}': expected {}", flag, spec, steer ? "DIR.json:ALPHA[:LAYERS]" : "DIR.json[:LAYERS]");
+  const Direction d = load_direction(parts[0], c.dim);
+  Intervention iv;
+  iv.op = steer ? Intervention::Op::kSteer : Intervention::Op::kAblate;
+  iv.direction = std::make_shared<const std::vector<float>>(d.vector);
+  if (steer) {
+    char* end = nullptr;
+    iv.alpha = std::strtof(parts[1].c_str(), &end);
+    if (parts[1].empty() || *end != '\0') fail("{} '{}': ALPHA '{}' is not a number", flag, spec, parts[1]);
+  }
+  const size_t li = steer ? 2 : 1;
+  if (parts.size() > li) {
+    iv.layers = parse_layer_list(parts[li], flag);
+  } else if (steer) {
+    iv.layers = {d.layer};
+  } else {
+    for (int32_t l = 0; l <= c.n_layers; ++l) iv.layers.push_back(l);
+  }
+  return iv;
+}
+
+std::shared_ptr<const InterventionList> interventions_from_flags(const std::vector<std::string>& steer,
+                                                                 const std::vector<std::string>& ablate,
+                                                                 const ModelConfig& c) {
+  if (steer.empty() && ablate.empty()) return nullptr;
+  std::vector<Intervention> items;
+  for (const auto& s : steer) items.push_back(intervention_flag(s, true, c));
+  for (const auto& s : ablate) items.push_back(intervention_flag(s, false, c));
+  return make_interventions(std::move(items), c.n_layers, c.dim);
+}
+
+struct GenerateOpts {
+  std::string model, prompt, prompts_file;
+  std::vector<std::string> steer, ablate;
+  SamplingParams params;
+  bool json = false;
+  EngineFlags engine;
+};
+
+// --prompts FILE.jsonl (one {"prompt": ..., sampling fields...} per line) or the one --prompt.
+std::vector<Job> read_jobs(const GenerateOpts& o) {
+  std::vector<Job> jobs;
+  if (o.prompts_file.empty()) {
+    Job job;
+    job.prompt = o.prompt;
+    job.params = o.params;
+    jobs.push_back(std::move(job));
+    return jobs;
+  }
+  std::ifstream in(o.prompts_file);
+  if (!in) fail("{}: cannot open", o.prompts_file);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{}:{}", o.prompts_file, n);
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) fail("{}: not a JSON object", where);
+    if (!j.contains("prompt") || !j["prompt"].is_string()) fail("{}: 'prompt' (a string) is required", where);
+    Job job;
+    job.prompt = j["prompt"].get<std::string>();
+    job.params = params_from_json(j, o.params, where);
+    jobs.push_back(std::move(job));
+  }
+  if (jobs.empty()) fail("{}: no prompts", o.prompts_file);
+  return jobs;
+}
+
+// Steps the engine until every job is done; with `stream`, prints the one job's text as it comes.
+void run_jobs(EngineCore& engine, std::vector<Job>& jobs, bool stream) {
+  while (engine.has_unfinished()) {
+    for (auto& out : engine.step()) {
+      Job& j = jobs[std::stoul(out.request_id)];
+      for (int32_t id : out.new_token_ids) {
+        j.token_ids.push_back(id);
+        const std::string piece = j.detok->push(id);
+        j.text += piece;
+        if (stream) std::fwrite(piece.data(), 1, piece.size(), stdout), std::fflush(stdout);
+      }
+      if (out.finished) {
+        const std::string rest = j.detok->flush();
+        j.text += rest;
+        if (stream) std::fwrite(rest.data(), 1, rest.size(), stdout);
+        j.finish_reason = out.finish_reason;
+        j.stats = out.stats;
+      }
+    }
+  }
+}
+
+void print_jobs(const std::vector<Job>& jobs, bool stream) {
+  for (const Job& j : jobs) {
+    if (stream) {
+      const nlohmann::json t = job_json(j)["timings"];
+      std::printf("\n");
+      std::fprintf(stderr, "[%zu prompt tokens, %zu generated, prefill %.1f ms (%.1f tok/s), decode %.1f tok/s, finish: %s]\n",
+                   j.prompt_ids.size(), j.token_ids.size(), t["prefill_ms"].get<double>(),
+                   t["prefill_tok_s"].get<double>(), t["decode_tok_s"].get<double>(), j.finish_reason.c_str());
+    } else {
+      std::printf("%s\n", job_json(j).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    }
+  }
+}
+
+int run(const GenerateOpts& o) {
+  if (o.prompt.empty() && o.prompts_file.empty()) fail("give --prompt TEXT or --prompts FILE.jsonl");
+  if (auto err = o.params.validate()) fail("{}", err->message);
+  std::vector<Job> jobs = read_jobs(o);
+  const EngineConfig cfg = o.engine.resolve();
+  auto model = load_model(o.model, cfg);
+  auto tok = load_tokenizer(model->path());
+  if (auto iv = interventions_from_flags(o.steer, o.ablate, model->config()))
+    for (Job& j : jobs) j.params.interventions = iv;
+  EngineCore engine(*model, cfg, tok->end_of_generation_ids());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Job& j = jobs[i];
+    j.prompt_ids = tok->encode(j.prompt, tok->add_bos(), false);
+    j.detok = std::make_unique<StreamingDetokenizer>(*tok, j.prompt_ids);
+    if (auto err = engine.add_request(std::to_string(i), j.prompt_ids, j.params))
+      fail("prompt {}: {}", i + 1, err->message);
+  }
+  const bool stream = jobs.size() == 1 && !o.json;
+  run_jobs(engine, jobs, stream);
+  print_jobs(jobs, stream);
+  return 0;
+}
+
 }  // namespace
 
 Run add_generate(CLI::App& app) {
-  struct Opts {
-    std::string model, prompt, prompts_file;
-    SamplingParams params;
-    bool json = false;
-    EngineFlags engine;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<GenerateOpts>();
   o->params.max_tokens = 16;
   auto* c = app.add_subcommand("generate", "Continue prompts and print the continuations");
   c->add_option("--model,-m", o->model, "GGUF model file")->required();
@@ -89,80 +219,13 @@ Run add_generate(CLI::App& app) {
   c->add_option("--min-p", o->params.min_p, "Drop tokens below min_p x the top probability")->capture_default_str();
   c->add_option("--seed", o->params.seed, "Random seed (default: random)");
   c->add_flag("--ignore-eos", o->params.ignore_eos, "Keep generating after EOS");
+  c->add_option("--steer", o->steer, "Steer every prompt: DIR.json:ALPHA[:LAYERS] adds ALPHA x r to the stream "
+                                     "(layers e.g. 3,5-7; default the direction's layer); repeatable");
+  c->add_option("--ablate", o->ablate, "Ablate: DIR.json[:LAYERS] removes r from the stream (default: every "
+                                       "layer); repeatable");
   c->add_flag("--json", o->json, "Print one JSON object with ids, text, finish_reason and timings");
   add_engine_flags(c, o->engine);
-  return [o]() {
-    if (o->prompt.empty() && o->prompts_file.empty() ) fail("give --prompt TEXT or --prompts FILE.jsonl");
-    if (auto err = o->params.validate(); !err.empty()) fail("{}", err);
-    std::vector<Job> jobs;
-    if (!o->prompts_file.empty()) {
-      std::ifstream in(o->prompts_file);
-      if (!in) fail("{}: cannot open", o->prompts_file);
-      std::string line;
-      for (int n = 1; std::getline(in, line); ++n) {
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        const std::string where = fmt::format("{}:{}", o->prompts_file, n);
-        nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_discarded() || !j.is_object()) fail("{}: not a JSON object", where);
-        if (!j.contains("prompt") || !j["prompt"].is_string()) fail("{}: 'prompt' (a string) is required", where);
-        Job job;
-        job.prompt = j["prompt"].get<std::string>();
-        job.params = params_from_json(j, o->params, where);
-        jobs.push_back(std::move(job));
-      }
-      if (jobs.empty()) fail("{}: no prompts", o->prompts_file);
-    } else {
-      Job job;
-      job.prompt = o->prompt;
-      job.params = o->params;
-      jobs.push_back(std::move(job));
-    }
-
-    EngineConfig cfg = o->engine.resolve();
-    auto model = LlamaModel::load(o->model);
-    auto tok = load_tokenizer(model->path());
-    std::vector<int32_t> eos = tok->vocab().eog_ids;
-    if (eos.empty() && tok->eos_id() >= 0) eos.push_back(tok->eos_id());
-    EngineCore engine(*model, cfg, eos);
-    const bool stream = jobs.size() == 1 && !o->json;
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      Job& j = jobs[i];
-      j.prompt_ids = tok->encode(j.prompt, tok->add_bos(), false);
-      j.detok = std::make_unique<StreamingDetokenizer>(*tok, j.prompt_ids);
-      if (auto err = engine.add_request(std::to_string(i), j.prompt_ids, j.params); !err.empty())
-        fail("prompt {}: {}", i + 1, err);
-    }
-    while (engine.has_unfinished()) {
-      for (auto& out : engine.step()) {
-        Job& j = jobs[std::stoul(out.request_id)];
-        for (int32_t id : out.new_token_ids) {
-          j.token_ids.push_back(id);
-          const std::string piece = j.detok->push(id);
-          j.text += piece;
-          if (stream) std::fwrite(piece.data(), 1, piece.size(), stdout), std::fflush(stdout);
-        }
-        if (out.finished) {
-          const std::string rest = j.detok->flush();
-          j.text += rest;
-          if (stream) std::fwrite(rest.data(), 1, rest.size(), stdout);
-          j.finish_reason = out.finish_reason;
-          j.stats = out.stats;
-        }
-      }
-    }
-    for (const Job& j : jobs) {
-      if (stream) {
-        const nlohmann::json t = job_json(j)["timings"];
-        std::printf("\n");
-        std::fprintf(stderr, "[%zu prompt tokens, %zu generated, prefill %.1f ms (%.1f tok/s), decode %.1f tok/s, finish: %s]\n",
-                     j.prompt_ids.size(), j.token_ids.size(), t["prefill_ms"].get<double>(),
-                     t["prefill_tok_s"].get<double>(), t["decode_tok_s"].get<double>(), j.finish_reason.c_str());
-      } else {
-        std::printf("%s\n", job_json(j).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-      }
-    }
-    return 0;
-  };
+  return [o]() { return run(*o); };
 }
 
 }  // namespace kvik::cli

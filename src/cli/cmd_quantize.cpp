@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "model/quantize_model.h"
 
 namespace kvik::cli {
@@ -46,7 +47,8 @@ Run add_quantize(CLI::App& app) {
     if (!f->token_embedding_type.empty())
       o.recipe.token_embedding_type = tensor_type_flag("--token-embedding-type", f->token_embedding_type);
     o.progress = !f->quiet;
-    set_threads(f->threads);
+    if (f->threads < 0) fail("--threads must be 0 (all cores) or more");
+    if (f->threads > 0) ThreadPool::global().set_num_threads(f->threads);
     quantize_model(o);
     return 0;
   };

@@ -1,3 +1,5 @@
+// kvik render-chat: prints the prompt the model's chat format makes of messages, exactly as the server and
+// `kvik chat` render it (chat/render_chat).
 #include <cstdio>
 #include <fstream>
 
@@ -6,9 +8,37 @@
 #include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/log.h"
+#include "server/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvik::cli {
+
+namespace {
+
+// The --messages file: an array of messages, or {"messages": [...], other template variables...}.
+void read_messages(const std::string& path, nlohmann::ordered_json& messages, nlohmann::ordered_json& extra) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open", path);
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: invalid JSON: {}", path, e.what());
+  }
+  extra = nlohmann::ordered_json::object();
+  if (j.is_array()) {
+    messages = std::move(j);
+  } else if (j.is_object() && j.contains("messages")) {
+    messages = j["messages"];
+    for (auto it = j.begin(); it != j.end(); ++it)
+      if (it.key() != "messages") extra[it.key()] = it.value();
+  } else {
+    fail("{}: expected an array of messages or an object with \"messages\"", path);
+  }
+}
+
+}  // namespace
 
 Run add_render_chat(CLI::App& app) {
   struct Opts {
@@ -26,30 +56,12 @@ Run add_render_chat(CLI::App& app) {
   c->add_flag("--add-generation-prompt", o->add_generation_prompt, "End with the assistant header");
   return [o]() {
     auto tok = load_tokenizer(o->model);
-    if (tok->chat_template().empty()) fail("{}: the model has no chat template", o->model);
-    std::ifstream in(o->messages, std::ios::binary);
-    if (!in) fail("{}: cannot open", o->messages);
-    nlohmann::ordered_json j;
-    try {
-      j = nlohmann::ordered_json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}: invalid JSON: {}", o->messages, e.what());
-    }
-    nlohmann::ordered_json messages, extra = nlohmann::ordered_json::object();
-    if (j.is_array()) {
-      messages = j;
-    } else if (j.is_object() && j.contains("messages")) {
-      messages = j["messages"];
-      for (auto it = j.begin(); it != j.end(); ++it)
-        if (it.key() != "messages") extra[it.key()] = it.value();
-    } else {
-      fail("{}: expected an array of messages or an object with \"messages\"", o->messages);
-    }
-    extra["bos_token"] = tok->bos_token();
-    extra["eos_token"] = tok->eos_token();
-    extra["add_generation_prompt"] = o->add_generation_prompt;
-    const std::string text = render_chat_template(tok->chat_template(), messages, extra);
-    std::fwrite(text.data(), 1, text.size(), stdout);
+    if (tok->chat_template().empty())
+      log_warn("{}: the model has no chat template; printing the plain \"role: content\" fallback", o->model);
+    nlohmann::ordered_json messages, extra;
+    read_messages(o->messages, messages, extra);
+    const ChatPrompt p = render_chat(server::chat_format(*tok), messages, o->add_generation_prompt, extra);
+    std::fwrite(p.text.data(), 1, p.text.size(), stdout);
     return 0;
   };
 }

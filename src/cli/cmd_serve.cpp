@@ -42,16 +42,117 @@ std::string default_model_path() {
   fail("no MODEL given and {} does not exist: pass the path of a GGUF model", kDefaultModel);
 }
 
+// --direction NAME=FILE, each checked against the model's d.
+server::DirectionRegistry load_directions(const std::vector<std::string>& specs, const ModelConfig& c) {
+  server::DirectionRegistry r;
+  r.n_layers = c.n_layers;
+  r.dim = c.dim;
+  for (const std::string& s : specs) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
+      fail("--direction '{}': expected NAME=FILE", s);
+    const std::string name = s.substr(0, eq);
+    if (r.by_name.count(name)) fail("--direction: the name '{}' is given twice", name);
+    Direction d = load_direction(s.substr(eq + 1), c.dim);
+    if (d.layer < 0 || d.layer > c.n_layers)
+      fail("--direction '{}': its layer {} is outside 0..{}", s, d.layer, c.n_layers);
+    r.by_name.emplace(name, std::move(d));
+  }
+  return r;
+}
+
+struct ServeOpts {
+  std::string model;
+  server::ServerConfig server;
+  EngineFlags engine;
+  double shutdown_grace_s = 10;
+  std::vector<std::string> directions;
+};
+
+// Loads the model and runs the engine behind `http` until the listener returns (after stop()); a watchdog
+// aborts in-flight requests when the grace period after `stopping` runs out, so shutdown never hangs.
+void serve_model(const ServeOpts& o, server::HttpServer& http, std::atomic<bool>& stopping, std::thread& listener) {
+  if (const char* d = std::getenv("KVIK_SERVE_TEST_LOAD_DELAY_MS"))
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(d)));
+  const EngineConfig cfg = o.engine.resolve();
+  auto model = load_model(o.model, cfg);
+  auto tok = load_tokenizer(model->path());  // GGUF file or Hugging Face directory
+  const server::DirectionRegistry directions = load_directions(o.directions, model->config());
+  EngineCore core(*model, cfg, tok->end_of_generation_ids());
+  core.enable_structured_output(structured::VocabTrie::token_bytes_of(*tok));  // response_format, guided_*
+  server::ServerMetrics metrics(o.server.served_model_name);
+  auto engine = std::make_unique<AsyncEngine>(
+      core, [&metrics](const EngineCore& c, const std::vector<RequestOutput>& outs) { metrics.on_step(c, outs); });
+  server::ModelContext ctx;
+  ctx.tokenizer = tok.get();
+  ctx.engine = engine.get();
+  ctx.metrics = &metrics;
+  ctx.max_model_len = core.config().max_model_len;
+  ctx.directions = &directions;
+  http.set_ready(ctx);
+  log_info("Model {} ready as '{}' (max_model_len {})", o.model, o.server.served_model_name, ctx.max_model_len);
+
+  // listen() returns after stop(); its worker threads finish the in-flight requests first.
+  std::thread watchdog([&] {
+    while (!stopping) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.shutdown_grace_s);
+    while (engine->num_in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    engine->abort_all();
+  });
+  listener.join();
+  stopping = true;
+  watchdog.join();
+  engine->shutdown();
+}
+
+int run(ServeOpts& o) {
+  if (o.model.empty()) o.model = default_model_path();
+  if (o.server.served_model_name.empty()) o.server.served_model_name = std::filesystem::path(o.model).stem().string();
+
+  // Signals go to one thread that waits for them; every other thread (started below) inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);  // a client that hangs up is a failed write, not a dead server
+
+  server::HttpServer http(o.server);
+  http.bind();
+  std::atomic<bool> stopping{false};
+  std::thread listener([&] { http.listen(); });
+  log_info("Listening on http://{}:{} (loading the model; /health answers 503 until it is ready)", o.server.host,
+           o.server.port);
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (stopping.exchange(true)) return;
+    log_info("{}: shutting down (no new connections; in-flight requests get {} s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
+             o.shutdown_grace_s);
+    http.stop();
+  });
+  auto shutdown_threads = [&] {
+    if (!stopping.exchange(true)) http.stop();
+    pthread_kill(signal_thread.native_handle(), SIGTERM);  // wakes sigwait when no signal came
+    signal_thread.join();
+  };
+  try {
+    serve_model(o, http, stopping, listener);
+    shutdown_threads();
+    log_info("Shut down cleanly");
+    return 0;
+  } catch (...) {
+    shutdown_threads();
+    if (listener.joinable()) listener.join();
+    throw;
+  }
+}
+
 }  // namespace
 
 Run add_serve(CLI::App& app) {
-  struct Opts {
-    std::string model;
-    server::ServerConfig server;
-    EngineFlags engine;
-    double shutdown_grace_s = 10;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<ServeOpts>();
   auto* c = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
   c->add_option("model", o->model, "GGUF model file (default: ../shared/models/stories260K.gguf when it exists)");
   c->add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
@@ -65,84 +166,10 @@ Run add_serve(CLI::App& app) {
   c->add_option("--shutdown-grace", o->shutdown_grace_s,
                 "Seconds in-flight requests may run after SIGINT/SIGTERM before they are aborted")
       ->capture_default_str();
+  c->add_option("--direction", o->directions,
+                "Register a direction for requests' \"interventions\": NAME=FILE (kvik direction's JSON); repeatable");
   add_engine_flags(c, o->engine);
-  return [o]() {
-    if (o->model.empty()) o->model = default_model_path();
-    if (o->server.served_model_name.empty())
-      o->server.served_model_name = std::filesystem::path(o->model).stem().string();
-
-    // Signals go to one thread that waits for them; every other thread (started below) inherits the mask.
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-    ::signal(SIGPIPE, SIG_IGN);  // a client that hangs up is a failed write, not a dead server
-
-    server::HttpServer http(o->server);
-    http.bind();
-    std::atomic<bool> stopping{false};
-    std::thread listener([&] { http.listen(); });
-    log_info("Listening on http://{}:{} (loading the model; /health answers 503 until it is ready)", o->server.host,
-             o->server.port);
-
-    std::thread signal_thread([&] {
-      int sig = 0;
-      sigwait(&signals, &sig);
-      if (stopping.exchange(true)) return;
-      log_info("{}: shutting down (no new connections; in-flight requests get {} s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
-               o->shutdown_grace_s);
-      http.stop();
-    });
-
-    auto shutdown_threads = [&] {
-      if (!stopping.exchange(true)) http.stop();
-      pthread_kill(signal_thread.native_handle(), SIGTERM);  // wakes sigwait when no signal came
-      signal_thread.join();
-    };
-    try {
-      if (const char* d = std::getenv("KVIK_SERVE_TEST_LOAD_DELAY_MS")) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(d)));
-      EngineConfig cfg = o->engine.resolve();
-      auto model = LlamaModel::load(o->model);
-      auto tok = load_tokenizer(model->path());  // GGUF file or Hugging Face directory
-      std::vector<int32_t> eos = tok->vocab().eog_ids;
-      if (eos.empty() && tok->eos_id() >= 0) eos.push_back(tok->eos_id());
-      EngineCore core(*model, cfg, eos);
-      core.enable_structured_output(structured::VocabTrie::token_bytes_of(*tok));  // response_format, guided_*
-      server::ServerMetrics metrics(o->server.served_model_name);
-      auto engine = std::make_unique<AsyncEngine>(
-          core, [&metrics](const EngineCore& c, const std::vector<RequestOutput>& outs) { metrics.on_step(c, outs); });
-      server::ModelContext ctx;
-      ctx.tokenizer = tok.get();
-      ctx.engine = engine.get();
-      ctx.metrics = &metrics;
-      ctx.max_model_len = core.config().max_model_len;
-      http.set_ready(ctx);
-      log_info("Model {} ready as '{}' (max_model_len {})", o->model, o->server.served_model_name, ctx.max_model_len);
-
-      // listen() returns after stop(); its worker threads finish the in-flight requests first. A watchdog
-      // aborts them when the grace period runs out, so shutdown never hangs on a long generation.
-      std::thread watchdog([&] {
-        while (!stopping) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o->shutdown_grace_s);
-        while (engine->num_in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        engine->abort_all();
-      });
-      listener.join();
-      stopping = true;
-      watchdog.join();
-      engine->shutdown();
-      engine.reset();
-      shutdown_threads();
-      log_info("Shut down cleanly");
-      return 0;
-    } catch (...) {
-      shutdown_threads();
-      if (listener.joinable()) listener.join();
-      throw;
-    }
-  };
+  return [o]() { return run(*o); };
 }
 
 }  // namespace kvik::cli

@@ -19,8 +19,9 @@ Run add_chat(CLI::App& app);
 Run add_serve(CLI::App& app);
 Run add_bench(CLI::App& app);
 Run add_quantize(CLI::App& app);
-
-// Applies --threads (0 = all cores) to the kernels' thread pool.
-void set_threads(int threads);
+Run add_lens(CLI::App& app);
+Run add_direction(CLI::App& app);
+Run add_trace(CLI::App& app);
+Run add_bake_ablation(CLI::App& app);
 
 }  // namespace kvik::cli

@@ -1,9 +1,5 @@
 #include "cli/engine_flags.h"
 
-#include "core/thread_pool.h"
-#include "kernels/cpu/cpu_kernels.h"
-#include "core/log.h"
-
 namespace kvik::cli {
 
 void add_engine_flags(CLI::App* c, EngineFlags& f) {
@@ -25,17 +21,15 @@ void add_engine_flags(CLI::App* c, EngineFlags& f) {
               "Reuse the KV blocks of shared prompt prefixes (default on)");
   c->add_option("--long-prefill-token-threshold", e.long_prefill_token_threshold,
                 "Longest prompt chunk per step (0 = the token budget)");
-  c->add_option("--threads,-t", f.threads, "Compute threads (default: all cores)");
-  c->add_flag("--repack,!--no-repack", f.repack,
+  c->add_option("--threads,-t", e.num_threads, "Compute threads (default: all cores)");
+  c->add_flag("--repack,!--no-repack", e.repack_weights,
               "Repack F32/Q8_0/Q4_0/IQ4_NL/Q4_K/Q5_K/Q6_K weights at load for the row-parallel AVX-512 kernels (default on)");
 }
 
-EngineConfig EngineFlags::resolve() {
-  config.kv_cache_dtype = kv_cache_dtype == "f16" ? KvDType::kF16 : KvDType::kF32;
-  ThreadPool::global().set_num_threads(threads);
-  set_weight_repacking(repack);
-  log_info("CPU kernels: {}, {} threads", cpu_kernels().isa, ThreadPool::global().num_threads());
-  return config;
+EngineConfig EngineFlags::resolve() const {
+  EngineConfig c = config;
+  c.kv_cache_dtype = kv_cache_dtype == "f16" ? DType::F16 : DType::F32;
+  return c;
 }
 
 }  // namespace kvik::cli

@@ -1,4 +1,4 @@
-// The engine flags shared by `generate`, `bench` and `serve`, spelled as vLLM spells them.
+// The engine flags shared by `generate`, `bench`, `serve` and `chat`, spelled as vLLM spells them.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -12,10 +12,9 @@ namespace kvik::cli {
 struct EngineFlags {
   EngineConfig config;
   std::string kv_cache_dtype = "f32";
-  int threads = 0;
-  bool repack = true;
-  // Applies the string-valued flags to `config`, sets the thread count; call before building the engine.
-  EngineConfig resolve();
+  // The engine config the flags give (string-valued flags resolved). Load the model with load_model(path, it)
+  // and build the engine with it: the thread count and the repack switch are fields of it, applied there.
+  EngineConfig resolve() const;
 };
 
 void add_engine_flags(CLI::App* cmd, EngineFlags& f);

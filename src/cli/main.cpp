@@ -21,6 +21,10 @@ int main(int argc, char** argv) {
   runs["serve"] = kvik::cli::add_serve(app);
   runs["bench"] = kvik::cli::add_bench(app);
   runs["quantize"] = kvik::cli::add_quantize(app);
+  runs["lens"] = kvik::cli::add_lens(app);
+  runs["direction"] = kvik::cli::add_direction(app);
+  runs["trace"] = kvik::cli::add_trace(app);
+  runs["bake-ablation"] = kvik::cli::add_bake_ablation(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

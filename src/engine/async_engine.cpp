@@ -26,46 +26,38 @@ AsyncEngine::AsyncEngine(EngineCore& core, StepObserver observer) : core_(core),
 
 AsyncEngine::~AsyncEngine() { shutdown(); }
 
-std::string AsyncEngine::add_request(const std::string& id, std::vector<int32_t> prompt_ids,
-                                     const SamplingParams& params, std::shared_ptr<OutputQueue> queue) {
+std::optional<ValidationError> AsyncEngine::add_request(const std::string& id, std::vector<int32_t> prompt_ids,
+                                                        const SamplingParams& params,
+                                                        std::shared_ptr<OutputQueue> queue) {
   const int32_t n = std::max(params.n, 1);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stop_) return "the server is shutting down";
-    if (routes_.count(id) || sequence_parent_.count(id)) return "request id '" + id + "' is already in use";
+    if (stop_) return ValidationError{"", "the server is shutting down"};
+    if (routes_.count(id)) return ValidationError{"", "request id '" + id + "' is already in use"};
     routes_[id] = Route{queue, std::vector<bool>(static_cast<size_t>(n), false), n};
-    if (n > 1)
-      for (int32_t i = 0; i < n; ++i) sequence_parent_.emplace(sequence_id(id, i, n), id);
   }
-  std::string err = core_.add_request(id, std::move(prompt_ids), params);
+  std::optional<ValidationError> err = core_.add_request(id, std::move(prompt_ids), params);
   std::lock_guard<std::mutex> lock(mu_);
-  if (!err.empty()) {
+  if (err) {
     routes_.erase(id);
-    if (n > 1)
-      for (int32_t i = 0; i < n; ++i) sequence_parent_.erase(sequence_id(id, i, n));
     return err;
   }
   ++num_added_since_step_;
   has_new_work_ = true;
   cv_.notify_all();
-  return "";
+  return std::nullopt;
 }
 
 void AsyncEngine::abort(const std::string& id, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!routes_.count(id) && !sequence_parent_.count(id)) return;
-  abort_reasons_.emplace(id, reason);
-  core_.abort(id);
+  core_.abort(id, reason);
   has_new_work_ = true;
   cv_.notify_all();
 }
 
 void AsyncEngine::abort_all() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [id, route] : routes_) {
-    abort_reasons_.emplace(id, "abort");
-    core_.abort(id);
-  }
+  for (const auto& [id, route] : routes_) core_.abort(id);
   has_new_work_ = true;
   cv_.notify_all();
 }
@@ -102,20 +94,6 @@ void AsyncEngine::loop() {
       num_added_since_step_ = 0;
       std::vector<RequestOutput> outputs = core_.step();
       num_waiting_ = core_.scheduler().num_waiting();
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        for (RequestOutput& out : outputs) {
-          if (!out.finished) continue;
-          // A sequence's own abort reason, else its request's.
-          for (const std::string* key : {&out.request_id, &out.parent_id}) {
-            auto r = abort_reasons_.find(*key);
-            if (r == abort_reasons_.end()) continue;
-            if (out.finish_reason == "abort") out.finish_reason = r->second;
-            break;
-          }
-          if (out.request_id != out.parent_id) abort_reasons_.erase(out.request_id);
-        }
-      }
       if (observer_) observer_(core_, outputs);
       std::lock_guard<std::mutex> lock(mu_);
       for (RequestOutput& out : outputs) {
@@ -129,11 +107,7 @@ void AsyncEngine::loop() {
             route.finished[i] = true;
             --route.num_unfinished;
           }
-          sequence_parent_.erase(out.request_id);
-          if (route.num_unfinished == 0) {
-            abort_reasons_.erase(out.parent_id);
-            routes_.erase(it);
-          }
+          if (route.num_unfinished == 0) routes_.erase(it);
         }
         q->push(std::move(out));
       }
@@ -155,7 +129,6 @@ void AsyncEngine::loop() {
         }
       }
       routes_.clear();
-      sequence_parent_.clear();
       return;
     }
   }

@@ -14,7 +14,6 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "engine/engine_core.h"
@@ -43,9 +42,9 @@ class AsyncEngine {
   ~AsyncEngine();  // shutdown()
 
   // Queues a request whose outputs go to `queue` (all n sequences' when params.n > 1; RequestOutput::index
-  // says which). Returns "" or the engine's validation error.
-  std::string add_request(const std::string& id, std::vector<int32_t> prompt_ids, const SamplingParams& params,
-                          std::shared_ptr<OutputQueue> queue);
+  // says which). Returns nullopt or the engine's validation error.
+  std::optional<ValidationError> add_request(const std::string& id, std::vector<int32_t> prompt_ids,
+                                             const SamplingParams& params, std::shared_ptr<OutputQueue> queue);
   // Aborts a request, or one sequence of it (by its sequence_id); blocks are freed at the start of the next
   // step. `reason` is the finish_reason its final output carries ("abort"; the server passes "stop" when it
   // matched a stop string).
@@ -75,9 +74,7 @@ class AsyncEngine {
     std::vector<bool> finished;  // per sequence: final output delivered
     int32_t num_unfinished = 0;
   };
-  std::unordered_map<std::string, Route> routes_;             // by add_request's id
-  std::unordered_map<std::string, std::string> sequence_parent_;  // sequence id → add_request's id (n > 1)
-  std::unordered_map<std::string, std::string> abort_reasons_;    // by the id given to abort()
+  std::unordered_map<std::string, Route> routes_;  // output queues by add_request's id
   std::atomic<int64_t> num_waiting_{0};
   std::atomic<int64_t> num_added_since_step_{0};
   std::thread thread_;

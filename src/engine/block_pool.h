@@ -8,21 +8,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/block_hash.h"
+
 namespace kvik {
-
-// A full block's identity: hash(parent block hash, its token ids, extra keys). 128 bits, seeded per process,
-// so that a collision (one user handed another user's KV) is not a practical concern.
-struct BlockHash {
-  uint64_t lo = 0, hi = 0;
-  bool operator==(const BlockHash&) const = default;
-};
-struct BlockHashHasher {
-  size_t operator()(const BlockHash& h) const { return static_cast<size_t>(h.lo ^ (h.hi * 0x9e3779b97f4a7c15ULL)); }
-};
-
-// hash(parent, tokens, extra_keys); parent is nullopt for the first block of a sequence.
-BlockHash hash_block_tokens(const std::optional<BlockHash>& parent, std::span<const int32_t> tokens,
-                            std::span<const int64_t> extra_keys = {});
 
 struct KVCacheBlock {
   int32_t block_id = 0;
@@ -73,7 +61,6 @@ class BlockPool {
 
   const KVCacheBlock& block(int32_t id) const { return blocks_[id]; }
   const FreeBlockQueue& free_queue() const { return free_; }
-  int64_t num_cached_blocks() const { return static_cast<int64_t>(cached_.size()); }
 
  private:
   void evict_hash(KVCacheBlock* b);

@@ -1,22 +1,23 @@
-// EngineCore (vLLM's engine/core.py): owns the model runner, the KV cache and the scheduler, and runs one
-// step at a time: schedule() → execute_model() → update_from_output(). add_request() and abort() may be
-// called from any thread; step() runs on the engine thread.
+// EngineCore (vLLM's engine/core.py): owns the model runner, the KV cache, the scheduler and the sampler, and
+// runs one step at a time: Scheduler::schedule() → ModelRunner::execute() → Sampler::sample() → append the
+// tokens, check the stops. add_request(), abort() and has_unfinished() may be called from any thread; step()
+// and the observers below belong to the engine thread.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
-#include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/kv_cache_manager.h"
 #include "engine/model_runner.h"
+#include "engine/parent_request.h"
 #include "engine/request.h"
-#include "engine/sampler.h"
+#include "engine/sample/sampler.h"
 #include "engine/scheduler.h"
 #include "model/kv_cache.h"
 #include "model/llama.h"
@@ -32,19 +33,16 @@ struct EngineConfig {
   double memory_utilization = 0.9;
   int64_t num_kv_blocks = 0;            // > 0 overrides both (tests)
   bool enable_prefix_caching = true;
-  KvDType kv_cache_dtype = KvDType::kF32;
+  DType kv_cache_dtype = DType::F32;
   int64_t long_prefill_token_threshold = 0;
   bool log_stats = true;                // print the start-up capacity lines
+  int32_t num_threads = 0;              // compute threads (the kernels' process-wide pool); 0 = leave it as is
+  bool repack_weights = true;           // load_model(): LoadOptions::repack_weights
 };
 
-// What the KV pool can hold, as the course explains it; computed once at start-up.
-struct KvCapacity {
-  int64_t bytes_per_token = 0;
-  int64_t num_blocks = 0;
-  int64_t tokens = 0;
-  double gib = 0;
-  double max_concurrency = 0;  // tokens / max_model_len
-};
+// Applies config.num_threads to the kernels' thread pool and loads the model with config's load options
+// (LlamaModel::load). The CLI commands load their model through this.
+std::unique_ptr<LlamaModel> load_model(const std::string& path, const EngineConfig& config);
 
 struct RequestOutput {
   std::string request_id;  // the sequence: add_request's id, or sequence_id(id, index, n) when n > 1
@@ -53,7 +51,7 @@ struct RequestOutput {
   std::vector<int32_t> new_token_ids;
   std::vector<TokenLogprobs> logprobs;  // one per new token when the request asked for logprobs
   bool finished = false;
-  std::string finish_reason;  // "stop", "length", "abort", "error" when finished
+  std::string finish_reason;  // "stop", "length", "abort" (or the reason given to abort()), "error"
   std::string error;          // what went wrong when finish_reason is "error"
   int64_t num_prompt_tokens = 0;
   int64_t num_output_tokens = 0;
@@ -67,14 +65,15 @@ class EngineCore {
   const EngineConfig& config() const { return config_; }  // max_model_len resolved
   const KvCapacity& capacity() const { return capacity_; }
 
-  // Validates and queues a request. Returns an error message naming the problem, or "" when queued.
-  // Thread-safe, like abort() and has_unfinished(); everything else belongs to the engine thread.
+  // Validates and queues a request; nullopt when queued, else the field at fault and what is wrong.
   // With params.n > 1 the prompt is prefilled once and then forks into n sequences with the ids
   // sequence_id(id, i, n) = "<id>-<i>", sharing the prompt's KV blocks; each output names its sequence.
-  std::string add_request(const std::string& id, std::vector<int32_t> prompt_ids, const SamplingParams& params);
+  std::optional<ValidationError> add_request(const std::string& id, std::vector<int32_t> prompt_ids,
+                                             const SamplingParams& params);
   // Aborts a request: every sequence of it when `id` is add_request's id, one sequence when it is that
-  // sequence's id (the others go on). Each aborted sequence gets one final output ("abort").
-  void abort(const std::string& id);
+  // sequence's id (the others go on). Each aborted sequence gets one final output whose finish_reason is
+  // `reason` (the server passes "stop" when it matched a stop string). Unknown ids are ignored.
+  void abort(const std::string& id, const std::string& reason = "abort");
 
   // Structured output needs every token's bytes (structured::VocabTrie::token_bytes_of(tokenizer), the
   // control tokens left empty). Until this is called, requests with structured_output are refused. Call
@@ -89,22 +88,30 @@ class EngineCore {
   const Scheduler& scheduler() const { return *scheduler_; }
   const KVCacheManager& kv_cache_manager() const { return *kv_; }
   int64_t last_step_tokens() const { return last_step_tokens_; }
-  double last_step_mask_seconds() const { return last_step_mask_s_; }  // structured-output masks of the last step
+  double last_step_mask_seconds() const { return sampler_.last_mask_seconds(); }
 
  private:
+  // One sequence that samples this step: a scheduled request, or (for an n > 1 prompt that just completed)
+  // one of the sequences it forks into, not yet known to the scheduler.
+  struct SampleSlot {
+    Request* request = nullptr;
+    std::unique_ptr<Request> child;  // set for a fork's sequence
+    int64_t logits_row = 0;
+  };
+
+  std::optional<ValidationError> validate(const std::vector<int32_t>& prompt_ids, const SamplingParams& params) const;
   void drain_pending(std::vector<RequestOutput>& outputs);
   void run_step(std::vector<RequestOutput>& outputs);
-  void retire(const std::vector<RequestOutput>& outputs);  // forget the ids of finished requests
-  void abort_id(const std::string& id, std::vector<RequestOutput>& outputs);
-  void abort_sequence(const std::string& id, std::vector<RequestOutput>& outputs);
+  std::vector<SampleSlot> sample_slots(const std::vector<Request*>& sample_reqs);
+  std::unique_ptr<Request> make_sequence(const Request& prompt, int32_t index) const;
+  void retire(const std::vector<RequestOutput>& outputs);  // forget requests whose sequences all finished
+  void abort_id(const std::string& id, const std::string& reason, std::vector<RequestOutput>& outputs);
+  void abort_sequence(ParentRequest& parent, int32_t index, const std::string& reason,
+                      std::vector<RequestOutput>& outputs);
+  // Appends the sampled token (or ends the sequence) and checks the stops; the output is marked finished
+  // (request status set) when the sequence ends.
+  RequestOutput append_token(Request& req, const SampleResult& r, Clock::time_point now);
   std::optional<RequestStatus> check_stop(const Request& r, int32_t token) const;
-  // Samples req's next token from its logits row (penalties, bias, min_tokens, the grammar's `mask`),
-  // appends it and checks the stops. The output is marked finished (status set) when the request ends.
-  RequestOutput sample(Request& req, std::span<const float> row, const structured::TokenMask* mask,
-                       const std::string& mask_error, Clock::time_point now);
-  // An n > 1 request whose prompt is done: samples `row` once per live sequence and forks.
-  void fork(Request& parent, std::span<const float> row, std::vector<RequestOutput>& outputs, Clock::time_point now);
-  void compute_grammar_masks(const std::vector<Request*>& sample_reqs);
 
   LlamaModel& model_;
   EngineConfig config_;
@@ -114,30 +121,20 @@ class EngineCore {
   std::unique_ptr<KVCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
-  int64_t last_step_tokens_ = 0;
-  std::vector<float> penalized_logits_;  // [vocab] scratch for requests with penalties
+  Sampler sampler_;
   std::unique_ptr<structured::StructuredOutputManager> structured_;
-  std::vector<std::shared_ptr<const structured::TokenMask>> grammar_masks_;  // per sampled request this step
-  std::vector<std::string> grammar_errors_;
-  std::vector<float> masked_logits_;  // [vocab]
-  std::vector<Request*> sample_reqs_;  // this step's requests that sample, in batch order
-  double last_step_mask_s_ = 0;
+  int64_t last_step_tokens_ = 0;
   uint64_t seed_counter_;
-  // n > 1 requests until all their sequences have finished (engine thread).
-  struct SequenceGroup {
-    std::vector<std::string> sequence_ids;
-    int32_t num_unfinished = 0;
-  };
-  std::unordered_map<std::string, SequenceGroup> groups_;
-  std::unordered_map<std::string, std::pair<std::string, int32_t>> sequence_group_;  // sequence → (parent, index)
+  std::vector<Request*> sample_reqs_;        // this step's requests that sample, in batch order
+  std::vector<SampleInput> sample_inputs_;   // reused across steps
+  std::vector<SampleResult> sample_results_;
 
-  mutable std::mutex mu_;  // guards the members below; the scheduler is touched by the engine thread only
-  std::set<std::string> live_ids_;  // added and not yet reported finished
+  mutable std::mutex mu_;  // guards the members below
+  // The one registry of requests in the engine: every id a user may name (add_request's and, with n > 1,
+  // each sequence's) → its ParentRequest, from add_request until its last sequence's final output.
+  std::unordered_map<std::string, std::shared_ptr<ParentRequest>> requests_;
   std::vector<std::unique_ptr<Request>> pending_adds_;
-  std::vector<std::string> pending_aborts_;
+  std::vector<std::pair<std::string, std::string>> pending_aborts_;  // (id, finish_reason)
 };
-
-// Total physical memory of this machine in bytes.
-int64_t physical_memory_bytes();
 
 }  // namespace kvik

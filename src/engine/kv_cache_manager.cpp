@@ -6,30 +6,16 @@
 
 namespace kvik {
 
-const char* finish_reason_name(RequestStatus s) {
-  switch (s) {
-    case RequestStatus::kFinishedStopped: return "stop";
-    case RequestStatus::kFinishedLength: return "length";
-    case RequestStatus::kFinishedAborted: return "abort";
-    case RequestStatus::kFinishedError: return "error";
-    default: return "";
-  }
-}
-
 KVCacheManager::KVCacheManager(int64_t num_blocks, int32_t block_size, bool enable_caching)
     : block_size_(block_size), pool_(num_blocks, enable_caching) {
   if (block_size <= 0) fail("--block-size must be positive, got {}", block_size);
 }
 
 void KVCacheManager::update_block_hashes(Request& req) const {
-  const int64_t full = req.num_tokens() / block_size_;
-  while (static_cast<int64_t>(req.block_hashes.size()) < full) {
-    const int64_t i = static_cast<int64_t>(req.block_hashes.size());
-    std::optional<BlockHash> parent;
-    if (i > 0) parent = req.block_hashes[i - 1];
-    req.block_hashes.push_back(hash_block_tokens(
-        parent, std::span<const int32_t>(req.all_token_ids).subspan(i * block_size_, block_size_)));
-  }
+  // A request's interventions change its KV: their key goes into every block hash (never shared with plain KV).
+  const auto& iv = req.sampling_params.interventions;
+  const int64_t key[1] = {iv ? static_cast<int64_t>(iv->cache_key) : 0};
+  extend_block_hashes(req.block_hashes, req.all_token_ids, block_size_, std::span<const int64_t>(key, iv ? 1 : 0));
 }
 
 KVCacheBlocks KVCacheManager::get_computed_blocks(Request& req, int64_t* num_computed_tokens) {
@@ -51,7 +37,8 @@ KVCacheBlocks KVCacheManager::get_computed_blocks(Request& req, int64_t* num_com
 std::optional<KVCacheBlocks> KVCacheManager::allocate_slots(Request& req, int64_t num_new_tokens,
                                                             const KVCacheBlocks* new_computed,
                                                             int64_t num_reserved_blocks) {
-  auto& blocks = req_blocks_[req.request_id];
+  BlockTable& table = tables_[req.request_id];
+  std::vector<KVCacheBlock*>& blocks = table.blocks;
   const int64_t num_computed_blocks_new = new_computed ? static_cast<int64_t>(new_computed->blocks.size()) : 0;
   const int64_t num_computed = req.num_computed_tokens + num_computed_blocks_new * block_size_;
   const int64_t total = num_computed + num_new_tokens;
@@ -69,13 +56,13 @@ std::optional<KVCacheBlocks> KVCacheManager::allocate_slots(Request& req, int64_
   if (new_computed)
     for (const KVCacheBlock* b : new_computed->blocks) evictable_hits += b->ref_cnt == 0;
   if (num_new_blocks + num_copies + evictable_hits + num_reserved_blocks > pool_.num_free_blocks()) {
-    if (blocks.empty()) req_blocks_.erase(req.request_id);
+    if (blocks.empty()) tables_.erase(req.request_id);
     return std::nullopt;
   }
   if (new_computed) {
     pool_.touch(new_computed->blocks);
     blocks.insert(blocks.end(), new_computed->blocks.begin(), new_computed->blocks.end());
-    num_cached_blocks_[req.request_id] = static_cast<int64_t>(blocks.size());
+    table.num_cached = table.size();
   }
   if (num_copies > 0) {
     std::vector<KVCacheBlock*> fresh = pool_.get_new_blocks(num_copies);
@@ -99,17 +86,12 @@ std::optional<KVCacheBlocks> KVCacheManager::allocate_slots(Request& req, int64_
 }
 
 void KVCacheManager::fork(const Request& parent, const Request& child) {
-  auto it = req_blocks_.find(parent.request_id);
-  if (it == req_blocks_.end()) fail("internal: fork of '{}', which holds no KV blocks", parent.request_id);
-  if (req_blocks_.count(child.request_id))
-    fail("internal: fork into '{}', which already holds blocks", child.request_id);
-  std::vector<KVCacheBlock*> shared = it->second;
-  pool_.touch(shared);
-  req_blocks_.emplace(child.request_id, std::move(shared));
-  if (auto c = num_cached_blocks_.find(parent.request_id); c != num_cached_blocks_.end()) {
-    const int64_t cached = c->second;
-    num_cached_blocks_[child.request_id] = cached;
-  }
+  auto it = tables_.find(parent.request_id);
+  if (it == tables_.end()) fail("internal: fork of '{}', which holds no KV blocks", parent.request_id);
+  if (tables_.count(child.request_id)) fail("internal: fork into '{}', which already holds blocks", child.request_id);
+  BlockTable shared = it->second;
+  pool_.touch(shared.blocks);
+  tables_.emplace(child.request_id, std::move(shared));
 }
 
 std::vector<BlockCopy> KVCacheManager::take_block_copies() {
@@ -122,37 +104,29 @@ std::vector<BlockCopy> KVCacheManager::take_block_copies() {
 
 void KVCacheManager::cache_computed_blocks(Request& req) {
   if (!pool_.enable_caching()) return;
-  auto it = req_blocks_.find(req.request_id);
-  if (it == req_blocks_.end()) return;
+  auto it = tables_.find(req.request_id);
+  if (it == tables_.end()) return;
   update_block_hashes(req);
+  BlockTable& table = it->second;
   const int64_t full = std::min<int64_t>({req.num_computed_tokens / block_size_,
-                                          static_cast<int64_t>(req.block_hashes.size()),
-                                          static_cast<int64_t>(it->second.size())});
-  int64_t& cached = num_cached_blocks_[req.request_id];
-  for (int64_t i = cached; i < full; ++i) pool_.cache_full_block(it->second[i], req.block_hashes[i]);
-  cached = std::max(cached, full);
+                                          static_cast<int64_t>(req.block_hashes.size()), table.size()});
+  for (int64_t i = table.num_cached; i < full; ++i) pool_.cache_full_block(table.blocks[i], req.block_hashes[i]);
+  table.num_cached = std::max(table.num_cached, full);
 }
 
 void KVCacheManager::free(Request& req) {
-  auto it = req_blocks_.find(req.request_id);
-  if (it == req_blocks_.end()) return;
-  std::vector<KVCacheBlock*> ordered(it->second.rbegin(), it->second.rend());
+  auto it = tables_.find(req.request_id);
+  if (it == tables_.end()) return;
+  std::vector<KVCacheBlock*> ordered(it->second.blocks.rbegin(), it->second.blocks.rend());
   pool_.free_blocks(ordered);
-  req_blocks_.erase(it);
-  num_cached_blocks_.erase(req.request_id);
+  tables_.erase(it);
   std::erase_if(pending_copies_, [&](const PendingCopy& p) { return p.request_id == req.request_id; });
 }
 
-const std::vector<KVCacheBlock*>& KVCacheManager::blocks_of(const std::string& request_id) const {
-  static const std::vector<KVCacheBlock*> kEmpty;
-  auto it = req_blocks_.find(request_id);
-  return it == req_blocks_.end() ? kEmpty : it->second;
-}
-
-std::vector<int32_t> KVCacheManager::block_ids(const std::string& request_id) const {
-  std::vector<int32_t> ids;
-  for (const KVCacheBlock* b : blocks_of(request_id)) ids.push_back(b->block_id);
-  return ids;
+const BlockTable& KVCacheManager::block_table(const std::string& request_id) const {
+  static const BlockTable kEmpty;
+  auto it = tables_.find(request_id);
+  return it == tables_.end() ? kEmpty : it->second;
 }
 
 }  // namespace kvik

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/block_pool.h"
+#include "engine/block_table.h"
 #include "engine/request.h"
 
 namespace kvik {
@@ -67,23 +68,26 @@ class KVCacheManager {
   // Releases every block of the request (tail blocks first in the eviction order).
   void free(Request& req);
 
-  const std::vector<KVCacheBlock*>& blocks_of(const std::string& request_id) const;
-  std::vector<int32_t> block_ids(const std::string& request_id) const;
+  // The request's block table (empty when it holds no blocks).
+  const BlockTable& block_table(const std::string& request_id) const;
+  const std::vector<KVCacheBlock*>& blocks_of(const std::string& request_id) const {
+    return block_table(request_id).blocks;
+  }
+  std::vector<int32_t> block_ids(const std::string& request_id) const { return block_table(request_id).ids(); }
   const PrefixCacheStats& prefix_cache_stats() const { return stats_; }
   // Counts one admitted request's lookup: `queried` prompt tokens, `hit` of them cached.
   void record_prefix_lookup(int64_t queried, int64_t hit) {
     stats_.queries += queried;
     stats_.hits += hit;
   }
-  int64_t num_requests() const { return static_cast<int64_t>(req_blocks_.size()); }
+  int64_t num_requests() const { return static_cast<int64_t>(tables_.size()); }
 
  private:
   void update_block_hashes(Request& req) const;
 
   int32_t block_size_;
   BlockPool pool_;
-  std::unordered_map<std::string, std::vector<KVCacheBlock*>> req_blocks_;
-  std::unordered_map<std::string, int64_t> num_cached_blocks_;  // blocks of the request registered as cached
+  std::unordered_map<std::string, BlockTable> tables_;  // by request (sequence) id
   struct PendingCopy {
     std::string request_id;
     BlockCopy copy;

@@ -1,5 +1,7 @@
 #include "engine/model_runner.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace kvik {
@@ -10,6 +12,7 @@ ModelRunner::ModelRunner(LlamaModel& model, KvCacheTensors& cache, int64_t max_n
   token_ids_.resize(max_num_batched_tokens);
   positions_.resize(max_num_batched_tokens);
   slot_mapping_.resize(max_num_batched_tokens);
+  interventions_.resize(max_num_batched_tokens);
   query_start_loc_.resize(max_num_seqs + 1);
   seq_lens_.resize(max_num_seqs);
   block_tables_.resize(max_num_seqs * max_blocks_per_seq_);
@@ -26,20 +29,23 @@ const float* ModelRunner::execute(const SchedulerOutput& out, const KVCacheManag
       R > static_cast<int64_t>(seq_lens_.size()))
     fail("internal: step of {} tokens / {} requests exceeds the runner's buffers", out.total_num_scheduled_tokens, R);
   int64_t t = 0;
+  bool any_interventions = false;
   query_start_loc_[0] = 0;
   for (int64_t r = 0; r < R; ++r) {
     Request& req = *out.scheduled[r].request;
     const int64_t n = out.scheduled[r].num_scheduled_tokens;
-    const auto& blocks = kv.blocks_of(req.request_id);
-    if (static_cast<int64_t>(blocks.size()) > max_blocks_per_seq_)
-      fail("internal: request '{}' holds {} blocks, more than max_model_len allows", req.request_id, blocks.size());
-    int32_t* table = &block_tables_[r * max_blocks_per_seq_];
-    for (size_t i = 0; i < blocks.size(); ++i) table[i] = blocks[i]->block_id;
+    const BlockTable& table = kv.block_table(req.request_id);
+    if (table.size() > max_blocks_per_seq_)
+      fail("internal: request '{}' holds {} blocks, more than max_model_len allows", req.request_id, table.size());
+    table.copy_ids(&block_tables_[r * max_blocks_per_seq_]);
+    const InterventionList* iv = req.sampling_params.interventions.get();
+    any_interventions |= iv != nullptr;
+    std::fill_n(interventions_.begin() + t, n, iv);
     for (int64_t i = 0; i < n; ++i, ++t) {
       const int64_t pos = req.num_computed_tokens + i;
       token_ids_[t] = req.all_token_ids[pos];
       positions_[t] = static_cast<int32_t>(pos);
-      slot_mapping_[t] = static_cast<int64_t>(table[pos / bs]) * bs + pos % bs;
+      slot_mapping_[t] = table.slot(pos, bs);
     }
     query_start_loc_[r + 1] = static_cast<int32_t>(t);
     seq_lens_[r] = static_cast<int32_t>(req.num_computed_tokens + n);
@@ -59,6 +65,7 @@ const float* ModelRunner::execute(const SchedulerOutput& out, const KVCacheManag
   b.block_tables = {block_tables_.data(), static_cast<size_t>(R * max_blocks_per_seq_)};
   b.max_blocks_per_seq = static_cast<int32_t>(max_blocks_per_seq_);
   b.logits_indices = {logits_indices_.data(), sample_reqs.size()};
+  if (any_interventions) b.interventions = {interventions_.data(), static_cast<size_t>(t)};
   model_.forward(b, cache_, logits_.data());
   return logits_.data();
 }

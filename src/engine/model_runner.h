@@ -30,6 +30,7 @@ class ModelRunner {
   // Persistent buffers, sized at start-up: no allocation inside a step.
   std::vector<int32_t> token_ids_, positions_, query_start_loc_, seq_lens_, block_tables_, logits_indices_;
   std::vector<int64_t> slot_mapping_;
+  std::vector<const InterventionList*> interventions_;  // per token; passed on only when a request has any
   std::vector<float> logits_;
 };
 

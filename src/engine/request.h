@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "engine/block_pool.h"
-#include "engine/sampler.h"
+#include "engine/parent_request.h"
+#include "engine/sample/rng.h"
 #include "engine/sampling_params.h"
 #include "engine/structured/structured_output.h"
 
@@ -23,7 +24,16 @@ enum class RequestStatus {
 };
 
 inline bool is_finished(RequestStatus s) { return s >= RequestStatus::kFinishedStopped; }
-const char* finish_reason_name(RequestStatus s);  // "stop", "length", "abort", "error"
+// "stop", "length", "abort", "error" for a finished status, "" otherwise.
+inline const char* finish_reason_name(RequestStatus s) {
+  switch (s) {
+    case RequestStatus::kFinishedStopped: return "stop";
+    case RequestStatus::kFinishedLength: return "length";
+    case RequestStatus::kFinishedAborted: return "abort";
+    case RequestStatus::kFinishedError: return "error";
+    default: return "";
+  }
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -37,29 +47,29 @@ struct RequestStats {
   double decode_time_s = 0;            // first token → last token
   int32_t num_preemptions = 0;
   int64_t num_cached_tokens = 0;       // prompt tokens served from the prefix cache (first admission)
+
+  // An output token arrived at `now`.
+  void record_token(Clock::time_point now) {
+    if (!first_token) {
+      first_token = now;
+      if (first_scheduled) prefill_time_s = std::chrono::duration<double>(now - *first_scheduled).count();
+    }
+    last_token = now;
+    token_times_s.push_back(std::chrono::duration<double>(now - arrival).count());
+  }
+  // The sequence ended.
+  void finish() {
+    if (first_token && last_token) decode_time_s = std::chrono::duration<double>(*last_token - *first_token).count();
+  }
 };
 
-// A request with n > 1 before its fork: it holds the prompt (prefilled once); when the step that completes
-// the prompt has run, EngineCore samples the last logits row once per sequence and replaces this request
-// by n sequences "<id>-<i>" that share its KV blocks (KVCacheManager::fork, copy-on-write).
-struct ParallelSampling {
-  int32_t n = 1;
-  uint64_t seed = 0;          // sequence i samples from RequestRng(seed + i)
-  std::vector<bool> aborted;  // sequences aborted before the fork (their final output is already sent)
-  std::vector<std::unique_ptr<structured::GrammarMatcher>> grammars;  // one per sequence when structured
-
-  int32_t num_live() const { return static_cast<int32_t>(std::count(aborted.begin(), aborted.end(), false)); }
-};
-
-// The engine id of sequence i of a request added as `id` with n sequences: `id` itself when n == 1.
-inline std::string sequence_id(const std::string& id, int32_t index, int32_t n) {
-  return n == 1 ? id : id + "-" + std::to_string(index);
-}
-
+// One sequence the scheduler runs. An n > 1 request is first one Request with the parent's id (its prompt,
+// prefilled once); when that prompt is done it forks into n Requests "<id>-<i>" (ParentRequest).
 struct Request {
   std::string request_id;
   std::string parent_id;  // the id add_request was given (== request_id unless this is sequence i of n > 1)
   int32_t index = 0;      // sequence index within the parent (the choice index of an n > 1 request)
+  std::shared_ptr<ParentRequest> parent;  // the request as added: its n sequences and which are finished
   std::vector<int32_t> prompt_token_ids;
   std::vector<int32_t> output_token_ids;
   std::vector<int32_t> all_token_ids;  // prompt + output
@@ -72,7 +82,6 @@ struct Request {
   RequestStats stats;
   int64_t admission_seq = 0;  // order of admission to running, for preemption priority
   std::unique_ptr<structured::GrammarMatcher> grammar;  // set when sampling_params.structured_output is
-  std::optional<ParallelSampling> parallel;              // set until an n > 1 request forks
 
   Request(std::string id, std::vector<int32_t> prompt, SamplingParams params, std::vector<int32_t> eos, uint64_t seed)
       : request_id(std::move(id)),
@@ -88,8 +97,10 @@ struct Request {
   int64_t num_tokens() const { return static_cast<int64_t>(all_token_ids.size()); }
   int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }
   int64_t num_output_tokens() const { return static_cast<int64_t>(output_token_ids.size()); }
+  // An n > 1 request's prompt, not yet forked into its sequences.
+  bool forks() const { return parent && parent->n > 1 && request_id == parent->request_id; }
   // Sequences this request will run as once its prompt is done (its share of max_num_seqs).
-  int64_t num_seqs() const { return parallel ? parallel->num_live() : 1; }
+  int64_t num_seqs() const { return forks() ? parent->num_unfinished() : 1; }
   void append_output_token(int32_t id) {
     output_token_ids.push_back(id);
     all_token_ids.push_back(id);

@@ -2,13 +2,24 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/structured/structured_output_spec.h"
+#include "model/intervention.h"
 
 namespace kvik {
+
+inline constexpr int32_t kMaxLogprobs = 20;
+
+// Why a request cannot run: the request field at fault (OpenAI's error "param", e.g. "logit_bias") and a
+// message naming the problem. Returned by validation at every layer, so the server reports the right field.
+struct ValidationError {
+  std::string param;
+  std::string message;
+};
 
 struct SamplingParams {
   // Parallel sampling: n sequences from one prompt, prefilled once. Sequence i draws from its own random
@@ -40,15 +51,15 @@ struct SamplingParams {
   // Structured output: every token outside the spec's grammar is masked to −∞ before sampling, and EOS is
   // allowed only where the grammar accepts (engine/structured/). Compiled by EngineCore::add_request.
   std::optional<StructuredOutputSpec> structured_output;
+  // Steering / ablation of the residual stream for this request only (model/intervention.h; build with
+  // make_interventions). Its cache key goes into every block hash: steered KV is never shared with plain KV.
+  std::shared_ptr<const InterventionList> interventions;
 
-  // Whether sampling needs a modified copy of the logits (penalties, bias, or stops blocked by min_tokens).
-  bool adjusts_logits(int64_t num_output_tokens) const {
-    return has_penalties() || !logit_bias.empty() || num_output_tokens < min_tokens;
-  }
   bool has_penalties() const { return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f; }
 
-  // Empty string when valid, otherwise what is wrong (naming the field).
-  std::string validate() const;
+  // What is wrong with the values themselves (ranges), or nullopt. Checks that need the model (token ids
+  // inside the vocabulary, n against max_num_seqs, the grammar compiling) are EngineCore::add_request's.
+  std::optional<ValidationError> validate() const;
 };
 
 }  // namespace kvik

@@ -71,71 +71,68 @@ int64_t Scheduler::chunk_limit(int64_t budget) const {
   return budget;
 }
 
-SchedulerOutput Scheduler::schedule() {
-  SchedulerOutput out;
-  int64_t budget = config_.max_num_batched_tokens;
-  std::unordered_map<Request*, size_t> index;  // scheduled request → position in out.scheduled
-
-  auto schedule_running = [&](Request* req, int64_t num_new) -> bool {
-    // Try to allocate; on failure preempt the most recently admitted running request and retry.
-    while (true) {
-      if (kv_.allocate_slots(*req, num_new)) {
-        index[req] = out.scheduled.size();
-        out.scheduled.push_back({req, num_new});
-        out.total_num_scheduled_tokens += num_new;
-        budget -= num_new;
-        return true;
-      }
-      Request* victim = *std::max_element(running_.begin(), running_.end(), [](Request* a, Request* b) {
-        return a->admission_seq < b->admission_seq;
-      });
-      if (auto it = index.find(victim); it != index.end()) {
-        // Already scheduled this step: give its tokens back before preempting it.
-        budget += out.scheduled[it->second].num_scheduled_tokens;
-        out.total_num_scheduled_tokens -= out.scheduled[it->second].num_scheduled_tokens;
-        out.scheduled[it->second].num_scheduled_tokens = 0;
-        index.erase(it);
-      }
-      preempt(victim);
-      out.preempted_ids.push_back(victim->request_id);
-      if (victim == req) return false;
+// Tries to allocate `num_new` slots for a running request; on failure preempts the most recently admitted
+// running request and retries. False when `req` itself was preempted.
+bool Scheduler::schedule_running(StepBuilder& st, Request* req, int64_t num_new) {
+  while (true) {
+    if (kv_.allocate_slots(*req, num_new)) {
+      st.index[req] = st.out.scheduled.size();
+      st.out.scheduled.push_back({req, num_new});
+      st.out.total_num_scheduled_tokens += num_new;
+      st.budget -= num_new;
+      return true;
     }
-  };
+    Request* victim = *std::max_element(running_.begin(), running_.end(), [](Request* a, Request* b) {
+      return a->admission_seq < b->admission_seq;
+    });
+    if (auto it = st.index.find(victim); it != st.index.end()) {
+      // Already scheduled this step: give its tokens back before preempting it.
+      ScheduledRequest& s = st.out.scheduled[it->second];
+      st.budget += s.num_scheduled_tokens;
+      st.out.total_num_scheduled_tokens -= s.num_scheduled_tokens;
+      s.num_scheduled_tokens = 0;
+      st.index.erase(it);
+    }
+    preempt(victim);
+    st.out.preempted_ids.push_back(victim->request_id);
+    if (victim == req) return false;
+  }
+}
 
-  // 1. Decodes: running requests whose prompt is done need one token each.
+// Running requests: decodes (one token each) first, then prefills in progress (chunked to the budget).
+void Scheduler::schedule_running_requests(StepBuilder& st) {
   std::vector<Request*> snapshot = running_;
   for (Request* req : snapshot) {
-    if (budget <= 0) break;
+    if (st.budget <= 0) break;
     if (req->status != RequestStatus::kRunning) continue;  // preempted meanwhile
     if (req->num_tokens() - req->num_computed_tokens != 1) continue;
-    schedule_running(req, 1);
+    schedule_running(st, req, 1);
   }
-  // 2. Running prefills (chunked prompts in progress).
   snapshot = running_;
   for (Request* req : snapshot) {
-    if (budget <= 0) break;
-    if (req->status != RequestStatus::kRunning || index.count(req)) continue;
+    if (st.budget <= 0) break;
+    if (req->status != RequestStatus::kRunning || st.index.count(req)) continue;
     const int64_t remaining = req->num_tokens() - req->num_computed_tokens;
     if (remaining <= 0) continue;
-    schedule_running(req, std::min(remaining, chunk_limit(budget)));
+    schedule_running(st, req, std::min(remaining, chunk_limit(st.budget)));
   }
   // Drop entries zeroed by preemption.
-  out.scheduled.erase(std::remove_if(out.scheduled.begin(), out.scheduled.end(),
-                                     [](const ScheduledRequest& s) { return s.num_scheduled_tokens == 0; }),
-                      out.scheduled.end());
+  std::erase_if(st.out.scheduled, [](const ScheduledRequest& s) { return s.num_scheduled_tokens == 0; });
+}
 
-  // 3. Waiting requests, in order, while budget, sequence slots and blocks last (none if we just preempted).
-  // An n > 1 request takes n sequence slots (what it forks into), and unless it would run alone it is
-  // admitted only when n - 1 blocks stay free beyond its prompt's: the first decode after the fork needs a
-  // copy-on-write (or new) block per extra sequence.
+// Waiting requests, in order, while budget, sequence slots and blocks last (none if this step preempted).
+// An n > 1 request takes n sequence slots (what it forks into), and unless it would run alone it is admitted
+// only when n - 1 blocks stay free beyond its prompt's: the first decode after the fork needs a copy-on-write
+// (or new) block per extra sequence.
+void Scheduler::admit_waiting(StepBuilder& st) {
   int64_t num_seqs = 0;
   for (const Request* r : running_) num_seqs += r->num_seqs();
-  while (out.preempted_ids.empty() && budget > 0 && !waiting_.empty() &&
+  while (st.out.preempted_ids.empty() && st.budget > 0 && !waiting_.empty() &&
          num_seqs + waiting_.front()->num_seqs() <= config_.max_num_seqs) {
     Request* req = waiting_.front();
     int64_t num_cached = 0;
     KVCacheBlocks hit = kv_.get_computed_blocks(*req, &num_cached);
-    const int64_t num_new = std::min(req->num_tokens() - num_cached, chunk_limit(budget));
+    const int64_t num_new = std::min(req->num_tokens() - num_cached, chunk_limit(st.budget));
     req->num_computed_tokens = 0;
     const int64_t reserve = running_.empty() ? 0 : req->num_seqs() - 1;
     if (!kv_.allocate_slots(*req, num_new, &hit, reserve)) break;
@@ -148,12 +145,19 @@ SchedulerOutput Scheduler::schedule() {
     req->status = RequestStatus::kRunning;
     req->admission_seq = ++admission_counter_;
     running_.push_back(req);
-    out.scheduled.push_back({req, num_new});
-    out.total_num_scheduled_tokens += num_new;
-    budget -= num_new;
+    st.out.scheduled.push_back({req, num_new});
+    st.out.total_num_scheduled_tokens += num_new;
+    st.budget -= num_new;
   }
-  out.blocks_to_copy = kv_.take_block_copies();
-  return out;
+}
+
+SchedulerOutput Scheduler::schedule() {
+  StepBuilder st;
+  st.budget = config_.max_num_batched_tokens;
+  schedule_running_requests(st);
+  admit_waiting(st);
+  st.out.blocks_to_copy = kv_.take_block_copies();
+  return std::move(st.out);
 }
 
 void Scheduler::update_after_step(const SchedulerOutput& out) {

@@ -20,7 +20,6 @@ namespace kvik {
 struct SchedulerConfig {
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
-  int64_t max_model_len = 2048;
   // Longest chunk of one prompt per step (0 = the token budget): smaller chunks interleave prefills with
   // decodes more finely.
   int64_t long_prefill_token_threshold = 0;
@@ -66,6 +65,15 @@ class Scheduler {
   Request* find(const std::string& id) const;
 
  private:
+  // One schedule() call's state: the output so far, the token budget left, scheduled request → position.
+  struct StepBuilder {
+    SchedulerOutput out;
+    int64_t budget = 0;
+    std::unordered_map<Request*, size_t> index;
+  };
+  bool schedule_running(StepBuilder& st, Request* req, int64_t num_new);
+  void schedule_running_requests(StepBuilder& st);
+  void admit_waiting(StepBuilder& st);
   void preempt(Request* victim);
   int64_t chunk_limit(int64_t budget) const;
 

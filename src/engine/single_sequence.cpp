@@ -6,7 +6,7 @@
 
 namespace kvik {
 
-SingleSequence::SingleSequence(LlamaModel& model, int64_t max_len, KvDType kv_dtype, int32_t block_size)
+SingleSequence::SingleSequence(LlamaModel& model, int64_t max_len, DType kv_dtype, int32_t block_size)
     : model_(model),
       max_len_(max_len),
       cache_(model.config(), (max_len + block_size - 1) / block_size, block_size, kv_dtype),
@@ -36,6 +36,12 @@ std::vector<float> SingleSequence::append(std::span<const int32_t> tokens, int64
   b.block_tables = block_table_;
   b.max_blocks_per_seq = static_cast<int32_t>(block_table_.size());
   b.logits_indices = logits_indices;
+  std::vector<const InterventionList*> per_token;
+  if (interventions_) {
+    per_token.assign(static_cast<size_t>(T), interventions_.get());
+    b.interventions = per_token;
+  }
+  b.observe = observe_;
   std::vector<float> logits(static_cast<size_t>(n_logits * model_.config().vocab_size));
   model_.forward(b, cache_, logits.data());
   length_ += T;

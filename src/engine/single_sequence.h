@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -13,7 +15,7 @@ namespace kvik {
 
 class SingleSequence {
  public:
-  SingleSequence(LlamaModel& model, int64_t max_len, KvDType kv_dtype = KvDType::kF32, int32_t block_size = 16);
+  SingleSequence(LlamaModel& model, int64_t max_len, DType kv_dtype = DType::F32, int32_t block_size = 16);
 
   // Appends tokens (prefill or decode) and returns logits for the last `n_logits` of them, [n_logits, V].
   // Throws kvik::Error when the sequence would exceed max_len.
@@ -21,6 +23,10 @@ class SingleSequence {
   int64_t length() const { return length_; }
   int64_t max_len() const { return max_len_; }
   void reset() { length_ = 0; }
+  // Interventions on every token appended from now on (nullptr = none), and an observer of the residual
+  // stream (ForwardBatch::observe) for the steps that follow.
+  void set_interventions(std::shared_ptr<const InterventionList> iv) { interventions_ = std::move(iv); }
+  void set_observer(std::function<void(int32_t layer, const float* x, int64_t T)> f) { observe_ = std::move(f); }
 
  private:
   LlamaModel& model_;
@@ -28,6 +34,8 @@ class SingleSequence {
   int64_t length_ = 0;
   KvCacheTensors cache_;
   std::vector<int32_t> block_table_;
+  std::shared_ptr<const InterventionList> interventions_;
+  std::function<void(int32_t, const float*, int64_t)> observe_;
 };
 
 }  // namespace kvik

@@ -1,6 +1,8 @@
 #include "formats/gguf.h"
 
+#include <unistd.h>
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 
@@ -499,7 +501,10 @@ void GgufWriter::write(const std::string& path) const {
 }
 
 void GgufWriter::write_streaming(const std::string& path, const std::function<void(size_t, const Sink&)>& fill) const {
-  const std::string tmp = path + ".tmp";
+  // A name of its own per writer: two processes writing the same path (tests run in parallel) each rename a
+  // whole file into place instead of interleaving into one temporary.
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), counter++);
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) fail("{}: cannot open for writing", tmp);
   const auto abandon = [&](const std::string& why) {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "formats/json_file.h"
 
 namespace kvik {
 
@@ -126,13 +127,7 @@ std::unique_ptr<SafetensorsModel> SafetensorsModel::open_dir(const std::string& 
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   std::vector<std::string> shards;
   if (fs::exists(index)) {
-    std::ifstream in(index);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}: invalid JSON: {}", index.string(), e.what());
-    }
+    const nlohmann::json j = read_json_file(index);
     if (!j.contains("weight_map") || !j["weight_map"].is_object()) fail("{}: no \"weight_map\" object", index.string());
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
       if (!it.value().is_string()) fail("{}: weight_map['{}'] is not a file name", index.string(), it.key());

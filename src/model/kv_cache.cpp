@@ -2,10 +2,13 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
+#include "core/log.h"
+#include "core/system.h"
 
 namespace kvik {
 
@@ -13,7 +16,7 @@ void KvCacheTensors::Free::operator()(void* p) const {
   if (p) ::munmap(p, bytes);
 }
 
-KvCacheTensors::KvCacheTensors(const ModelConfig& cfg, int64_t num_blocks, int32_t block_size, KvDType dtype)
+KvCacheTensors::KvCacheTensors(const ModelConfig& cfg, int64_t num_blocks, int32_t block_size, DType dtype)
     : num_blocks_(num_blocks), block_size_(block_size), dtype_(dtype) {
   if (num_blocks <= 0 || block_size <= 0) fail("KV cache needs at least one block (got {} × {})", num_blocks, block_size);
   slot_bytes_ = cfg.kv_dim() * elem_bytes(dtype);
@@ -43,6 +46,40 @@ void KvCacheTensors::copy_block(int32_t src, int32_t dst, int32_t num_slots) {
     std::memcpy(k + dst * block_bytes, k + src * block_bytes, bytes);
     std::memcpy(v + dst * block_bytes, v + src * block_bytes, bytes);
   }
+}
+
+KvCapacity plan_kv_capacity(const ModelConfig& mc, const KvCacheBudget& c, int64_t weight_bytes) {
+  KvCapacity k;
+  k.bytes_per_token = KvCacheTensors::bytes_per_token(mc, c.dtype);
+  const int64_t block_bytes = k.bytes_per_token * c.block_size;
+  const int64_t blocks_per_seq = (c.max_model_len + c.block_size - 1) / c.block_size;
+  if (c.num_kv_blocks > 0) {
+    k.num_blocks = c.num_kv_blocks;
+  } else if (c.kv_cache_memory_gib > 0) {
+    k.num_blocks = static_cast<int64_t>(c.kv_cache_memory_gib * static_cast<double>(int64_t{1} << 30)) / block_bytes;
+  } else {
+    // Like vLLM's --gpu-memory-utilization: a fraction of RAM, less the weights, becomes KV blocks; here no
+    // more than max_num_seqs full-length sequences need, since host RAM is shared with everything else.
+    const double budget = c.memory_utilization * static_cast<double>(physical_memory_bytes()) - weight_bytes;
+    k.num_blocks = std::min<int64_t>(static_cast<int64_t>(std::max(0.0, budget)) / block_bytes,
+                                     c.max_num_seqs * blocks_per_seq);
+  }
+  k.tokens = k.num_blocks * c.block_size;
+  k.gib = static_cast<double>(k.num_blocks * block_bytes) / static_cast<double>(int64_t{1} << 30);
+  k.max_concurrency = static_cast<double>(k.tokens) / static_cast<double>(c.max_model_len);
+  if (k.num_blocks < blocks_per_seq)
+    fail("the KV cache holds {} tokens ({:.3f} GiB at {} bytes per token), fewer than one sequence of max_model_len "
+         "{} needs: increase --kv-cache-memory (or --memory-utilization) or lower --max-model-len",
+         k.tokens, k.gib, k.bytes_per_token, c.max_model_len);
+  return k;
+}
+
+void log_kv_capacity(const ModelConfig& mc, const KvCacheBudget& c, const KvCapacity& k) {
+  log_info("KV cache: {} bytes per token (2 x L {} x n_kv {} x d_h {} x {} bytes)", k.bytes_per_token, mc.n_layers,
+           mc.n_kv_heads, mc.head_dim, KvCacheTensors::elem_bytes(c.dtype));
+  log_info("Available KV cache memory: {:.2f} GiB", k.gib);
+  log_info("KV cache size: {} tokens ({} blocks of {})", k.tokens, k.num_blocks, c.block_size);
+  log_info("Maximum concurrency for {} tokens per request: {:.2f}x", c.max_model_len, k.max_concurrency);
 }
 
 }  // namespace kvik

@@ -7,23 +7,24 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/paged_attention.h"
 #include "model/model_config.h"
+#include "tensor/dtype.h"
 
 namespace kvik {
 
 class KvCacheTensors {
  public:
-  KvCacheTensors(const ModelConfig& cfg, int64_t num_blocks, int32_t block_size, KvDType dtype);
+  KvCacheTensors(const ModelConfig& cfg, int64_t num_blocks, int32_t block_size, DType dtype);
 
   int64_t num_blocks() const { return num_blocks_; }
   int32_t block_size() const { return block_size_; }
-  KvDType dtype() const { return dtype_; }
+  DType dtype() const { return dtype_; }
   void* k(int64_t layer) { return layers_[layer].k.get(); }
   void* v(int64_t layer) { return layers_[layer].v.get(); }
   // Bytes per element and per token (all layers, K and V), the course's KV bytes per token.
-  static int64_t elem_bytes(KvDType d) { return d == KvDType::kF32 ? 4 : 2; }
-  static int64_t bytes_per_token(const ModelConfig& cfg, KvDType d) { return cfg.kv_bytes_per_token(elem_bytes(d)); }
+  static int64_t elem_bytes(DType d) { return kv_elem_bytes(d); }
+  static int64_t bytes_per_token(const ModelConfig& cfg, DType d) { return cfg.kv_bytes_per_token(elem_bytes(d)); }
   int64_t total_bytes() const;
   // Copies the first `num_slots` token slots of block `src` into block `dst`, K and V of every layer (the
   // engine's copy-on-write of a block shared by forked sequences).
@@ -39,10 +40,36 @@ class KvCacheTensors {
   };
   int64_t num_blocks_;
   int32_t block_size_;
-  KvDType dtype_;
+  DType dtype_;
   int64_t slot_bytes_;  // one token's K (or V) of one layer: n_kv · d_h elements
   int64_t layer_bytes_;
   std::vector<Layer> layers_;
 };
+
+// How many KV blocks the pool gets (vLLM's determine_available_memory + get_kv_cache_config, for host RAM).
+struct KvCacheBudget {
+  int32_t block_size = 16;
+  int64_t max_model_len = 0;
+  int64_t max_num_seqs = 64;
+  double kv_cache_memory_gib = 0;  // 0 = memory_utilization × RAM − weights
+  double memory_utilization = 0.9;
+  int64_t num_kv_blocks = 0;       // > 0 overrides both (tests)
+  DType dtype = DType::F32;
+};
+
+// What the KV pool can hold, as the course explains it; computed once at start-up.
+struct KvCapacity {
+  int64_t bytes_per_token = 0;
+  int64_t num_blocks = 0;
+  int64_t tokens = 0;
+  double gib = 0;
+  double max_concurrency = 0;  // tokens / max_model_len
+};
+
+// Sizes the pool for `budget`; fails with a message naming the flags when not even one sequence of
+// max_model_len fits. `weight_bytes` is what the model holds resident (subtracted from the RAM fraction).
+KvCapacity plan_kv_capacity(const ModelConfig& mc, const KvCacheBudget& budget, int64_t weight_bytes);
+// The start-up lines: bytes per token as 2 x L x n_kv x d_h x bytes, GiB, tokens, max concurrency.
+void log_kv_capacity(const ModelConfig& mc, const KvCacheBudget& budget, const KvCapacity& k);
 
 }  // namespace kvik

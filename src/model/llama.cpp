@@ -11,6 +11,8 @@
 #include "core/log.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/rope.h"
 
 namespace kvik {
 namespace {
@@ -48,8 +50,8 @@ const float* norm_vector(const GgufFile& g, const std::string& name, int64_t n) 
 
 }  // namespace
 
-std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
-  if (std::filesystem::is_directory(path)) return load_hf(path);
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const LoadOptions& options) {
+  if (std::filesystem::is_directory(path)) return load_hf(path, options);
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->path_ = path;
   m->gguf_ = GgufFile::open(path);
@@ -82,7 +84,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
     w.w_down = matrix(g, p + "ffn_down.weight", c.dim, c.ff_dim);
     m->layers_.push_back(w);
   }
-  m->pack_weights();
+  m->pack_weights(options.repack_weights);
   return m;
 }
 
@@ -94,7 +96,7 @@ const float* LlamaModel::owned_floats(const uint8_t* data, DType dtype, int64_t 
 
 // A Hugging Face checkpoint: tensors named model.layers.N.self_attn.q_proj.weight, stored [out, in] row-major,
 // which is WeightMatrix's rows = out features; q/k rows in HF's rotate_half order (RopeType::kNeox).
-std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir) {
+std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir, const LoadOptions& options) {
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->path_ = dir;
   const ModelConfig& c = m->config_ = config_from_hf(dir);
@@ -150,11 +152,12 @@ std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir) {
     w.w_down = mat(p + "mlp.down_proj.weight", c.dim, c.ff_dim);
     m->layers_.push_back(w);
   }
-  m->pack_weights();
+  m->pack_weights(options.repack_weights);
   return m;
 }
 
-void LlamaModel::pack_weights() {
+void LlamaModel::pack_weights(bool repack) {
+  if (!repack) return;
   // One arena for every packed matrix (huge-page aligned, each matrix at a 64-byte offset).
   size_t total = 0;
   int64_t count = 0;
@@ -232,35 +235,6 @@ void LlamaModel::Workspace::reserve(const ModelConfig& c, int64_t T) {
   gate.resize(T * c.ff_dim);
   up.resize(T * c.ff_dim);
   rows.resize(T * c.dim);
-  rope_cs.resize(c.rope_dim);
-}
-
-// RoPE for one token's heads; with rope_freq_factors (Llama 3.1 scaling) each pair's angle is divided by its
-// factor: θ_i = pos · base^(−2i/rope_dim) / f_i. Without, the shared kernel.
-void LlamaModel::rope_rows(float* x, int64_t n_heads, int32_t pos) {
-  const ModelConfig& c = config_;
-  if (c.rope_freq_factors.empty()) {
-    rope(x, n_heads, c.head_dim, c.rope_dim, pos, c.rope_freq_base, c.rope_type);
-    return;
-  }
-  const int64_t half = c.rope_dim / 2;
-  float* cs = ws_.rope_cs.data();  // [cos_0..cos_{half-1}, sin_0..]
-  for (int64_t i = 0; i < half; ++i) {
-    const double theta = pos * std::pow(static_cast<double>(c.rope_freq_base), -2.0 * i / c.rope_dim) /
-                         c.rope_freq_factors[i];
-    cs[i] = static_cast<float>(std::cos(theta));
-    cs[half + i] = static_cast<float>(std::sin(theta));
-  }
-  for (int64_t h = 0; h < n_heads; ++h) {
-    float* v = x + h * c.head_dim;
-    for (int64_t i = 0; i < half; ++i) {
-      const int64_t a = c.rope_type == RopeType::kNorm ? 2 * i : i;
-      const int64_t b = c.rope_type == RopeType::kNorm ? 2 * i + 1 : i + half;
-      const float x0 = v[a], x1 = v[b];
-      v[a] = x0 * cs[i] - x1 * cs[half + i];
-      v[b] = x0 * cs[half + i] + x1 * cs[i];
-    }
-  }
 }
 
 void LlamaModel::forward(const ForwardBatch& b, KvCacheTensors& cache, float* logits) {
@@ -275,18 +249,33 @@ void LlamaModel::forward(const ForwardBatch& b, KvCacheTensors& cache, float* lo
     if (id < 0 || id >= c.vocab_size) fail("token id {} is outside the vocabulary (0..{})", id, c.vocab_size - 1);
     dequantize_row(token_embd_.dtype, token_embd_.row(id), &ws_.x[t * c.dim], c.dim);
   }
+  stream_written(b, 0, true, T);
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
     attention_block(l, b, cache, T);
-    mlp_block(l, T);
+    mlp_block(l, b, T);
   }
 
   // Final norm and LM head, only for the rows asked for: logits [N, V]
   const int64_t N = static_cast<int64_t>(b.logits_indices.size());
   for (int64_t i = 0; i < N; ++i)
     std::copy_n(&ws_.x[b.logits_indices[i] * c.dim], c.dim, &ws_.rows[i * c.dim]);
-  rmsnorm(ws_.rows.data(), output_norm_, ws_.xn.data(), N, c.dim, c.rms_eps);
+  lm_head(ws_.rows.data(), N, logits);
+}
+
+void LlamaModel::lm_head(const float* x, int64_t N, float* logits) {
+  ws_.reserve(config_, N);
+  rmsnorm(x, output_norm_, ws_.xn.data(), N, config_.dim, config_.rms_eps);
   matmul(ws_.xn.data(), N, output_, logits);
+}
+
+void LlamaModel::stream_written(const ForwardBatch& b, int32_t layer, bool block_end, int64_t T) {
+  if (!b.interventions.empty()) {
+    for (int64_t t = 0; t < T; ++t)
+      if (const InterventionList* list = b.interventions[t])
+        apply_interventions(*list, layer, block_end, &ws_.x[t * config_.dim], config_.dim);
+  }
+  if (block_end && b.observe) b.observe(layer, ws_.x.data(), T);
 }
 
 void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensors& cache, int64_t T) {
@@ -308,9 +297,10 @@ void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensor
     rmsnorm(ws_.k.data(), w.k_norm, ws_.attn.data(), T * c.n_kv_heads, c.head_dim, c.rms_eps);
     std::copy_n(ws_.attn.data(), T * c.kv_dim(), ws_.k.data());
   }
+  const RopeParams rp{c.head_dim, c.rope_dim, c.rope_freq_base, c.rope_type, c.rope_freq_factors};
   for (int64_t t = 0; t < T; ++t) {
-    rope_rows(&ws_.q[t * c.q_dim()], c.n_heads, b.positions[t]);
-    rope_rows(&ws_.k[t * c.kv_dim()], c.n_kv_heads, b.positions[t]);
+    rope(&ws_.q[t * c.q_dim()], c.n_heads, b.positions[t], rp);
+    rope(&ws_.k[t * c.kv_dim()], c.n_kv_heads, b.positions[t], rp);
   }
   write_kv(ws_.k.data(), ws_.v.data(), b.slot_mapping.data(), T, c.kv_dim(), cache.k(l), cache.v(l), cache.dtype());
 
@@ -335,9 +325,10 @@ void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensor
 
   matmul(ws_.attn.data(), T, w.wo, ws_.proj.data());  // [T, d]
   for (int64_t i = 0; i < T * c.dim; ++i) ws_.x[i] += ws_.proj[i];
+  if (!b.interventions.empty()) stream_written(b, static_cast<int32_t>(l + 1), false, T);
 }
 
-void LlamaModel::mlp_block(int64_t l, int64_t T) {
+void LlamaModel::mlp_block(int64_t l, const ForwardBatch& b, int64_t T) {
   const ModelConfig& c = config_;
   const LayerWeights& w = layers_[l];
   rmsnorm(ws_.x.data(), w.ffn_norm, ws_.xn.data(), T, c.dim, c.rms_eps);  // xn [T, d]
@@ -345,6 +336,7 @@ void LlamaModel::mlp_block(int64_t l, int64_t T) {
   silu_mul(ws_.gate.data(), ws_.up.data(), T * c.ff_dim);                 // silu(gate) · up
   matmul(ws_.gate.data(), T, w.w_down, ws_.proj.data());                  // [T, d]
   for (int64_t i = 0; i < T * c.dim; ++i) ws_.x[i] += ws_.proj[i];
+  stream_written(b, static_cast<int32_t>(l + 1), true, T);
 }
 
 }  // namespace kvik

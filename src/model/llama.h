@@ -2,6 +2,7 @@
 // of attention + SwiGLU MLP on the residual stream, final norm, LM head.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -10,6 +11,7 @@
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "kernels/cpu/packed.h"
+#include "model/intervention.h"
 #include "model/kv_cache.h"
 #include "model/model_config.h"
 #include "tensor/tensor.h"
@@ -26,6 +28,12 @@ struct ForwardBatch {
   std::span<const int32_t> block_tables;     // [R, max_blocks_per_seq]
   int32_t max_blocks_per_seq = 0;
   std::span<const int32_t> logits_indices;   // rows whose logits are wanted, [N]
+  // Interventions (model/intervention.h), per token: its request's list or nullptr. Empty when no token of the
+  // batch has any: the forward pass then does no extra work.
+  std::span<const InterventionList* const> interventions;  // [T] or empty
+  // Called with the residual stream x [T, d] at every stream layer (0 = after the embedding, ℓ = after block
+  // ℓ−1), after interventions: the logit lens, direction finding and trace read the stream through it.
+  std::function<void(int32_t layer, const float* x, int64_t T)> observe;
 };
 
 struct LayerWeights {
@@ -37,16 +45,21 @@ struct LayerWeights {
   WeightMatrix w_gate, w_up, w_down; // [d → d_ff] ×2, [d_ff → d]
 };
 
+struct LoadOptions {
+  // Repack the matmul weights the CPU's kernels have a packed layout for (`--repack`, default on); off, every
+  // weight runs in its file layout.
+  bool repack_weights = true;
+};
+
 class LlamaModel {
  public:
   // Loads (mmaps) a GGUF file, or a Hugging Face directory (config.json + model.safetensors or a sharded
   // index), and validates every tensor's dtype and shape; throws kvik::Error naming the file and the tensor
   // with expected vs found.
-  static std::unique_ptr<LlamaModel> load(const std::string& path);
+  static std::unique_ptr<LlamaModel> load(const std::string& path, const LoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
   const std::string& path() const { return path_; }
-  bool is_gguf() const { return gguf_ != nullptr; }
   const GgufFile& gguf() const;  // throws kvik::Error for a Hugging Face directory
   int64_t parameter_count() const;
   int64_t weight_bytes() const;
@@ -60,18 +73,20 @@ class LlamaModel {
 
   // Runs the batch; writes K/V of every token into `cache` and logits [N, V] for batch.logits_indices.
   void forward(const ForwardBatch& batch, KvCacheTensors& cache, float* logits);
+  // Final norm and LM head on N stream rows x [N, d]: logits [N, V] (what the logit lens applies per layer).
+  void lm_head(const float* x, int64_t N, float* logits);
 
  private:
   struct Workspace {
     int64_t capacity = 0;
-    std::vector<float> x, xn, q, k, v, attn, proj, gate, up, rows, rope_cs;
+    std::vector<float> x, xn, q, k, v, attn, proj, gate, up, rows;
     void reserve(const ModelConfig& c, int64_t T);
   };
 
   LlamaModel() = default;
-  static std::unique_ptr<LlamaModel> load_hf(const std::string& dir);
+  static std::unique_ptr<LlamaModel> load_hf(const std::string& dir, const LoadOptions& options);
   const float* owned_floats(const uint8_t* data, DType dtype, int64_t n);  // a dequantized copy kept by the model
-  void pack_weights();  // repacks the matmul weights the CPU's kernels have a packed layout for
+  void pack_weights(bool repack);  // when `repack`, repacks the matmul weights the CPU's kernels have a packed layout for
   // f(w) for the LM head and every layer's seven projections (const or not, as `self` is).
   template <typename Self, typename F>
   static void for_each_matmul_weight(Self& self, F&& f) {
@@ -79,9 +94,10 @@ class LlamaModel {
     for (auto& l : self.layers_)
       for (auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) f(*w);
   }
-  void rope_rows(float* x, int64_t n_heads, int32_t pos);
   void attention_block(int64_t layer, const ForwardBatch& b, KvCacheTensors& cache, int64_t T);
-  void mlp_block(int64_t layer, int64_t T);
+  void mlp_block(int64_t layer, const ForwardBatch& b, int64_t T);
+  // The stream at layer `layer` is written (block_end: x_layer is complete): interventions, then the observer.
+  void stream_written(const ForwardBatch& b, int32_t layer, bool block_end, int64_t T);
 
   std::string path_;
   std::unique_ptr<GgufFile> gguf_;

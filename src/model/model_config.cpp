@@ -3,11 +3,11 @@
 #include "core/error.h"
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "formats/gguf.h"
+#include "formats/json_file.h"
 
 namespace kvik {
 
@@ -66,20 +66,6 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   return c;
 }
 
-namespace {
-
-nlohmann::json read_json(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  if (!in) fail("{}: cannot open", p.string());
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: invalid JSON: {}", p.string(), e.what());
-  }
-}
-
-}  // namespace
-
 std::vector<float> llama3_rope_freq_factors(float base, int64_t rope_dim, float factor, float low_freq_factor,
                                             float high_freq_factor, float original_max_position) {
   const double low_wavelen = original_max_position / low_freq_factor;
@@ -103,7 +89,7 @@ std::vector<float> llama3_rope_freq_factors(float base, int64_t rope_dim, float 
 ModelConfig config_from_hf(const std::string& dir) {
   const std::filesystem::path path = std::filesystem::path(dir) / "config.json";
   if (!std::filesystem::exists(path)) fail("{}: no config.json in this directory", dir);
-  const nlohmann::json j = read_json(path);
+  const nlohmann::json j = read_json_file(path);
   const std::string f = path.string();
   if (!j.is_object()) fail("{}: not a JSON object", f);
   std::string arch;
@@ -174,7 +160,7 @@ GenerationConfig generation_config_from_hf(const std::string& dir) {
   GenerationConfig g;
   const std::filesystem::path path = std::filesystem::path(dir) / "generation_config.json";
   if (!std::filesystem::exists(path)) return g;
-  const nlohmann::json j = read_json(path);
+  const nlohmann::json j = read_json_file(path);
   if (j.contains("eos_token_id")) {
     const auto& e = j["eos_token_id"];
     if (e.is_number_integer()) g.eos_token_ids.push_back(e.get<int32_t>());

@@ -6,11 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/rope.h"
+
 namespace kvik {
 
 class GgufFile;
 
-enum class RopeType { kNorm, kNeox };  // adjacent pairs (llama GGUF) vs halves (HF layout, Qwen)
 
 struct ModelConfig {
   std::string arch = "llama";

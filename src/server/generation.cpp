@@ -41,12 +41,12 @@ std::optional<ApiError> GenerationJob::start() {
   // One engine request per prompt: its n choices are the engine's n sequences (one prefill, shared KV;
   // choice i samples with seed + i).
   for (size_t p = 0; p < prompts_.size(); ++p) {
-    std::string err = engine_.add_request(prompt_ids_[p], prompts_[p], params_, queue_);
-    if (!err.empty()) {
+    std::optional<ValidationError> err = engine_.add_request(prompt_ids_[p], prompts_[p], params_, queue_);
+    if (err) {
       for (size_t q = 0; q < p; ++q) engine_.abort(prompt_ids_[q]);
       choices_.resize(p * static_cast<size_t>(n_));  // the destructor aborts only what was queued
       num_engine_finished_ = 0;
-      return ApiError::bad_request(err, params_.structured_output ? "response_format" : "prompt");
+      return ApiError::bad_request(err->message, err->param);
     }
   }
   started_ = true;

@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "server/chat_template.h"
+#include "server/chat_prompt.h"
 #include "server/generation.h"
 #include "server/openai_responses.h"
 #include "server/openai_schema.h"
@@ -194,26 +194,17 @@ void HttpServer::handle_detokenize(const httplib::Request& req, httplib::Respons
   send_json(res, 200, {{"prompt", ctx_.tokenizer->decode(ids, true)}});
 }
 
-void HttpServer::handle_generate(const httplib::Request& req, httplib::Response& res, bool chat) {
-  if (!authorized(req, res) || !ready(res)) return;
-  auto body = parse_body(req);
-  if (auto* e = std::get_if<ApiError>(&body)) return send_error(res, *e);
-  auto parsed = parse_generate_request(std::get<json>(body), chat);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
-  GenerateRequest& r = std::get<GenerateRequest>(parsed);
-  if (!r.model.empty() && r.model != config_.served_model_name)
-    return send_error(res, {404, fmt::format("The model `{}` does not exist (this server serves `{}`)", r.model,
-                                             config_.served_model_name),
-                            "model", "NotFoundError"});
+namespace {
 
-  // Prompts → token ids, checked against max_model_len and the vocabulary.
-  const Tokenizer& tok = *ctx_.tokenizer;
-  std::vector<std::vector<int32_t>> prompts;
+// The request's prompts as token ids, checked against the vocabulary and max_model_len; max_tokens defaults to the
+// room left (chat) or 16, and a given one must fit.
+std::optional<ApiError> prompt_ids(GenerateRequest& r, const json& body, bool chat, const Tokenizer& tok,
+                                   int64_t max_model_len, std::vector<std::vector<int32_t>>& prompts) {
   if (chat) {
     try {
       prompts.push_back(chat_prompt_ids(tok, r.messages, true));
     } catch (const Error& e) {
-      return send_error(res, ApiError::bad_request(fmt::format("chat template: {}", e.what()), "messages"));
+      return ApiError::bad_request(fmt::format("chat template: {}", e.what()), "messages");
     }
   } else {
     for (const Prompt& p : r.prompts) {
@@ -224,61 +215,34 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
   const char* prompt_field = chat ? "messages" : "prompt";
   int64_t longest = 0;
   for (const auto& ids : prompts) {
-    if (ids.empty()) return send_error(res, ApiError::bad_request("the prompt is empty", prompt_field));
+    if (ids.empty()) return ApiError::bad_request("the prompt is empty", prompt_field);
     for (int32_t id : ids)
       if (id < 0 || id >= tok.vocab_size())
-        return send_error(res, ApiError::bad_request(
-                                   fmt::format("token id {} is outside the vocabulary (0..{})", id, tok.vocab_size() - 1),
-                                   prompt_field));
+        return ApiError::bad_request(
+            fmt::format("token id {} is outside the vocabulary (0..{})", id, tok.vocab_size() - 1), prompt_field);
     longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
   }
-  if (longest >= ctx_.max_model_len)
-    return send_error(res, ApiError::bad_request(fmt::format("the prompt has {} tokens, but max_model_len is {}: "
-                                                             "shorten the prompt (no room is left to generate)",
-                                                             longest, ctx_.max_model_len),
-                                                 prompt_field));
-  const int64_t room = ctx_.max_model_len - longest;
+  if (longest >= max_model_len)
+    return ApiError::bad_request(fmt::format("the prompt has {} tokens, but max_model_len is {}: "
+                                             "shorten the prompt (no room is left to generate)",
+                                             longest, max_model_len),
+                                 prompt_field);
+  const int64_t room = max_model_len - longest;
   if (!r.max_tokens_given) {
     r.params.max_tokens = static_cast<int32_t>(chat ? room : std::min<int64_t>(16, room));
   } else if (r.params.max_tokens > room) {
-    return send_error(res, ApiError::bad_request(
-                               fmt::format("max_tokens is {}, but the prompt has {} tokens and max_model_len is {}: at "
-                                           "most {} tokens can be generated",
-                                           r.params.max_tokens, longest, ctx_.max_model_len, room),
-                               chat && std::get<json>(body).contains("max_completion_tokens") ? "max_completion_tokens"
-                                                                                              : "max_tokens"));
+    return ApiError::bad_request(
+        fmt::format("max_tokens is {}, but the prompt has {} tokens and max_model_len is {}: at "
+                    "most {} tokens can be generated",
+                    r.params.max_tokens, longest, max_model_len, room),
+        chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens");
   }
+  return std::nullopt;
+}
 
-  auto job = std::make_shared<GenerationJob>(*ctx_.engine, tok, std::move(prompts), r.params, r.n, r.stop);
-  {
-    std::lock_guard<std::mutex> lock(admission_mu_);
-    const int64_t waiting = ctx_.engine->num_waiting();
-    if (waiting + static_cast<int64_t>(job->num_choices()) > config_.max_waiting)
-      return send_error(res, {429, fmt::format("the server is overloaded: {} requests are waiting (--max-waiting {}); "
-                                               "retry later", waiting, config_.max_waiting), "", ""});
-    if (auto err = job->start()) return send_error(res, *err);
-  }
-
-  ResponseMeta meta;
-  meta.chat = chat;
-  meta.id = (chat ? "chatcmpl-" : "cmpl-") + next_request_id();
-  meta.created = static_cast<int64_t>(std::time(nullptr));
-  meta.model = config_.served_model_name;
-  meta.logprobs = r.params.logprobs >= 0;
-
-  if (!r.stream) {
-    std::vector<ChoiceResult> results(job->num_choices());
-    while (!job->done())
-      for (ChoiceDelta& d : job->next(kPollInterval)) {
-        ChoiceResult& c = results[d.index];
-        c.text += d.text;
-        c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
-        if (d.finish_reason) c.finish_reason = *d.finish_reason;
-      }
-    return send_json(res, 200, response_json(meta, tok, results, job->usage()));
-  }
-
-  // Streaming: one SSE chunk per engine output (one engine step of one choice).
+// Streaming: one SSE chunk per engine output (one engine step of one choice), keep-alive comments while idle.
+void stream_response(httplib::Response& res, std::shared_ptr<GenerationJob> job, const ResponseMeta& meta,
+                     bool include_usage, const Tokenizer& tok) {
   struct StreamState {
     std::vector<bool> sent_first;
     std::vector<size_t> text_offset;
@@ -286,7 +250,6 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
   auto state = std::make_shared<StreamState>();
   state->sent_first.assign(job->num_choices(), false);
   state->text_offset.assign(job->num_choices(), 0);
-  const bool include_usage = r.include_usage;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
@@ -323,6 +286,58 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
       [job](bool success) {
         if (!success) job->abort();
       });
+}
+
+}  // namespace
+
+void HttpServer::handle_generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+  if (!authorized(req, res) || !ready(res)) return;
+  auto body = parse_body(req);
+  if (auto* e = std::get_if<ApiError>(&body)) return send_error(res, *e);
+  auto parsed = parse_generate_request(std::get<json>(body), chat);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
+  GenerateRequest& r = std::get<GenerateRequest>(parsed);
+  if (!r.model.empty() && r.model != config_.served_model_name)
+    return send_error(res, {404, fmt::format("The model `{}` does not exist (this server serves `{}`)", r.model,
+                                             config_.served_model_name),
+                            "model", "NotFoundError"});
+  const Tokenizer& tok = *ctx_.tokenizer;
+  std::vector<std::vector<int32_t>> prompts;
+  if (auto err = prompt_ids(r, std::get<json>(body), chat, tok, ctx_.max_model_len, prompts))
+    return send_error(res, *err);
+  try {
+    r.params.interventions = resolve_interventions(r.interventions, ctx_.directions);
+  } catch (const ApiError& e) {
+    return send_error(res, e);
+  }
+
+  auto job = std::make_shared<GenerationJob>(*ctx_.engine, tok, std::move(prompts), r.params, r.n, r.stop);
+  {
+    std::lock_guard<std::mutex> lock(admission_mu_);
+    const int64_t waiting = ctx_.engine->num_waiting();
+    if (waiting + static_cast<int64_t>(job->num_choices()) > config_.max_waiting)
+      return send_error(res, {429, fmt::format("the server is overloaded: {} requests are waiting (--max-waiting {}); "
+                                               "retry later", waiting, config_.max_waiting), "", ""});
+    if (auto err = job->start()) return send_error(res, *err);
+  }
+
+  ResponseMeta meta;
+  meta.chat = chat;
+  meta.id = (chat ? "chatcmpl-" : "cmpl-") + next_request_id();
+  meta.created = static_cast<int64_t>(std::time(nullptr));
+  meta.model = config_.served_model_name;
+  meta.logprobs = r.params.logprobs >= 0;
+  if (r.stream) return stream_response(res, job, meta, r.include_usage, tok);
+
+  std::vector<ChoiceResult> results(job->num_choices());
+  while (!job->done())
+    for (ChoiceDelta& d : job->next(kPollInterval)) {
+      ChoiceResult& c = results[d.index];
+      c.text += d.text;
+      c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+      if (d.finish_reason) c.finish_reason = *d.finish_reason;
+    }
+  send_json(res, 200, response_json(meta, tok, results, job->usage()));
 }
 
 }  // namespace kvik::server

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/async_engine.h"
+#include "server/interventions.h"
 #include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
 
@@ -37,6 +38,7 @@ struct ModelContext {
   AsyncEngine* engine = nullptr;
   ServerMetrics* metrics = nullptr;
   int64_t max_model_len = 0;
+  const DirectionRegistry* directions = nullptr;  // --direction name=FILE, for "interventions"
 };
 
 class HttpServer {

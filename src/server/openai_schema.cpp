@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 #include <limits>
 
-#include "engine/sampler.h"
+#include "engine/sample/sampler.h"
 
 namespace kvik::server {
 
@@ -138,6 +138,7 @@ void parse_structured_output(const Fields& f, SamplingParams& sp) {
     if (++given > 1)
       throw ApiError::bad_request(fmt::format("'{}': only one of response_format, guided_json, guided_regex, "
                                               "guided_grammar and guided_choice may be given", field), field);
+    spec.source = field;
     sp.structured_output = std::move(spec);
   };
   if (const json* rf = f.get("response_format")) {
@@ -183,22 +184,9 @@ void parse_structured_output(const Fields& f, SamplingParams& sp) {
   }
 }
 
-GenerateRequest parse(const json& body, bool chat) {
-  if (!body.is_object()) throw ApiError::bad_request("the request body must be a JSON object");
-  Fields f(body);
-  GenerateRequest r;
-  r.chat = chat;
-  if (auto m = f.string("model")) r.model = *m;
-  if (chat) {
-    const json* m = f.get("messages");
-    if (!m) throw ApiError::bad_request("'messages' is required", "messages");
-    validate_messages(*m);
-    r.messages = *m;
-  } else {
-    const json* p = f.get("prompt");
-    if (!p) throw ApiError::bad_request("'prompt' is required", "prompt");
-    r.prompts = parse_prompt(*p);
-  }
+// The sampling fields: lengths, temperature and filters, penalties, seed, n, logprobs (chat and completions
+// spell logprobs differently).
+void parse_sampling(Fields& f, GenerateRequest& r, bool chat) {
   SamplingParams& sp = r.params;
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
   // max_completion_tokens is the newer name of max_tokens in the chat API.
@@ -228,24 +216,31 @@ GenerateRequest parse(const json& body, bool chat) {
     if (auto v = f.boolean("echo")) r.echo = *v;
     if (r.echo) throw ApiError::bad_request("'echo' is not supported", "echo");
   }
-  if (const json* s = f.get("stop")) {
-    if (s->is_string()) {
-      r.stop.push_back(s->get<std::string>());
-    } else if (s->is_array()) {
-      if (s->size() > kMaxStopStrings)
-        throw ApiError::bad_request(fmt::format("'stop' holds {} strings; at most {} are allowed", s->size(), kMaxStopStrings), "stop");
-      for (const json& x : *s) {
-        if (!x.is_string()) throw ApiError::bad_request("'stop' must be a string or a list of strings", "stop");
-        r.stop.push_back(x.get<std::string>());
-      }
-    } else {
-      throw ApiError::bad_request("'stop' must be a string or a list of strings", "stop");
-    }
-    for (const std::string& x : r.stop)
-      if (x.empty()) throw ApiError::bad_request("'stop' strings must not be empty", "stop");
-  }
-  parse_structured_output(f, sp);
   if (auto v = f.integer("min_tokens", 0, kIntMax)) sp.min_tokens = static_cast<int32_t>(*v);
+}
+
+void parse_stop(Fields& f, GenerateRequest& r) {
+  const json* s = f.get("stop");
+  if (!s) return;
+  if (s->is_string()) {
+    r.stop.push_back(s->get<std::string>());
+  } else if (s->is_array()) {
+    if (s->size() > kMaxStopStrings)
+      throw ApiError::bad_request(fmt::format("'stop' holds {} strings; at most {} are allowed", s->size(), kMaxStopStrings), "stop");
+    for (const json& x : *s) {
+      if (!x.is_string()) throw ApiError::bad_request("'stop' must be a string or a list of strings", "stop");
+      r.stop.push_back(x.get<std::string>());
+    }
+  } else {
+    throw ApiError::bad_request("'stop' must be a string or a list of strings", "stop");
+  }
+  for (const std::string& x : r.stop)
+    if (x.empty()) throw ApiError::bad_request("'stop' strings must not be empty", "stop");
+}
+
+// logit_bias (token id → bias) and stop_token_ids.
+void parse_token_ids(Fields& f, SamplingParams& sp) {
+  constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
   if (const json* lb = f.get("logit_bias")) {
     if (!lb->is_object()) throw ApiError::bad_request("'logit_bias' must be an object of token id → bias", "logit_bias");
     if (lb->size() > 1024) throw ApiError::bad_request("'logit_bias' has more than 1024 entries", "logit_bias");
@@ -269,6 +264,9 @@ GenerateRequest parse(const json& body, bool chat) {
       throw ApiError::bad_request("'stop_token_ids' must be a list of at most 64 token ids", "stop_token_ids");
     for (const json& x : *st) sp.stop_token_ids.push_back(static_cast<int32_t>(Fields::as_integer(x, "stop_token_ids", 0, kIntMax)));
   }
+}
+
+void parse_stream(Fields& f, GenerateRequest& r) {
   if (auto v = f.boolean("stream")) r.stream = *v;
   if (const json* so = f.get("stream_options")) {
     if (!so->is_object()) throw ApiError::bad_request("'stream_options' must be an object", "stream_options");
@@ -278,10 +276,32 @@ GenerateRequest parse(const json& body, bool chat) {
       r.include_usage = it->get<bool>();
     }
   }
-  if (std::string err = sp.validate(); !err.empty()) {
-    const std::string field = err.substr(0, err.find(' '));
-    throw ApiError::bad_request(err, field);
+}
+
+GenerateRequest parse(const json& body, bool chat) {
+  if (!body.is_object()) throw ApiError::bad_request("the request body must be a JSON object");
+  Fields f(body);
+  GenerateRequest r;
+  r.chat = chat;
+  if (auto m = f.string("model")) r.model = *m;
+  if (chat) {
+    const json* m = f.get("messages");
+    if (!m) throw ApiError::bad_request("'messages' is required", "messages");
+    validate_messages(*m);
+    r.messages = *m;
+  } else {
+    const json* p = f.get("prompt");
+    if (!p) throw ApiError::bad_request("'prompt' is required", "prompt");
+    r.prompts = parse_prompt(*p);
   }
+  SamplingParams& sp = r.params;
+  parse_sampling(f, r, chat);
+  parse_stop(f, r);
+  parse_structured_output(f, sp);
+  parse_token_ids(f, sp);
+  if (const json* iv = f.get("interventions")) r.interventions = parse_interventions(*iv);
+  parse_stream(f, r);
+  if (auto err = sp.validate()) throw ApiError::bad_request(err->message, err->param);
   return r;
 }
 

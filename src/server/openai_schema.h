@@ -12,6 +12,7 @@
 
 #include "engine/sampling_params.h"
 #include "server/api_error.h"
+#include "server/interventions.h"
 
 namespace kvik::server {
 
@@ -34,6 +35,7 @@ struct GenerateRequest {
   bool stream = false;
   bool include_usage = false;
   bool echo = false;
+  std::vector<InterventionSpec> interventions;  // kvik extension (server/interventions.h)
 };
 
 // Parses a JSON body. `chat` selects the chat schema. Returns the request or the 400 naming the field.

@@ -115,18 +115,9 @@ bool post_processor_adds(const json& post, const std::string& bos) {
   return !single.empty() && single[0].contains("SpecialToken") && single[0]["SpecialToken"].value("id", "") == bos;
 }
 
-}  // namespace
-
-std::unique_ptr<BpeTokenizer> BpeTokenizer::from_hf_json(const json& tj, const json& config, const std::string& source) {
-  BpeSpec spec;
-  spec.source = source;
-  const json& model = member(tj, "model", source, "tokenizer.json");
-  const std::string type = model.value("type", std::string("BPE"));
-  if (type != "BPE") fail("{}: model type '{}' is not supported (kvik reads BPE tokenizers)", source, type);
-  const json& vocab_json = member(model, "vocab", source, "model");
-  if (!vocab_json.is_object()) fail("{}: model.vocab is not an object", source);
-
-  // Ids: model.vocab plus added_tokens; holes become unused placeholders.
+// model.vocab plus added_tokens: every token's text and type; holes become unused placeholders.
+void read_vocab(const json& tj, const json& vocab_json, BpeSpec& spec) {
+  const std::string& source = spec.source;
   int64_t n = 0;
   const auto check_id = [&](int64_t id, const std::string& text) {
     if (id < 0 || id >= kMaxVocab) fail("{}: token '{}' has id {} (allowed 0..{})", source, text, id, kMaxVocab - 1);
@@ -168,6 +159,13 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_hf_json(const json& tj, const j
     v.token_to_id[v.tokens[id]] = static_cast<int32_t>(id);
   }
 
+}
+
+// byte_fallback, fuse_unk, ignore_merges, the unknown token and the merges.
+void read_model_options(const json& model, BpeSpec& spec) {
+  const std::string& source = spec.source;
+  Vocab& v = spec.vocab;
+  const auto n = static_cast<int64_t>(v.tokens.size());
   spec.byte_fallback = model.value("byte_fallback", false);
   spec.fuse_unk = model.value("fuse_unk", false);
   spec.ignore_merges = model.value("ignore_merges", false);
@@ -194,6 +192,11 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_hf_json(const json& tj, const j
     }
   }
 
+}
+
+// Normalizer, pre-tokenizer and decoder.
+void read_pipeline(const json& tj, BpeSpec& spec) {
+  const std::string& source = spec.source;
   parse_normalizer(tj.value("normalizer", json()), spec.normalizer, source);
   bool byte_level = false;
   spec.pre_tokenizer = parse_pre_tokenizer(tj.value("pre_tokenizer", json()), byte_level, source);
@@ -209,7 +212,12 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_hf_json(const json& tj, const j
     spec.strip_leading_space = strip;
   }
 
-  // Special ids and flags: tokenizer_config.json first, then the post-processor.
+}
+
+// Special ids and flags: tokenizer_config.json first, then the post-processor; the chat template.
+void read_specials(const json& tj, const json& config, BpeSpec& spec) {
+  const std::string& source = spec.source;
+  Vocab& v = spec.vocab;
   const std::string bos = config_token(config, "bos_token"), eos = config_token(config, "eos_token");
   const std::string pad = config_token(config, "pad_token"), unk = config_token(config, "unk_token");
   const auto id_of = [&](const std::string& text, const char* key) -> int32_t {
@@ -247,6 +255,22 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_hf_json(const json& tj, const j
         if (e.value("name", "") == "default" && e.contains("template")) v.chat_template = e["template"].get<std::string>();
     }
   }
+}
+
+}  // namespace
+
+std::unique_ptr<BpeTokenizer> BpeTokenizer::from_hf_json(const json& tj, const json& config, const std::string& source) {
+  BpeSpec spec;
+  spec.source = source;
+  const json& model = member(tj, "model", source, "tokenizer.json");
+  const std::string type = model.value("type", std::string("BPE"));
+  if (type != "BPE") fail("{}: model type '{}' is not supported (kvik reads BPE tokenizers)", source, type);
+  const json& vocab_json = member(model, "vocab", source, "model");
+  if (!vocab_json.is_object()) fail("{}: model.vocab is not an object", source);
+  read_vocab(tj, vocab_json, spec);
+  read_model_options(model, spec);
+  read_pipeline(tj, spec);
+  read_specials(tj, config, spec);
   return std::make_unique<BpeTokenizer>(std::move(spec));
 }
 

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "formats/json_file.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/spm_tokenizer.h"
 
@@ -121,20 +121,6 @@ std::unique_ptr<Tokenizer> load_tokenizer_from_gguf(const GgufFile& gguf) {
   if (model == "gpt2") return BpeTokenizer::from_gguf(gguf);
   fail("{}: tokenizer.ggml.model '{}' is not supported yet", gguf.path(), model);
 }
-
-namespace {
-
-nlohmann::json read_json_file(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) fail("{}: cannot open", p.string());
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: invalid JSON: {}", p.string(), e.what());
-  }
-}
-
-}  // namespace
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   namespace fs = std::filesystem;

@@ -85,6 +85,11 @@ class Tokenizer {
   bool is_special(int32_t id) const;
   // End of generation: EOS (and EOT/EOM when the file has them).
   bool is_eog(int32_t id) const;
+  // The ids is_eog() accepts: the stop tokens an engine serving this model is built with.
+  std::vector<int32_t> end_of_generation_ids() const {
+    if (vocab_.eog_ids.empty() && vocab_.eos_id >= 0) return {vocab_.eos_id};
+    return vocab_.eog_ids;
+  }
   TokenType token_type(int32_t id) const;
   const std::string& token_text(int32_t id) const;  // throws kvik::Error outside the vocab
   const Vocab& vocab() const { return vocab_; }

@@ -10,6 +10,21 @@
 
 namespace kvik::structured {
 
+uint32_t read_repetition_count(std::string_view text, size_t& pos, std::string& error) {
+  const size_t start = pos;
+  uint64_t v = 0;
+  while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') {
+    v = v * 10 + static_cast<uint64_t>(text[pos] - '0');
+    if (v > kMaxRepetition) {
+      error = fmt::format("repetition count above the limit of {}", kMaxRepetition);
+      return 0;
+    }
+    ++pos;
+  }
+  if (pos == start) error = "expected a number";
+  return static_cast<uint32_t>(v);
+}
+
 std::vector<uint32_t> Grammar::alternatives(uint32_t rule) const {
   std::vector<uint32_t> starts;
   uint32_t pos = rule_start[rule];
@@ -230,91 +245,14 @@ class GbnfParser {
     bool have_last = false;
     while (!at_end()) {
       const char c = peek();
-      if (c == '"') {
-        ++pos_;
-        last_start = seq.size();
-        have_last = true;
-        while (peek() != '"') {
-          if (at_end() || peek() == '\n') error("unterminated string literal");
-          char buf[4];
-          const size_t n = encode_utf8(code_point(), buf);
-          for (size_t i = 0; i < n; ++i) {
-            std::bitset<256> b;
-            b.set(static_cast<unsigned char>(buf[i]));
-            seq.push_back({ElemType::kBytes, byteset(b)});
-          }
-        }
-        ++pos_;
-        // An empty literal "" is the empty sequence; a postfix operator on it applies to nothing.
-        if (seq.size() == last_start) have_last = false;
-      } else if (c == '[') {
-        ++pos_;
-        CodepointSet set;
-        const bool negated = peek() == '^';
-        if (negated) ++pos_;
-        while (peek() != ']') {
-          if (at_end() || peek() == '\n') error("unterminated character class");
-          const uint32_t lo = code_point();
-          uint32_t hi = lo;
-          if (peek() == '-' && peek(1) != ']' && pos_ + 1 < src_.size()) {
-            ++pos_;
-            if (peek() == '\n') error("unterminated character class");
-            hi = code_point();
-            if (hi < lo) error("character range is reversed");
-          }
-          set.add(lo, hi);
-        }
-        ++pos_;
-        last_start = seq.size();
-        have_last = true;
-        seq.push_back(class_elem(negated ? set.complement() : set));
-      } else if (c == '.') {
-        ++pos_;
-        CodepointSet any;
-        any.add(0, 0x10FFFF);
-        last_start = seq.size();
-        have_last = true;
-        seq.push_back(class_elem(any));
-      } else if (is_name_char(c)) {
-        const std::string ref = name();
-        last_start = seq.size();
-        have_last = true;
-        seq.push_back({ElemType::kRuleRef, rule_id(ref)});
-      } else if (c == '(') {
-        ++pos_;
-        space(true);
-        const uint32_t r = new_rule(rule_name);
-        Alts alts = alternates(rule_name, true);
-        for (const auto& a : alts) count(a.size() + 1);
-        rules_[r] = std::move(alts);
-        if (peek() != ')') error("expected ')'");
-        ++pos_;
-        last_start = seq.size();
-        have_last = true;
-        seq.push_back({ElemType::kRuleRef, r});
-      } else if (c == '*' || c == '+' || c == '?' || c == '{') {
+      if (c == '*' || c == '+' || c == '?' || c == '{') {
         if (!have_last) error(fmt::format("'{}' has nothing before it to repeat", c));
-        uint32_t min_times = 0, max_times = UINT32_MAX;  // UINT32_MAX = unbounded
-        ++pos_;
-        if (c == '+') min_times = 1;
-        else if (c == '?') max_times = 1;
-        else if (c == '{') {
-          space(nested);
-          min_times = number();
-          space(nested);
-          if (peek() == ',') {
-            ++pos_;
-            space(nested);
-            if (peek() != '}') max_times = number();
-          } else {
-            max_times = min_times;
-          }
-          space(nested);
-          if (peek() != '}') error("expected '}' to close a repetition");
-          ++pos_;
-          if (max_times < min_times) error("repetition {m,n} with n < m");
-        }
-        repeat(seq, last_start, min_times, max_times, rule_name);
+        repetition(seq, last_start, rule_name, nested);
+      } else if (c == '"' || c == '[' || c == '.' || c == '(' || is_name_char(c)) {
+        last_start = seq.size();
+        symbol(seq, rule_name);
+        // An empty literal "" is the empty sequence; a postfix operator on it applies to nothing.
+        have_last = seq.size() > last_start;
       } else {
         break;
       }
@@ -324,16 +262,102 @@ class GbnfParser {
     return seq;
   }
 
-  uint32_t number() {
-    const size_t start = pos_;
-    uint64_t v = 0;
-    while (peek() >= '0' && peek() <= '9') {
-      v = v * 10 + static_cast<uint64_t>(peek() - '0');
-      if (v > kMaxRepetition) error(fmt::format("repetition count above the limit of {}", kMaxRepetition));
+  // One symbol at pos_: a "literal" (one element per byte), a [class], '.', a (group) or a rule reference.
+  void symbol(Seq& seq, const std::string& rule_name) {
+    const char c = peek();
+    if (c == '"') return literal(seq);
+    if (c == '[') return seq.push_back(char_class());
+    if (c == '(') return seq.push_back(group(rule_name));
+    if (c == '.') {
       ++pos_;
+      CodepointSet any;
+      any.add(0, 0x10FFFF);
+      return seq.push_back(class_elem(any));
     }
-    if (pos_ == start) error("expected a number");
-    return static_cast<uint32_t>(v);
+    const std::string ref = name();
+    seq.push_back({ElemType::kRuleRef, rule_id(ref)});
+  }
+
+  void literal(Seq& seq) {
+    ++pos_;
+    while (peek() != '"') {
+      if (at_end() || peek() == '\n') error("unterminated string literal");
+      char buf[4];
+      const size_t n = encode_utf8(code_point(), buf);
+      for (size_t i = 0; i < n; ++i) {
+        std::bitset<256> b;
+        b.set(static_cast<unsigned char>(buf[i]));
+        seq.push_back({ElemType::kBytes, byteset(b)});
+      }
+    }
+    ++pos_;
+  }
+
+  Elem char_class() {
+    ++pos_;
+    CodepointSet set;
+    const bool negated = peek() == '^';
+    if (negated) ++pos_;
+    while (peek() != ']') {
+      if (at_end() || peek() == '\n') error("unterminated character class");
+      const uint32_t lo = code_point();
+      uint32_t hi = lo;
+      if (peek() == '-' && peek(1) != ']' && pos_ + 1 < src_.size()) {
+        ++pos_;
+        if (peek() == '\n') error("unterminated character class");
+        hi = code_point();
+        if (hi < lo) error("character range is reversed");
+      }
+      set.add(lo, hi);
+    }
+    ++pos_;
+    return class_elem(negated ? set.complement() : set);
+  }
+
+  // ( alternatives ): a new rule, referenced here.
+  Elem group(const std::string& rule_name) {
+    ++pos_;
+    space(true);
+    const uint32_t r = new_rule(rule_name);
+    Alts alts = alternates(rule_name, true);
+    for (const auto& a : alts) count(a.size() + 1);
+    rules_[r] = std::move(alts);
+    if (peek() != ')') error("expected ')'");
+    ++pos_;
+    return {ElemType::kRuleRef, r};
+  }
+
+  // A postfix * + ? or {m,n} applied to the symbol at seq[last_start..].
+  void repetition(Seq& seq, size_t last_start, const std::string& rule_name, bool nested) {
+    const char c = peek();
+    uint32_t min_times = 0, max_times = UINT32_MAX;  // UINT32_MAX = unbounded
+    ++pos_;
+    if (c == '+') min_times = 1;
+    else if (c == '?') max_times = 1;
+    else if (c == '{') {
+      space(nested);
+      min_times = number();
+      space(nested);
+      if (peek() == ',') {
+        ++pos_;
+        space(nested);
+        if (peek() != '}') max_times = number();
+      } else {
+        max_times = min_times;
+      }
+      space(nested);
+      if (peek() != '}') error("expected '}' to close a repetition");
+      ++pos_;
+      if (max_times < min_times) error("repetition {m,n} with n < m");
+    }
+    repeat(seq, last_start, min_times, max_times, rule_name);
+  }
+
+  uint32_t number() {
+    std::string err;
+    const uint32_t v = read_repetition_count(src_, pos_, err);
+    if (!err.empty()) error(err);
+    return v;
   }
 
   // Replaces seq[last_start..] (the last symbol) by its repetition, llama.cpp's rewriting:

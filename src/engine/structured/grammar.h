@@ -53,6 +53,11 @@ inline constexpr size_t kMaxGrammarTextBytes = 1 << 20;
 inline constexpr size_t kMaxGrammarElems = 1 << 21;
 inline constexpr uint32_t kMaxRepetition = 10000;  // largest m or n in {m,n}
 
+// The count m or n of a {m,n} repetition (GBNF and regex alike): the decimal digits at text[pos..], pos
+// advanced past them. On no digit or a count above kMaxRepetition, `error` says so (pos at the offending
+// character) and the result is 0.
+uint32_t read_repetition_count(std::string_view text, size_t& pos, std::string& error);
+
 // A GBNF string literal for arbitrary bytes ("..." with \" \\ and control bytes escaped; UTF-8 kept as is).
 std::string gbnf_literal(std::string_view bytes);
 

@@ -1,6 +1,7 @@
 #include "engine/structured/json_schema_to_gbnf.h"
 
 #include <map>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -100,19 +101,26 @@ class SchemaConverter {
       return "json-value";
     }
     if (!s.is_object()) error(path, "a schema must be an object or a boolean");
+    if (s.contains("$ref")) return ref(s, path);
+    if (std::optional<std::string> body = combination(s, path)) return *body;
+    return typed(s, path);
+  }
 
-    if (s.contains("$ref")) {
-      check_keywords(s, path, {"$ref"});
-      if (!s["$ref"].is_string()) error(path, "$ref must be a string");
-      const std::string ref = s["$ref"];
-      if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
-      // Name the rule before visiting so that a recursive definition refers to itself.
-      const std::string name = fmt::format("ref{}", refs_.size());
-      refs_[ref] = name;
-      const std::string body = visit(resolve_ref(ref, path), path + "/$ref");
-      rules_.push_back(name + " ::= " + body + "\n");
-      return name;
-    }
+  std::string ref(const json& s, const std::string& path) {
+    check_keywords(s, path, {"$ref"});
+    if (!s["$ref"].is_string()) error(path, "$ref must be a string");
+    const std::string ref = s["$ref"];
+    if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
+    // Name the rule before visiting so that a recursive definition refers to itself.
+    const std::string name = fmt::format("ref{}", refs_.size());
+    refs_[ref] = name;
+    const std::string body = visit(resolve_ref(ref, path), path + "/$ref");
+    rules_.push_back(name + " ::= " + body + "\n");
+    return name;
+  }
+
+  // const, enum, anyOf / oneOf and allOf; nullopt when the schema has none of them.
+  std::optional<std::string> combination(const json& s, const std::string& path) {
     if (s.contains("const")) {
       check_keywords(s, path, {"const", "type"});
       return literal(s["const"]);
@@ -138,7 +146,11 @@ class SchemaConverter {
       if (!s["allOf"].is_array() || s["allOf"].size() != 1) error(path, "allOf is supported only with one schema");
       return visit(s["allOf"][0], path + "/allOf/0");
     }
+    return std::nullopt;
+  }
 
+  // The types the schema allows: its "type", else what its keywords imply; empty when it constrains nothing.
+  static std::vector<std::string> types_of(const json& s, const std::string& path) {
     std::vector<std::string> types;
     if (s.contains("type")) {
       const json& t = s["type"];
@@ -156,7 +168,13 @@ class SchemaConverter {
       types.push_back("array");
     } else if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength")) {
       types.push_back("string");
-    } else {
+    }
+    return types;
+  }
+
+  std::string typed(const json& s, const std::string& path) {
+    const std::vector<std::string> types = types_of(s, path);
+    if (types.empty()) {
       check_keywords(s, path, {});
       return "json-value";
     }

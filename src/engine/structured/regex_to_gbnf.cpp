@@ -82,15 +82,10 @@ class RegexTranslator {
   }
 
   uint32_t number() {
-    uint64_t v = 0;
-    const size_t start = pos_;
-    while (peek() >= '0' && peek() <= '9') {
-      v = v * 10 + static_cast<uint64_t>(peek() - '0');
-      if (v > kMaxRepetition) error(fmt::format("repetition count above the limit of {}", kMaxRepetition));
-      ++pos_;
-    }
-    if (pos_ == start) error("expected a number");
-    return static_cast<uint32_t>(v);
+    std::string err;
+    const uint32_t v = read_repetition_count(p_, pos_, err);
+    if (!err.empty()) error(err);
+    return v;
   }
 
   std::string atom(int depth) {

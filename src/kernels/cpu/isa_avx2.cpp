@@ -37,31 +37,22 @@ inline __m256 load_bf16(const uint16_t* p) {
       _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
 }
 
-float dot_f16(const uint16_t* w, const uint16_t* x, int64_t n) {
+// f16 / bf16 dot product: the two formats differ only in how 8 halves widen to floats.
+template <__m256 (*Load)(const uint16_t*), float (*ToF32)(uint16_t)>
+float dot_half(const uint16_t* w, const uint16_t* x, int64_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    a0 = _mm256_fmadd_ps(load_f16(w + i), load_f16(x + i), a0);
-    a1 = _mm256_fmadd_ps(load_f16(w + i + 8), load_f16(x + i + 8), a1);
+    a0 = _mm256_fmadd_ps(Load(w + i), Load(x + i), a0);
+    a1 = _mm256_fmadd_ps(Load(w + i + 8), Load(x + i + 8), a1);
   }
-  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load_f16(w + i), load_f16(x + i), a0);
+  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(Load(w + i), Load(x + i), a0);
   float s = hsum(_mm256_add_ps(a0, a1));
-  for (; i < n; ++i) s += fp16_to_f32(w[i]) * fp16_to_f32(x[i]);
+  for (; i < n; ++i) s += ToF32(w[i]) * ToF32(x[i]);
   return s;
 }
-
-float dot_bf16(const uint16_t* w, const uint16_t* x, int64_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    a0 = _mm256_fmadd_ps(load_bf16(w + i), load_bf16(x + i), a0);
-    a1 = _mm256_fmadd_ps(load_bf16(w + i + 8), load_bf16(x + i + 8), a1);
-  }
-  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load_bf16(w + i), load_bf16(x + i), a0);
-  float s = hsum(_mm256_add_ps(a0, a1));
-  for (; i < n; ++i) s += bf16_to_f32(w[i]) * bf16_to_f32(x[i]);
-  return s;
-}
+float dot_f16(const uint16_t* w, const uint16_t* x, int64_t n) { return dot_half<load_f16, fp16_to_f32>(w, x, n); }
+float dot_bf16(const uint16_t* w, const uint16_t* x, int64_t n) { return dot_half<load_bf16, bf16_to_f32>(w, x, n); }
 
 // Q8_0 / Q4_0 × ActQ8: a pair of blocks as two 256-bit halves whose 32-bit lanes alternate between the blocks
 // (groups 0..3, then 4..7); the weight pair is brought into the same order with unpack + lane permutes. The

@@ -9,34 +9,17 @@
 #include "core/fp16.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/parallel.h"
 
 namespace kvik {
 namespace {
 
-// Grows a per-thread scratch buffer; after warm-up no step allocates.
-template <typename T>
-T* scratch(std::vector<T>& buf, size_t n) {
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
+using cpu_detail::kMinParallelWork;
+using cpu_detail::kRowsPerTask;
+using cpu_detail::scratch;
+using cpu_detail::split;
+using cpu_detail::split_balanced;
 
-// Rows of the weight handled per task: enough work per task to amortise scheduling, small enough for balance.
-constexpr int64_t kRowsPerTask = 16;
-// Multiply-adds below which an op is not worth splitting across threads.
-constexpr int64_t kMinParallelWork = int64_t{1} << 20;
-
-// Runs fn(begin, end) over [0, n) on the pool, or inline when the op is too small to be worth waking it.
-template <typename Fn>
-void split(int64_t n, int64_t work, Fn&& fn) {
-  if (work < kMinParallelWork || n == 1) fn(int64_t{0}, n);
-  else ThreadPool::global().parallel_for(n, fn);
-}
-
-template <typename Fn>
-void split_balanced(int64_t n, int64_t work, Fn&& fn) {
-  if (work < kMinParallelWork || n == 1) fn(int64_t{0}, n);
-  else ThreadPool::global().parallel_for_balanced(n, fn);
-}
 
 // The input of one or more matmuls converted once to what each weight type multiplies with (llama.cpp's pairing):
 // f16 for F16, bf16 for BF16, ActQ8 for Q8_0/Q4_0/Q5_0/IQ4_NL (with Q8_1 block sums for Q4_1/Q5_1), Q8_K for the
@@ -318,29 +301,6 @@ void rmsnorm(const float* x, const float* g, float* y, int64_t T, int64_t n, flo
   }
 }
 
-void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t rope_dim, int32_t pos, float freq_base, RopeType type) {
-  // θ_i = pos · base^(−2i/rope_dim), built by repeated multiplication in float as ggml does.
-  const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(rope_dim));
-  thread_local std::vector<float> cs;
-  float* c = scratch(cs, static_cast<size_t>(rope_dim));
-  float theta = static_cast<float>(pos);
-  for (int64_t i = 0; i < rope_dim / 2; ++i) {
-    c[2 * i] = std::cos(theta);
-    c[2 * i + 1] = std::sin(theta);
-    theta *= theta_scale;
-  }
-  for (int64_t h = 0; h < n_heads; ++h) {
-    float* v = x + h * head_dim;
-    for (int64_t i = 0; i < rope_dim / 2; ++i) {
-      const int64_t a = type == RopeType::kNorm ? 2 * i : i;
-      const int64_t b = type == RopeType::kNorm ? 2 * i + 1 : i + rope_dim / 2;
-      const float x0 = v[a], x1 = v[b];
-      v[a] = x0 * c[2 * i] - x1 * c[2 * i + 1];
-      v[b] = x0 * c[2 * i + 1] + x1 * c[2 * i];
-    }
-  }
-}
-
 void silu_mul(float* gate, const float* up, int64_t n) {
   constexpr int64_t kChunk = 4096;
   const CpuKernels& k = cpu_kernels();
@@ -348,76 +308,6 @@ void silu_mul(float* gate, const float* up, int64_t n) {
     const int64_t begin = c0 * kChunk, end = std::min(n, c1 * kChunk);
     k.silu_mul(gate + begin, up + begin, end - begin);
   });
-}
-
-void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t T, int64_t kv_dim, void* k_cache,
-              void* v_cache, KvDType dtype) {
-  for (int64_t t = 0; t < T; ++t) {
-    const size_t off = static_cast<size_t>(slot_mapping[t]) * kv_dim;
-    if (dtype == KvDType::kF32) {
-      std::memcpy(static_cast<float*>(k_cache) + off, k + t * kv_dim, kv_dim * sizeof(float));
-      std::memcpy(static_cast<float*>(v_cache) + off, v + t * kv_dim, kv_dim * sizeof(float));
-    } else {
-      for (int64_t i = 0; i < kv_dim; ++i) {
-        static_cast<uint16_t*>(k_cache)[off + i] = f32_to_fp16(k[t * kv_dim + i]);
-        static_cast<uint16_t*>(v_cache)[off + i] = f32_to_fp16(v[t * kv_dim + i]);
-      }
-    }
-  }
-}
-
-namespace {
-
-
-// Vectorised over head_dim through the kernel table: q·k per key, softmax, then the weighted sum of value rows
-// with the output in registers. One task per (query token, KV head) serves the query heads that share the KV head,
-// so their keys and values come from cache after the first head. Every (token, head) is computed by the same
-// instructions whatever the batch holds, so the split never changes a result.
-template <typename KV>
-void attention_impl(const PagedAttentionArgs& a) {
-  const CpuKernels& k = cpu_kernels();
-  const KV* kc = static_cast<const KV*>(a.k_cache);
-  const KV* vc = static_cast<const KV*>(a.v_cache);
-  const int64_t d = a.head_dim, kv_dim = a.n_kv_heads * d, group = a.n_heads / a.n_kv_heads;
-  const int64_t T = a.query_start_loc[a.num_reqs];
-  int64_t work = 0;  // multiply-adds: each query row reads its keys twice
-  for (int32_t r = 0; r < a.num_reqs; ++r)
-    work += static_cast<int64_t>(a.query_start_loc[r + 1] - a.query_start_loc[r]) * a.seq_lens[r];
-  work *= 2 * a.n_heads * d;
-  auto one = [&](int64_t task) {
-    const int64_t t = task / a.n_kv_heads, kvh = task % a.n_kv_heads;
-    int32_t r = 0;
-    while (a.query_start_loc[r + 1] <= t) ++r;
-    const int32_t n_keys = a.positions[t] + 1;
-    const int32_t* table = a.block_tables + static_cast<int64_t>(r) * a.max_blocks_per_seq;
-    thread_local std::vector<float> sbuf;
-    thread_local std::vector<int64_t> obuf;
-    float* scores = scratch(sbuf, static_cast<size_t>(n_keys));
-    int64_t* off = scratch(obuf, static_cast<size_t>(n_keys));  // element offset of key p's row for this KV head
-    for (int32_t p = 0; p < n_keys; ++p)
-      off[p] = (static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size) * kv_dim + kvh * d;
-    for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-      const float* q = a.q + (t * a.n_heads + h) * d;
-      if constexpr (std::is_same_v<KV, float>) k.scores_f32(q, kc, off, n_keys, d, a.scale, scores);
-      else k.scores_f16(q, kc, off, n_keys, d, a.scale, scores);
-      k.softmax(scores, n_keys);
-      float* o = a.out + (t * a.n_heads + h) * d;
-      if constexpr (std::is_same_v<KV, float>) k.wsum_f32(scores, vc, off, n_keys, d, o);
-      else k.wsum_f16(scores, vc, off, n_keys, d, o);
-    }
-  };
-  auto range = [&](int64_t b, int64_t e) {
-    for (int64_t task = b; task < e; ++task) one(task);
-  };
-  if (work < kMinParallelWork) range(0, T * a.n_kv_heads);
-  else ThreadPool::global().parallel_for_dynamic(T * a.n_kv_heads, 2, range);
-}
-
-}  // namespace
-
-void paged_attention(const PagedAttentionArgs& a) {
-  if (a.kv_dtype == KvDType::kF32) attention_impl<float>(a);
-  else attention_impl<uint16_t>(a);
 }
 
 }  // namespace kvik

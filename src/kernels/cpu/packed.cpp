@@ -1,7 +1,6 @@
 #include "kernels/cpu/packed.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -113,14 +112,7 @@ size_t packed_group_bytes(DType t, int64_t cols) {
   }
 }
 
-namespace {
-std::atomic<bool> g_repack{true};
-}  // namespace
-
-void set_weight_repacking(bool on) { g_repack = on; }
-
 bool packable(DType t) {
-  if (!g_repack) return false;
   const CpuKernels& k = cpu_kernels();
   switch (t) {
     case DType::F32: return k.gemm_f32_x16 != nullptr;

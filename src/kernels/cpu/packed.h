@@ -95,8 +95,6 @@ PackedBuffer pack_rows(const WeightMatrix& w);
 PackedBuffer pack_weight(WeightMatrix& w);
 // Whether pack_weight would pack a weight of this type on this CPU.
 bool packable(DType t);
-// Process-wide switch (`--no-repack`): when off, pack_weight packs nothing and every weight runs unpacked.
-void set_weight_repacking(bool on);
 
 // Scalar references of the packed kernels (the AVX-512 ones must equal them bit for bit: the integer sums are
 // exact and the float operations are the same fmas in the same order). y[t·ys + i] for token t < R, row i < 16.

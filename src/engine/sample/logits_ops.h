@@ -1,26 +1,16 @@
-// Turning logits into the next token: temperature, top-k, top-p, min-p, then a draw from a per-request
-// random stream (so a seeded request gives the same text alone or in any batch).
+// The per-row operations the Sampler composes: penalties, the filtered sampling distribution (temperature,
+// top-k, top-p, min-p), a draw, and log-probabilities for reporting.
 #pragma once
 
 #include <cstdint>
-#include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
+#include "engine/sample/rng.h"
 #include "engine/sampling_params.h"
 
 namespace kvik {
-
-// A per-request random stream: splitmix64-seeded xoshiro256**; the same seed gives the same draws.
-class RequestRng {
- public:
-  explicit RequestRng(uint64_t seed);
-  uint64_t next();
-  double uniform();  // [0, 1)
-
- private:
-  uint64_t s_[4];
-};
 
 // The probability distribution that sampling draws from, after all filters: pairs (token, probability)
 // sorted by probability descending (ties: lower id first). Greedy gives one pair with probability 1.
@@ -38,8 +28,6 @@ std::vector<float> softmax_probs(std::span<const float> logits);
 // Penalties of `p` applied in place to one request's logits (see SamplingParams for the formulas).
 void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
                      const SamplingParams& p);
-
-inline constexpr int32_t kMaxLogprobs = 20;
 
 // The sampled token's log-probability and the `num_top` most likely tokens' (descending, ties: lower id).
 struct TokenLogprobs {

@@ -1,4 +1,4 @@
-#include "engine/sampler.h"
+#include "engine/sample/logits_ops.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,51 +9,6 @@
 #include <unordered_map>
 
 namespace kvik {
-
-std::string SamplingParams::validate() const {
-  if (n < 1) return "n must be at least 1";
-  if (!(temperature >= 0.0f) || !std::isfinite(temperature)) return "temperature must be a finite number >= 0";
-  if (top_k < -1) return "top_k must be -1, 0 (disabled) or a positive number";
-  if (!(top_p > 0.0f && top_p <= 1.0f)) return "top_p must be in (0, 1]";
-  if (!(min_p >= 0.0f && min_p <= 1.0f)) return "min_p must be in [0, 1]";
-  if (max_tokens < 1) return "max_tokens must be at least 1";
-  if (min_tokens < 0 || min_tokens > max_tokens) return "min_tokens must be in [0, max_tokens]";
-  for (const auto& [id, bias] : logit_bias)
-    if (!std::isfinite(bias) || bias < -100.0f || bias > 100.0f) return "logit_bias values must be in [-100, 100]";
-  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) return "presence_penalty must be in [-2, 2]";
-  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) return "frequency_penalty must be in [-2, 2]";
-  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) return "repetition_penalty must be a finite number > 0";
-  if (logprobs < -1 || logprobs > kMaxLogprobs) return fmt::format("logprobs must be in 0..{}", kMaxLogprobs);
-  return "";
-}
-
-namespace {
-uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-}  // namespace
-
-RequestRng::RequestRng(uint64_t seed) {
-  for (auto& s : s_) s = splitmix64(seed);
-}
-
-uint64_t RequestRng::next() {
-  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
-  return result;
-}
-
-double RequestRng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
 
 int32_t argmax(std::span<const float> logits) {
   int32_t best = 0;

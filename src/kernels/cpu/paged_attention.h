@@ -1,0 +1,40 @@
+// Attention over the paged KV cache (the course's PagedAttention) and the write of new K/V rows into it.
+// Cache layout per layer: [num_blocks, block_size, n_kv, d_h] of the cache's element type (F32 or F16).
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace kvik {
+
+// Attention for a flat batch of requests (prefill chunks and decodes mixed). Request r owns query rows
+// [query_start_loc[r], query_start_loc[r+1]); its keys are positions [0, seq_lens[r]) stored in blocks
+// block_tables[r * max_blocks_per_seq + pos / block_size]. A query at position p sees keys 0..p (causal).
+struct PagedAttentionArgs {
+  const float* q = nullptr;    // [T, n_h, d_h]
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;
+  DType kv_dtype = DType::F32;
+  float* out = nullptr;        // [T, n_h, d_h]
+  int32_t num_reqs = 0;
+  const int32_t* query_start_loc = nullptr;  // [num_reqs + 1]
+  const int32_t* seq_lens = nullptr;         // [num_reqs]
+  const int32_t* positions = nullptr;        // [T]
+  const int32_t* block_tables = nullptr;     // [num_reqs, max_blocks_per_seq]
+  int32_t max_blocks_per_seq = 0;
+  int32_t block_size = 16;
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float scale = 1.0f;
+};
+void paged_attention(const PagedAttentionArgs& a);
+
+// Writes k/v rows [T, n_kv, d_h] into the cache slots slot_mapping[t] (= block * block_size + offset).
+void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t T, int64_t kv_dim, void* k_cache,
+              void* v_cache, DType dtype);
+
+// Whether the KV cache can be stored as `t`, and bytes per element.
+bool is_kv_cache_dtype(DType t);
+int64_t kv_elem_bytes(DType t);
+
+}  // namespace kvik
