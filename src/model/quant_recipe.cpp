@@ -14,7 +14,7 @@ constexpr std::array kMixes = {
     QuantMix{"q5_0", 8, DType::Q5_0},     QuantMix{"q5_1", 9, DType::Q5_1},     QuantMix{"iq4_nl", 25, DType::IQ4_NL},
     QuantMix{"q4_k_s", 14, DType::Q4_K},  QuantMix{"q4_k_m", 15, DType::Q4_K},  QuantMix{"q5_k_s", 16, DType::Q5_K},
     QuantMix{"q5_k_m", 17, DType::Q5_K},  QuantMix{"q6_k", 18, DType::Q6_K},    QuantMix{"f16", 1, DType::F16},
-    QuantMix{"bf16", 32, DType::BF16},
+    QuantMix{"bf16", 32, DType::BF16},    QuantMix{"f32", 0, DType::F32},
 };
 
 bool is_quantized(DType t) { return t != DType::F32 && t != DType::F16 && t != DType::BF16; }
