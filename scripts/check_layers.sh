@@ -13,9 +13,10 @@ declare -A allowed=(
   [chat]="core"
   [model]="core tensor formats kernels tokenizer"
   [engine]="core tensor formats kernels tokenizer model"
+  [eval]="core tensor formats kernels tokenizer model engine"
   [server]="core tensor formats kernels tokenizer model chat engine"
   [interp]="core tensor formats kernels tokenizer model engine"
-  [cli]="core tensor formats kernels tokenizer model chat engine server interp"
+  [cli]="core tensor formats kernels tokenizer model chat engine eval server interp"
 )
 bad=0
 while IFS= read -r -d '' f; do

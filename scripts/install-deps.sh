@@ -2,9 +2,9 @@
 # Installs kvik's build and test dependencies from Debian packages (skips apt when all are present).
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build ccache pkg-config
-      nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libicu-dev libxxhash-dev libcli11-dev libfmt-dev
+      nlohmann-json3-dev libboost-dev libssl-dev libpcre2-dev libicu-dev libxxhash-dev libcli11-dev libfmt-dev
       libgtest-dev libgmock-dev libbenchmark-dev clang
-      curl prometheus)  # curl and promtool: the server's end-to-end tests
+      curl prometheus openssl)  # curl, promtool and openssl (a TLS certificate): the server's end-to-end tests
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # Node.js and npm run the test-time clients; a machine may already have them from outside Debian (whose

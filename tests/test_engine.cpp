@@ -37,8 +37,9 @@ std::vector<std::vector<int32_t>> make_prompts(int n, int64_t vocab, uint32_t se
   return ps;
 }
 
-std::vector<int32_t> greedy_alone(LlamaModel& m, const std::vector<int32_t>& prompt, int max_tokens) {
-  SingleSequence s(m, 1024);
+std::vector<int32_t> greedy_alone(LlamaModel& m, const std::vector<int32_t>& prompt, int max_tokens,
+                                  DType kv = DType::F32) {
+  SingleSequence s(m, 1024, kv);
   std::vector<float> logits = s.append(prompt);
   std::vector<int32_t> out;
   for (int i = 0; i < max_tokens; ++i) {
@@ -101,12 +102,14 @@ RunResult run_engine(LlamaModel& m, const EngineConfig& cfg, const std::vector<s
   return r;
 }
 
-void expect_equal_outputs(LlamaModel& m, int n_prompts, int max_tokens) {
+void expect_equal_outputs(LlamaModel& m, int n_prompts, int max_tokens, DType kv = DType::F32) {
+  SCOPED_TRACE(std::string("KV cache ") + std::string(dtype_name(kv)).c_str());
   const auto prompts = make_prompts(n_prompts, m.config().vocab_size, 42);
   std::map<std::string, std::vector<int32_t>> alone;
-  for (size_t i = 0; i < prompts.size(); ++i) alone["r" + std::to_string(i)] = greedy_alone(m, prompts[i], max_tokens);
+  for (size_t i = 0; i < prompts.size(); ++i) alone["r" + std::to_string(i)] = greedy_alone(m, prompts[i], max_tokens, kv);
 
   EngineConfig base;
+  base.kv_cache_dtype = kv;
   base.max_model_len = 1024;
   base.log_stats = false;
   base.num_kv_blocks = 1024;
@@ -160,6 +163,18 @@ TEST(Engine, OutputEqualityStories) {
 TEST(Engine, OutputEqualitySynthGqa) {
   auto m = LlamaModel::load(synth_gqa_path());
   expect_equal_outputs(*m, 8, 24);
+}
+
+// The quantized caches (and the f16 default) keep every equality: blocks hold the same bytes whatever the batch,
+// the chunking, a preemption's recompute or a prefix-cache hit.
+TEST(Engine, OutputEqualityStoriesQuantizedKv) {
+  auto m = stories();
+  for (DType kv : {DType::F16, DType::Q8_0, DType::F8_E4M3}) expect_equal_outputs(*m, 12, 40, kv);
+}
+
+TEST(Engine, OutputEqualitySynthGqaQuantizedKv) {
+  auto m = LlamaModel::load(synth_gqa_path());
+  for (DType kv : {DType::Q8_0, DType::F8_E4M3}) expect_equal_outputs(*m, 8, 24, kv);
 }
 
 TEST(Engine, PrefixCachingSharesAllFullBlocks) {

@@ -238,6 +238,7 @@ EngineConfig engine_config() {
   c.max_model_len = 256;
   c.num_kv_blocks = 512;
   c.log_stats = false;
+  c.kv_cache_dtype = DType::F32;  // as the reference path (SingleSequence) the outputs are compared with
   return c;
 }
 

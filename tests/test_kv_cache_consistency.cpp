@@ -77,21 +77,24 @@ std::vector<float> row(const std::vector<float>& logits, int64_t i, int64_t V) {
   return std::vector<float>(logits.begin() + i * V, logits.begin() + (i + 1) * V);
 }
 
+// Every KV cache type: the quantized ones store each token's row on its own, so recomputing writes the same bytes.
+constexpr DType kAllKv[] = {DType::F32, DType::F16, DType::Q8_0, DType::F8_E4M3};
+
 }  // namespace
 
 // 40 greedy steps with the cache (one token per append); at every step the logits equal a fresh sequence that
 // runs all tokens so far in one append.
 TEST(KvCacheConsistency, CachedDecodeEqualsRecompute) {
-  for (auto& sub : subjects()) {
-    SCOPED_TRACE(sub.name);
+  for (auto& sub : subjects()) for (DType kv : kAllKv) {
+    SCOPED_TRACE(sub.name + ", KV " + std::string(dtype_name(kv)).c_str());
     constexpr int kSteps = 40;
     const int64_t max_len = static_cast<int64_t>(sub.prompt.size()) + kSteps + 1;
-    SingleSequence cached(*sub.model, max_len);
+    SingleSequence cached(*sub.model, max_len, kv);
     std::vector<int32_t> tokens = sub.prompt;
     auto logits = cached.append(tokens);
     float worst = 0;
     for (int step = 0; step < kSteps; ++step) {
-      SingleSequence fresh(*sub.model, max_len);
+      SingleSequence fresh(*sub.model, max_len, kv);
       const auto ref = fresh.append(tokens, 1);
       const float d = max_abs_diff(logits, ref);
       worst = std::max(worst, d);
@@ -101,14 +104,15 @@ TEST(KvCacheConsistency, CachedDecodeEqualsRecompute) {
       const int32_t one[1] = {tok};
       logits = cached.append(one);
     }
-    std::printf("%s: cached decode vs recompute, max |Δlogit| over %d steps = %.3g\n", sub.name.c_str(), kSteps, worst);
+    std::printf("%s, %s KV: cached decode vs recompute, max |Δlogit| over %d steps = %.3g\n", sub.name.c_str(),
+                std::string(dtype_name(kv)).c_str(), kSteps, worst);
   }
 }
 
 // The same sequence prefilled in one append and in chunks of 1, 3 and 7 tokens: every position's logits agree.
 TEST(KvCacheConsistency, ChunkedPrefillEqualsOneAppend) {
-  for (auto& sub : subjects()) {
-    SCOPED_TRACE(sub.name);
+  for (auto& sub : subjects()) for (DType kv : kAllKv) {
+    SCOPED_TRACE(sub.name + ", KV " + std::string(dtype_name(kv)).c_str());
     // A 40-token sequence: the prompt, then greedy continuation.
     std::vector<int32_t> tokens = sub.prompt;
     {
@@ -122,10 +126,10 @@ TEST(KvCacheConsistency, ChunkedPrefillEqualsOneAppend) {
     }
     const int64_t n = static_cast<int64_t>(tokens.size());
     const int64_t V = sub.model->config().vocab_size;
-    SingleSequence whole(*sub.model, n);
+    SingleSequence whole(*sub.model, n, kv);
     const auto all = whole.append(tokens, n);
     for (int chunk : {1, 3, 7}) {
-      SingleSequence s(*sub.model, n);
+      SingleSequence s(*sub.model, n, kv);
       float worst = 0;
       for (int64_t start = 0; start < n; start += chunk) {
         const int64_t len = std::min<int64_t>(chunk, n - start);
@@ -136,7 +140,8 @@ TEST(KvCacheConsistency, ChunkedPrefillEqualsOneAppend) {
           EXPECT_LE(d, kTol) << "chunk " << chunk << ", position " << start + i;
         }
       }
-      std::printf("%s: prefill in chunks of %d vs one append, max |Δlogit| = %.3g\n", sub.name.c_str(), chunk, worst);
+      std::printf("%s, %s KV: prefill in chunks of %d vs one append, max |Δlogit| = %.3g\n", sub.name.c_str(),
+                  std::string(dtype_name(kv)).c_str(), chunk, worst);
     }
   }
 }

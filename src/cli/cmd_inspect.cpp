@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/inspect_fit.h"
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "model/model_config.h"
@@ -42,9 +43,15 @@ std::string value_str(const GgufValue& v) {
 
 Run add_inspect(CLI::App& app) {
   auto path = std::make_shared<std::string>();
+  auto fit = std::make_shared<double>(0.0);
+  auto max_len = std::make_shared<int64_t>(0);
   auto* c = app.add_subcommand("inspect", "Shapes, tensors, parameter count and KV bytes per token of a GGUF model");
   c->add_option("path", *path, "GGUF file")->required();
-  return [path]() {
+  c->add_option("--fit", *fit, "Memory in GiB: print how many full-length sequences fit per weight type and KV dtype")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--max-model-len", *max_len, "Sequence length for --fit (default: the model's context)")
+      ->check(CLI::PositiveNumber);
+  return [path, fit, max_len]() {
     auto g = GgufFile::open(*path);
     std::printf("file: %s (GGUF v%u, %zu metadata keys, %zu tensors, alignment %u)\n", path->c_str(), g->version(),
                 g->metadata().size(), g->tensors().size(), g->alignment());
@@ -75,6 +82,7 @@ Run add_inspect(CLI::App& app) {
       std::printf("KV bytes for one full context of %lld tokens: %s (f32), %s (f16)\n\n", (long long)c.context_length,
                   human_bytes(static_cast<double>(kv32) * c.context_length).c_str(),
                   human_bytes(static_cast<double>(kv16) * c.context_length).c_str());
+      if (*fit > 0) print_memory_fit(*g, c, *fit, *max_len);
     } catch (const Error& e) {
       std::printf("model: not runnable by kvik: %s\n\n", e.what());
       std::printf("parameters: %lld\nweight bytes: %s\n\n", (long long)params, human_bytes(static_cast<double>(bytes)).c_str());

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "cli/commands.h"
@@ -17,6 +19,7 @@
 #include "engine/async_engine.h"
 #include "engine/engine_core.h"
 #include "model/llama.h"
+#include "server/generation_config.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "engine/structured/vocab_trie.h"
@@ -40,6 +43,37 @@ std::string default_model_path() {
   for (const auto& c : candidates)
     if (fs::exists(c, ec)) return c.string();
   fail("no MODEL given and {} does not exist: pass the path of a GGUF model", kDefaultModel);
+}
+
+// The front end's flags (connections, timeouts, TLS, CORS, logging), spelled as vLLM / llama-server spell them.
+void add_http_flags(CLI::App* c, server::ServerConfig& s) {
+  c->add_option("--max-connections", s.max_connections, "Open connections served at once; beyond, 503 + Retry-After")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--http-threads", s.num_http_threads, "I/O threads of the HTTP front end (any number of clients)")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  c->add_option("--timeout-keep-alive", s.keep_alive_timeout_s, "Seconds an idle keep-alive connection stays open")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--header-timeout", s.header_timeout_s, "Seconds to receive a request's headers (408 beyond)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--body-timeout", s.body_timeout_s, "Seconds to receive a request's body once its headers are in (408)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--write-timeout", s.write_timeout_s, "Seconds one write to a client may take before it is dropped")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--max-request-bytes", s.max_body_bytes, "Largest request body (413 beyond)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--max-stream-buffer", s.max_stream_buffer,
+                "Bytes of output queued for a client that does not read before its request is aborted")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30))->capture_default_str();
+  c->add_option("--allowed-origins", s.allowed_origins,
+                "CORS: origins browsers may call from ('*' = any; '' = no CORS headers)")
+      ->delimiter(',')->capture_default_str();
+  c->add_option("--ssl-keyfile", s.ssl_keyfile, "PEM private key: serve HTTPS (with --ssl-certfile)")
+      ->check(CLI::ExistingFile);
+  c->add_option("--ssl-certfile", s.ssl_certfile, "PEM certificate chain: serve HTTPS (with --ssl-keyfile)")
+      ->check(CLI::ExistingFile);
+  c->add_option("--max-logprobs", s.max_logprobs, "Most logprobs / top_logprobs a request may ask for")
+      ->check(CLI::Range(0, 20))->capture_default_str();
+  c->add_flag("--disable-log-requests{false}", s.log_requests, "No access-log line per request");
 }
 
 // --direction NAME=FILE, each checked against the model's d.
@@ -67,6 +101,9 @@ struct ServeOpts {
   EngineFlags engine;
   double shutdown_grace_s = 10;
   std::vector<std::string> directions;
+  std::string chat_template;  // --chat-template FILE: its text
+  std::string chat_template_file;
+  std::string generation_config = "auto";
 };
 
 // Loads the model and runs the engine behind `http` until the listener returns (after stop()); a watchdog
@@ -77,6 +114,7 @@ void serve_model(const ServeOpts& o, server::HttpServer& http, std::atomic<bool>
   const EngineConfig cfg = o.engine.resolve();
   auto model = load_model(o.model, cfg);
   auto tok = load_tokenizer(model->path());  // GGUF file or Hugging Face directory
+  if (!o.chat_template.empty()) tok->set_chat_template(o.chat_template);
   const server::DirectionRegistry directions = load_directions(o.directions, model->config());
   EngineCore core(*model, cfg, tok->end_of_generation_ids());
   core.enable_structured_output(structured::VocabTrie::token_bytes_of(*tok));  // response_format, guided_*
@@ -99,6 +137,11 @@ void serve_model(const ServeOpts& o, server::HttpServer& http, std::atomic<bool>
     while (engine->num_in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     engine->abort_all();
+    // Aborted streams end with their final chunk; a client that does not read them is cut off.
+    for (int i = 0; i < 40 && engine->num_in_flight() > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    http.close_all();
   });
   listener.join();
   stopping = true;
@@ -109,6 +152,11 @@ void serve_model(const ServeOpts& o, server::HttpServer& http, std::atomic<bool>
 int run(ServeOpts& o) {
   if (o.model.empty()) o.model = default_model_path();
   if (o.server.served_model_name.empty()) o.server.served_model_name = std::filesystem::path(o.model).stem().string();
+  if (!o.chat_template_file.empty()) o.chat_template = read_text_file(o.chat_template_file);
+  o.server.generation_defaults = server::load_generation_defaults(o.generation_config, o.model);
+  if (!o.server.generation_defaults.empty())
+    log_info("Default sampling parameters from generation_config.json: {}",
+             server::describe_defaults(o.server.generation_defaults));
 
   // Signals go to one thread that waits for them; every other thread (started below) inherits the mask.
   sigset_t signals;
@@ -122,8 +170,8 @@ int run(ServeOpts& o) {
   http.bind();
   std::atomic<bool> stopping{false};
   std::thread listener([&] { http.listen(); });
-  log_info("Listening on http://{}:{} (loading the model; /health answers 503 until it is ready)", o.server.host,
-           o.server.port);
+  log_info("Listening on {}://{}:{} (loading the model; /health answers 503 until it is ready)",
+           o.server.ssl_keyfile.empty() ? "http" : "https", o.server.host, o.server.port);
   std::thread signal_thread([&] {
     int sig = 0;
     sigwait(&signals, &sig);
@@ -166,6 +214,13 @@ Run add_serve(CLI::App& app) {
   c->add_option("--shutdown-grace", o->shutdown_grace_s,
                 "Seconds in-flight requests may run after SIGINT/SIGTERM before they are aborted")
       ->capture_default_str();
+  c->add_option("--chat-template", o->chat_template_file, "Jinja chat template file used instead of the model's")
+      ->check(CLI::ExistingFile);
+  c->add_option("--generation-config", o->generation_config,
+                "Default sampling parameters: 'auto' (the model folder's generation_config.json), 'vllm' (none), "
+                "or a folder / file")
+      ->capture_default_str();
+  add_http_flags(c, o->server);
   c->add_option("--direction", o->directions,
                 "Register a direction for requests' \"interventions\": NAME=FILE (kvik direction's JSON); repeatable");
   add_engine_flags(c, o->engine);

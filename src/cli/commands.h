@@ -2,8 +2,11 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include <CLI/CLI.hpp>
+
+#include "eval/perplexity.h"
 
 namespace kvik::cli {
 
@@ -19,6 +22,15 @@ Run add_chat(CLI::App& app);
 Run add_serve(CLI::App& app);
 Run add_bench(CLI::App& app);
 Run add_quantize(CLI::App& app);
+Run add_bench_serve(CLI::App& app);
+Run add_perplexity(CLI::App& app);
+Run add_eval(CLI::App& app);
+
+// A whole text file (perplexity and eval); throws kvik::Error when it cannot be read or is empty.
+std::string read_text_file(const std::string& path);
+
+// --ctx, --chunks, --batch-size, --kv-cache-dtype and --threads of perplexity and eval.
+void add_perplexity_flags(CLI::App* c, PerplexityOptions& o, std::string& kv, int& threads);
 Run add_lens(CLI::App& app);
 Run add_direction(CLI::App& app);
 Run add_trace(CLI::App& app);

@@ -1,6 +1,16 @@
 #include "cli/engine_flags.h"
 
+#include "core/error.h"
+
 namespace kvik::cli {
+
+DType parse_kv_dtype(const std::string& name) {
+  if (name == "auto" || name == "f16") return DType::F16;
+  if (name == "f32") return DType::F32;
+  if (name == "q8_0") return DType::Q8_0;
+  if (name == "fp8" || name == "fp8_e4m3") return DType::F8_E4M3;
+  fail("unknown --kv-cache-dtype '{}' (auto, f16, f32, q8_0, fp8)", name);
+}
 
 void add_engine_flags(CLI::App* c, EngineFlags& f) {
   EngineConfig& e = f.config;
@@ -14,8 +24,9 @@ void add_engine_flags(CLI::App* c, EngineFlags& f) {
   c->add_option("--memory-utilization", e.memory_utilization,
                 "Fraction of RAM for weights + KV cache when --kv-cache-memory is not given")
       ->capture_default_str();
-  c->add_option("--kv-cache-dtype", f.kv_cache_dtype, "KV cache element type")
-      ->check(CLI::IsMember({"f32", "f16"}))
+  c->add_option("--kv-cache-dtype", f.kv_cache_dtype,
+                "KV cache element type: auto (= f16), f16, f32, q8_0 (8-bit blocks of 32), fp8 (e4m3, scale 1)")
+      ->check(CLI::IsMember({"auto", "f16", "f32", "q8_0", "fp8", "fp8_e4m3"}))
       ->capture_default_str();
   c->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", e.enable_prefix_caching,
               "Reuse the KV blocks of shared prompt prefixes (default on)");
@@ -28,7 +39,7 @@ void add_engine_flags(CLI::App* c, EngineFlags& f) {
 
 EngineConfig EngineFlags::resolve() const {
   EngineConfig c = config;
-  c.kv_cache_dtype = kv_cache_dtype == "f16" ? DType::F16 : DType::F32;
+  c.kv_cache_dtype = parse_kv_dtype(kv_cache_dtype);
   return c;
 }
 

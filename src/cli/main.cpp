@@ -21,6 +21,9 @@ int main(int argc, char** argv) {
   runs["serve"] = kvik::cli::add_serve(app);
   runs["bench"] = kvik::cli::add_bench(app);
   runs["quantize"] = kvik::cli::add_quantize(app);
+  runs["bench-serve"] = kvik::cli::add_bench_serve(app);
+  runs["perplexity"] = kvik::cli::add_perplexity(app);
+  runs["eval"] = kvik::cli::add_eval(app);
   runs["lens"] = kvik::cli::add_lens(app);
   runs["direction"] = kvik::cli::add_direction(app);
   runs["trace"] = kvik::cli::add_trace(app);

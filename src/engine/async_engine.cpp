@@ -10,6 +10,7 @@ void OutputQueue::push(RequestOutput out) {
     queue_.push_back(std::move(out));
   }
   cv_.notify_all();
+  if (on_push_) on_push_();
 }
 
 std::optional<RequestOutput> OutputQueue::pop(std::chrono::milliseconds timeout) {

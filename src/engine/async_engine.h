@@ -24,10 +24,14 @@ namespace kvik {
 class OutputQueue {
  public:
   void push(RequestOutput out);
-  // Waits up to `timeout` for the next output.
+  // Waits up to `timeout` for the next output (zero: only what is already queued).
   std::optional<RequestOutput> pop(std::chrono::milliseconds timeout);
+  // Called (on the pushing thread, no lock held) after every push: an event-driven consumer's wake-up.
+  // Must be cheap and must not block; set it before the queue is handed to the engine.
+  void set_on_push(std::function<void()> on_push) { on_push_ = std::move(on_push); }
 
  private:
+  std::function<void()> on_push_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<RequestOutput> queue_;

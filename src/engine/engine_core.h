@@ -33,7 +33,7 @@ struct EngineConfig {
   double memory_utilization = 0.9;
   int64_t num_kv_blocks = 0;            // > 0 overrides both (tests)
   bool enable_prefix_caching = true;
-  DType kv_cache_dtype = DType::F32;
+  DType kv_cache_dtype = DType::F16;  // --kv-cache-dtype auto: a 16-bit cache, as vLLM and llama.cpp
   int64_t long_prefill_token_threshold = 0;
   bool log_stats = true;                // print the start-up capacity lines
   int32_t num_threads = 0;              // compute threads (the kernels' process-wide pool); 0 = leave it as is

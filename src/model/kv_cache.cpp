@@ -19,7 +19,8 @@ void KvCacheTensors::Free::operator()(void* p) const {
 KvCacheTensors::KvCacheTensors(const ModelConfig& cfg, int64_t num_blocks, int32_t block_size, DType dtype)
     : num_blocks_(num_blocks), block_size_(block_size), dtype_(dtype) {
   if (num_blocks <= 0 || block_size <= 0) fail("KV cache needs at least one block (got {} × {})", num_blocks, block_size);
-  slot_bytes_ = cfg.kv_dim() * elem_bytes(dtype);
+  check_dtype(cfg, dtype);
+  slot_bytes_ = kv_row_bytes(dtype, cfg.kv_dim());
   layer_bytes_ = num_blocks * block_size * slot_bytes_;
   // Anonymous mappings: zero-filled and page-aligned, and memory is only committed as blocks are first used.
   const size_t bytes = static_cast<size_t>(layer_bytes_);
@@ -29,6 +30,13 @@ KvCacheTensors::KvCacheTensors(const ModelConfig& cfg, int64_t num_blocks, int32
     return std::unique_ptr<void, Free>(p, Free{bytes});
   };
   for (int64_t l = 0; l < cfg.n_layers; ++l) layers_.push_back(Layer{map(l), map(l)});
+}
+
+void KvCacheTensors::check_dtype(const ModelConfig& cfg, DType d) {
+  if (!is_kv_cache_dtype(d)) fail("--kv-cache-dtype {} is not supported (f32, f16, q8_0, fp8)", dtype_name(d));
+  if (d == DType::Q8_0 && cfg.kv_dim() % kQK8_0 != 0)
+    fail("--kv-cache-dtype q8_0 needs n_kv x d_h ({} x {} = {}) to be a multiple of 32; use f16 or fp8", cfg.n_kv_heads,
+         cfg.head_dim, cfg.kv_dim());
 }
 
 int64_t KvCacheTensors::total_bytes() const { return 2 * layer_bytes_ * static_cast<int64_t>(layers_.size()); }
@@ -50,6 +58,7 @@ void KvCacheTensors::copy_block(int32_t src, int32_t dst, int32_t num_slots) {
 
 KvCapacity plan_kv_capacity(const ModelConfig& mc, const KvCacheBudget& c, int64_t weight_bytes) {
   KvCapacity k;
+  KvCacheTensors::check_dtype(mc, c.dtype);
   k.bytes_per_token = KvCacheTensors::bytes_per_token(mc, c.dtype);
   const int64_t block_bytes = k.bytes_per_token * c.block_size;
   const int64_t blocks_per_seq = (c.max_model_len + c.block_size - 1) / c.block_size;
@@ -75,8 +84,8 @@ KvCapacity plan_kv_capacity(const ModelConfig& mc, const KvCacheBudget& c, int64
 }
 
 void log_kv_capacity(const ModelConfig& mc, const KvCacheBudget& c, const KvCapacity& k) {
-  log_info("KV cache: {} bytes per token (2 x L {} x n_kv {} x d_h {} x {} bytes)", k.bytes_per_token, mc.n_layers,
-           mc.n_kv_heads, mc.head_dim, KvCacheTensors::elem_bytes(c.dtype));
+  log_info("KV cache: {}, {} bytes per token (2 x L {} x {} bytes per row of n_kv {} x d_h {})", dtype_name(c.dtype),
+           k.bytes_per_token, mc.n_layers, kv_row_bytes(c.dtype, mc.kv_dim()), mc.n_kv_heads, mc.head_dim);
   log_info("Available KV cache memory: {:.2f} GiB", k.gib);
   log_info("KV cache size: {} tokens ({} blocks of {})", k.tokens, k.num_blocks, c.block_size);
   log_info("Maximum concurrency for {} tokens per request: {:.2f}x", c.max_model_len, k.max_concurrency);

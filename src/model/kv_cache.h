@@ -22,9 +22,11 @@ class KvCacheTensors {
   DType dtype() const { return dtype_; }
   void* k(int64_t layer) { return layers_[layer].k.get(); }
   void* v(int64_t layer) { return layers_[layer].v.get(); }
-  // Bytes per element and per token (all layers, K and V), the course's KV bytes per token.
-  static int64_t elem_bytes(DType d) { return kv_elem_bytes(d); }
-  static int64_t bytes_per_token(const ModelConfig& cfg, DType d) { return cfg.kv_bytes_per_token(elem_bytes(d)); }
+  // Bytes per token (all layers, K and V), the course's KV bytes per token: 2 · L · the bytes of one row of
+  // n_kv · d_h values (Q8_0: 34 per 32, F8_E4M3: 1 each).
+  static int64_t bytes_per_token(const ModelConfig& cfg, DType d) { return 2 * cfg.n_layers * kv_row_bytes(d, cfg.kv_dim()); }
+  // Throws kvik::Error when the model's K/V rows cannot be stored as `d` (Q8_0 needs n_kv · d_h % 32 == 0).
+  static void check_dtype(const ModelConfig& cfg, DType d);
   int64_t total_bytes() const;
   // Copies the first `num_slots` token slots of block `src` into block `dst`, K and V of every layer (the
   // engine's copy-on-write of a block shared by forked sequences).
@@ -54,7 +56,7 @@ struct KvCacheBudget {
   double kv_cache_memory_gib = 0;  // 0 = memory_utilization × RAM − weights
   double memory_utilization = 0.9;
   int64_t num_kv_blocks = 0;       // > 0 overrides both (tests)
-  DType dtype = DType::F32;
+  DType dtype = DType::F16;
 };
 
 // What the KV pool can hold, as the course explains it; computed once at start-up.

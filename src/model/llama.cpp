@@ -222,6 +222,23 @@ int64_t LlamaModel::decode_bytes_per_token() const {
   return n;
 }
 
+void LlamaModel::edit_layer_weights(const WeightEdit& f) {
+  static const char* const kNames[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    LayerWeights& lw = layers_[l];
+    WeightMatrix* ws[] = {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down};
+    for (int i = 0; i < 7; ++i) {
+      WeightMatrix& w = *ws[i];
+      std::vector<float> copy(static_cast<size_t>(w.rows * w.cols));
+      for (int64_t r = 0; r < w.rows; ++r) dequantize_row(w.dtype, w.row(r), &copy[r * w.cols], w.cols);
+      f(fmt::format("blk.{}.{}", l, kNames[i]), copy.data(), w.rows, w.cols);
+      owned_.push_back(std::move(copy));  // the buffer moves with the vector: pointers into it stay valid
+      w = WeightMatrix{DType::F32, w.rows, w.cols, reinterpret_cast<const uint8_t*>(owned_.back().data()),
+                       static_cast<size_t>(w.cols) * sizeof(float)};
+    }
+  }
+}
+
 void LlamaModel::Workspace::reserve(const ModelConfig& c, int64_t T) {
   if (T <= capacity) return;
   capacity = T;

@@ -76,6 +76,12 @@ class LlamaModel {
   // Final norm and LM head on N stream rows x [N, d]: logits [N, V] (what the logit lens applies per layer).
   void lm_head(const float* x, int64_t N, float* logits);
 
+  // Fake quantization (kvik eval quant-error): every layer's seven projections become F32 copies of their
+  // weights, rows × cols row-major, which f may change in place; the embedding table and the LM head stay.
+  // `name` is the GGUF tensor name without ".weight" ("blk.0.attn_q").
+  using WeightEdit = std::function<void(const std::string& name, float* w, int64_t rows, int64_t cols)>;
+  void edit_layer_weights(const WeightEdit& f);
+
  private:
   struct Workspace {
     int64_t capacity = 0;

@@ -61,19 +61,29 @@ void GenerationJob::abort() {
 
 std::vector<ChoiceDelta> GenerationJob::next(std::chrono::milliseconds timeout) {
   std::vector<ChoiceDelta> deltas;
-  std::optional<RequestOutput> out = queue_->pop(timeout);
-  if (!out) return deltas;
+  if (std::optional<RequestOutput> out = queue_->pop(timeout)) take(*out, deltas);
+  return deltas;
+}
+
+std::vector<ChoiceDelta> GenerationJob::drain() {
+  std::vector<ChoiceDelta> deltas;
+  while (std::optional<RequestOutput> out = queue_->pop(std::chrono::milliseconds(0))) take(*out, deltas);
+  return deltas;
+}
+
+void GenerationJob::take(RequestOutput& output, std::vector<ChoiceDelta>& deltas) {
+  const RequestOutput* out = &output;
   size_t p = 0;
   while (p < prompt_ids_.size() && prompt_ids_[p] != out->parent_id) ++p;
   const size_t k = p * static_cast<size_t>(n_) + static_cast<size_t>(out->index);
-  if (p == prompt_ids_.size() || out->index < 0 || k >= choices_.size()) return deltas;
+  if (p == prompt_ids_.size() || out->index < 0 || k >= choices_.size()) return;
   Choice& c = choices_[k];
   if (out->finished && !c.engine_finished) {
     c.engine_finished = true;
     c.cached_tokens = out->stats.num_cached_tokens;
     ++num_engine_finished_;
   }
-  if (c.finished) return deltas;  // tokens past a stop string
+  if (c.finished) return;  // tokens past a stop string
   ChoiceDelta d;
   d.index = static_cast<int32_t>(k);
   for (size_t t = 0; t < out->new_token_ids.size() && !c.stop->stopped(); ++t) {
@@ -96,7 +106,6 @@ std::vector<ChoiceDelta> GenerationJob::next(std::chrono::milliseconds timeout) 
     c.finished = true;
   }
   deltas.push_back(std::move(d));
-  return deltas;
 }
 
 Usage GenerationJob::usage() const {

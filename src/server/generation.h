@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,12 +46,18 @@ class GenerationJob {
   // Waits up to `timeout` for the next engine output and turns it into deltas (empty on timeout, or when the
   // output belonged to a choice that already ended on a stop string).
   std::vector<ChoiceDelta> next(std::chrono::milliseconds timeout);
+  // Every output already queued, as deltas, without waiting (the event-driven server's read).
+  std::vector<ChoiceDelta> drain();
+  // Called on the engine thread after each output is queued; set before start().
+  void set_on_output(std::function<void()> on_output) { queue_->set_on_push(std::move(on_output)); }
   bool done() const { return num_engine_finished_ == choices_.size(); }
   void abort();  // the client went away
   Usage usage() const;
   size_t num_choices() const { return choices_.size(); }
 
  private:
+  void take(RequestOutput& out, std::vector<ChoiceDelta>& deltas);
+
   struct Choice {
     std::string request_id;  // the engine sequence's id
     size_t prompt_index = 0;

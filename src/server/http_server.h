@@ -1,6 +1,8 @@
-// The HTTP edge: routes (/v1/models, /v1/completions, /v1/chat/completions, /health, /metrics, /tokenize,
-// /detokenize), API-key auth, admission control (--max-waiting → 429), 503 until the model is loaded, and
-// one error boundary that turns every failure into OpenAI's error shape.
+// The HTTP/1.1 edge, event-driven (Boost.Asio + Boost.Beast): a fixed, small pool of I/O threads serves
+// every connection, however many there are. The listener's backlog is the system's maximum; each
+// connection reads its request under header/body deadlines, answers through the Router, and streams a
+// generation as the engine produces it, with a bounded output buffer (a client that stops reading has its
+// request aborted). Connections beyond --max-connections get 503. Optional TLS (OpenSSL).
 #pragma once
 
 #include <atomic>
@@ -8,38 +10,15 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
 
-#include "engine/async_engine.h"
-#include "server/interventions.h"
-#include "server/metrics.h"
-#include "tokenizer/tokenizer.h"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
+#include "server/routes.h"
 
 namespace kvik::server {
 
-struct ServerConfig {
-  std::string host = "127.0.0.1";
-  int port = 8000;
-  std::string served_model_name;
-  std::string api_key;         // "" = no auth
-  int64_t max_waiting = 1024;  // 429 beyond this many waiting requests
-  size_t max_body_bytes = 8u << 20;
-  int num_http_threads = 256;  // each streaming client holds one
-};
-
-// What the routes need once the model is loaded; all owned elsewhere and alive until stop() returns.
-struct ModelContext {
-  const Tokenizer* tokenizer = nullptr;
-  AsyncEngine* engine = nullptr;
-  ServerMetrics* metrics = nullptr;
-  int64_t max_model_len = 0;
-  const DirectionRegistry* directions = nullptr;  // --direction name=FILE, for "interventions"
-};
+class SessionBase;
 
 class HttpServer {
  public:
@@ -48,26 +27,36 @@ class HttpServer {
 
   // Binds the listening socket (throws kvik::Error naming host:port on failure); returns the port.
   int bind();
-  // Serves until stop(); call bind() first. Returns when the listener is closed and handlers have finished.
+  // Serves until stop(); call bind() first. Returns when the listener is closed and every connection is done.
   void listen();
-  // Stops accepting; in-flight handlers finish (listen() returns when they have).
+  // Stops accepting and closes idle connections; in-flight requests finish (listen() returns when they have).
   void stop();
+  // Closes every connection now (after the shutdown grace period).
+  void close_all();
   // Marks the model loaded: from now on requests are served instead of 503.
-  void set_ready(const ModelContext& ctx);
+  void set_ready(const ModelContext& ctx) { router_.set_ready(ctx); }
+
+  // For sessions.
+  const ServerConfig& config() const { return config_; }
+  Router& router() { return router_; }
+  bool stopping() const { return stopping_; }
+  uint64_t add_session(std::weak_ptr<SessionBase> s);
+  void remove_session(uint64_t id);
+  int64_t num_connections() const { return num_connections_; }
 
  private:
-  void routes();
-  bool authorized(const httplib::Request& req, httplib::Response& res) const;
-  bool ready(httplib::Response& res) const;
-  void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat);
-  void handle_tokenize(const httplib::Request& req, httplib::Response& res);
-  void handle_detokenize(const httplib::Request& req, httplib::Response& res);
+  struct Impl;
+  void accept();
+  void notify_sessions(bool force);
 
   ServerConfig config_;
-  std::unique_ptr<httplib::Server> svr_;
-  ModelContext ctx_;
-  std::atomic<bool> ready_{false};
-  std::mutex admission_mu_;  // check-then-add of the waiting limit
+  Router router_;
+  std::unique_ptr<Impl> impl_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> num_connections_{0};
+  std::mutex sessions_mu_;
+  uint64_t next_session_id_ = 0;
+  std::unordered_map<uint64_t, std::weak_ptr<SessionBase>> sessions_;
 };
 
 }  // namespace kvik::server

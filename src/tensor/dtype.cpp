@@ -35,13 +35,14 @@ constexpr std::array kTraits = {
     DTypeTraits{DType::I64, "i64", 1, 8, false},
     DTypeTraits{DType::F64, "f64", 1, 8, false},
     DTypeTraits{DType::BF16, "bf16", 1, 2, true},
+    DTypeTraits{DType::F8_E4M3, "fp8_e4m3", 1, 1, false},
 };
 
 }  // namespace
 
 std::optional<DTypeTraits> dtype_traits(uint32_t id) {
   for (const auto& t : kTraits)
-    if (static_cast<uint32_t>(t.type) == id) return t;
+    if (static_cast<uint32_t>(t.type) == id && t.type != DType::F8_E4M3) return t;  // FP8: no GGUF id
   return std::nullopt;
 }
 

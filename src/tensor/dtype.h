@@ -13,6 +13,7 @@ enum class DType : uint32_t {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
   Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, IQ4_NL = 20,
   I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, BF16 = 30,
+  F8_E4M3 = 1024,  // kvik's own id, not a GGUF type: the FP8 KV cache (core/fp8.h)
 };
 
 struct DTypeTraits {

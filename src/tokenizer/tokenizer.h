@@ -94,6 +94,8 @@ class Tokenizer {
   const std::string& token_text(int32_t id) const;  // throws kvik::Error outside the vocab
   const Vocab& vocab() const { return vocab_; }
   const std::string& chat_template() const { return vocab_.chat_template; }
+  // Replaces the model's chat template (`serve --chat-template FILE`).
+  void set_chat_template(std::string jinja) { vocab_.chat_template = std::move(jinja); }
   // The text of BOS / EOS, empty when the vocab has none (chat templates use them as bos_token, eos_token).
   std::string bos_token() const { return vocab_.bos_id >= 0 ? vocab_.tokens[vocab_.bos_id] : std::string(); }
   std::string eos_token() const { return vocab_.eos_id >= 0 ? vocab_.tokens[vocab_.eos_id] : std::string(); }

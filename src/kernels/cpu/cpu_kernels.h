@@ -67,6 +67,12 @@ struct CpuKernels {
   // out[j] = scale · q·k_j over key rows at element offsets off[j], j < n (the attention scores of one query row).
   void (*scores_f32)(const float* q, const float* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out);
   void (*scores_f16)(const float* q, const uint16_t* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out);
+  // The same over quantized caches (element offsets as above; Q8_0: element e is q[e % 32] of block e / 32, so a
+  // row may start inside a block when d_h < 32; FP8 E4M3: one byte per element, values before the tensor scale).
+  void (*scores_q8_0)(const float* q, const BlockQ8_0* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out);
+  void (*wsum_q8_0)(const float* p, const BlockQ8_0* v, const int64_t* off, int64_t n, int64_t d, float* out);
+  void (*scores_fp8)(const float* q, const uint8_t* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out);
+  void (*wsum_fp8)(const float* p, const uint8_t* v, const int64_t* off, int64_t n, int64_t d, float* out);
   // In-place numerically stable softmax.
   void (*softmax)(float* x, int64_t n);
   // gate[i] = silu(gate[i])·up[i] = gate[i] / (1 + e^−gate[i]) · up[i]

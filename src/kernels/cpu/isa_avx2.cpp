@@ -4,6 +4,7 @@
 #include "core/fp16.h"
 #include "kernels/cpu/avx2_blocks.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/kv_quant_kernels.h"
 
 namespace kvik {
 namespace {
@@ -235,6 +236,10 @@ constexpr CpuKernels kAvx2 = {
     .wsum_f16 = wsum_f16,
     .scores_f32 = scores_by_rows<float, dot_f32>,
     .scores_f16 = scores_by_rows<uint16_t, dot_f32_f16>,
+    .scores_q8_0 = avx2::scores_q8_0,
+    .wsum_q8_0 = avx2::wsum_q8_0,
+    .scores_fp8 = avx2::scores_fp8,
+    .wsum_fp8 = avx2::wsum_fp8,
     .softmax = softmax,
     .silu_mul = silu_mul,
     .gemv_q8_0 = gemv_q8_0,

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/fp8.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel.h"
@@ -15,26 +16,41 @@ namespace kvik {
 using cpu_detail::kMinParallelWork;
 using cpu_detail::scratch;
 
-bool is_kv_cache_dtype(DType t) { return t == DType::F32 || t == DType::F16; }
-
-int64_t kv_elem_bytes(DType t) {
-  if (!is_kv_cache_dtype(t)) fail("the KV cache cannot be stored as {}", dtype_name(t));
-  return t == DType::F32 ? 4 : 2;
+bool is_kv_cache_dtype(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::Q8_0 || t == DType::F8_E4M3;
 }
 
-void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t T, int64_t kv_dim, void* k_cache,
-              void* v_cache, DType dtype) {
-  for (int64_t t = 0; t < T; ++t) {
-    const size_t off = static_cast<size_t>(slot_mapping[t]) * kv_dim;
-    if (dtype == DType::F32) {
-      std::memcpy(static_cast<float*>(k_cache) + off, k + t * kv_dim, kv_dim * sizeof(float));
-      std::memcpy(static_cast<float*>(v_cache) + off, v + t * kv_dim, kv_dim * sizeof(float));
-    } else {
-      for (int64_t i = 0; i < kv_dim; ++i) {
-        static_cast<uint16_t*>(k_cache)[off + i] = f32_to_fp16(k[t * kv_dim + i]);
-        static_cast<uint16_t*>(v_cache)[off + i] = f32_to_fp16(v[t * kv_dim + i]);
-      }
+int64_t kv_row_bytes(DType t, int64_t n) {
+  if (!is_kv_cache_dtype(t)) fail("the KV cache cannot be stored as {}", dtype_name(t));
+  return static_cast<int64_t>(*row_bytes(t, n - n % traits(t).block_size));
+}
+
+namespace {
+
+// One token's K or V row of one layer into its cache slot.
+void store_kv_row(const float* x, int64_t n, void* row, DType dtype, float scale) {
+  switch (dtype) {
+    case DType::F32: std::memcpy(row, x, n * sizeof(float)); break;
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(row)[i] = f32_to_fp16(x[i]);
+      break;
+    case DType::Q8_0: quantize_row(DType::Q8_0, x, row, n); break;
+    default: {  // F8_E4M3
+      const float inv = 1.0f / scale;
+      for (int64_t i = 0; i < n; ++i) static_cast<uint8_t*>(row)[i] = f32_to_fp8_e4m3(x[i] * inv);
     }
+  }
+}
+
+}  // namespace
+
+void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t T, int64_t kv_dim, void* k_cache,
+              void* v_cache, DType dtype, float k_scale, float v_scale) {
+  const int64_t row = kv_row_bytes(dtype, kv_dim);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t off = slot_mapping[t] * row;
+    store_kv_row(k + t * kv_dim, kv_dim, static_cast<char*>(k_cache) + off, dtype, k_scale);
+    store_kv_row(v + t * kv_dim, kv_dim, static_cast<char*>(v_cache) + off, dtype, v_scale);
   }
 }
 
@@ -70,11 +86,19 @@ void attention_impl(const PagedAttentionArgs& a) {
     for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
       const float* q = a.q + (t * a.n_heads + h) * d;
       if constexpr (std::is_same_v<KV, float>) k.scores_f32(q, kc, off, n_keys, d, a.scale, scores);
-      else k.scores_f16(q, kc, off, n_keys, d, a.scale, scores);
+      else if constexpr (std::is_same_v<KV, uint16_t>) k.scores_f16(q, kc, off, n_keys, d, a.scale, scores);
+      else if constexpr (std::is_same_v<KV, BlockQ8_0>) k.scores_q8_0(q, kc, off, n_keys, d, a.scale, scores);
+      else k.scores_fp8(q, kc, off, n_keys, d, a.scale * a.k_scale, scores);
       k.softmax(scores, n_keys);
       float* o = a.out + (t * a.n_heads + h) * d;
       if constexpr (std::is_same_v<KV, float>) k.wsum_f32(scores, vc, off, n_keys, d, o);
-      else k.wsum_f16(scores, vc, off, n_keys, d, o);
+      else if constexpr (std::is_same_v<KV, uint16_t>) k.wsum_f16(scores, vc, off, n_keys, d, o);
+      else if constexpr (std::is_same_v<KV, BlockQ8_0>) k.wsum_q8_0(scores, vc, off, n_keys, d, o);
+      else {
+        k.wsum_fp8(scores, vc, off, n_keys, d, o);
+        if (a.v_scale != 1.0f)
+          for (int64_t i = 0; i < d; ++i) o[i] *= a.v_scale;
+      }
     }
   };
   auto range = [&](int64_t b, int64_t e) {
@@ -87,8 +111,13 @@ void attention_impl(const PagedAttentionArgs& a) {
 }  // namespace
 
 void paged_attention(const PagedAttentionArgs& a) {
-  if (a.kv_dtype == DType::F32) attention_impl<float>(a);
-  else attention_impl<uint16_t>(a);
+  switch (a.kv_dtype) {
+    case DType::F32: attention_impl<float>(a); break;
+    case DType::F16: attention_impl<uint16_t>(a); break;
+    case DType::Q8_0: attention_impl<BlockQ8_0>(a); break;
+    case DType::F8_E4M3: attention_impl<uint8_t>(a); break;
+    default: fail("the KV cache cannot be stored as {}", dtype_name(a.kv_dtype));
+  }
 }
 
 }  // namespace kvik

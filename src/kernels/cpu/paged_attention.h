@@ -1,5 +1,7 @@
 // Attention over the paged KV cache (the course's PagedAttention) and the write of new K/V rows into it.
-// Cache layout per layer: [num_blocks, block_size, n_kv, d_h] of the cache's element type (F32 or F16).
+// Cache layout per layer: [num_blocks, block_size, n_kv, d_h] of the cache's element type: F32, F16, Q8_0 (each
+// token's K or V row of a layer as Q8_0 blocks of 32, so n_kv·d_h % 32 == 0) or F8_E4M3 (one byte per value of
+// x / scale, one scale per layer and K or V: vLLM's fp8 cache; 1.0 unless set).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,7 @@ struct PagedAttentionArgs {
   const void* k_cache = nullptr;
   const void* v_cache = nullptr;
   DType kv_dtype = DType::F32;
+  float k_scale = 1.0f, v_scale = 1.0f;  // F8_E4M3: the stored value is x / scale
   float* out = nullptr;        // [T, n_h, d_h]
   int32_t num_reqs = 0;
   const int32_t* query_start_loc = nullptr;  // [num_reqs + 1]
@@ -29,12 +32,14 @@ struct PagedAttentionArgs {
 };
 void paged_attention(const PagedAttentionArgs& a);
 
-// Writes k/v rows [T, n_kv, d_h] into the cache slots slot_mapping[t] (= block * block_size + offset).
+// Writes k/v rows [T, n_kv, d_h] into the cache slots slot_mapping[t] (= block * block_size + offset), each row
+// converted to `dtype` on its own (F8_E4M3: divided by k_scale / v_scale first).
 void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64_t T, int64_t kv_dim, void* k_cache,
-              void* v_cache, DType dtype);
+              void* v_cache, DType dtype, float k_scale = 1.0f, float v_scale = 1.0f);
 
-// Whether the KV cache can be stored as `t`, and bytes per element.
+// Whether the KV cache can be stored as `t` (F32, F16, Q8_0, F8_E4M3), and the bytes of one cache row of n values
+// (n a multiple of 32 for Q8_0).
 bool is_kv_cache_dtype(DType t);
-int64_t kv_elem_bytes(DType t);
+int64_t kv_row_bytes(DType t, int64_t n);
 
 }  // namespace kvik

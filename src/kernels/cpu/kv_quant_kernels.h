@@ -1,0 +1,22 @@
+// Attention over quantized KV caches (Q8_0, FP8 E4M3): the scalar references (generic table) and the AVX2
+// versions, which the AVX-512 table shares (the work is the dequantization, not the FMA width).
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace kvik {
+namespace ref {
+void scores_q8_0(const float* q, const BlockQ8_0* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out);
+void wsum_q8_0(const float* p, const BlockQ8_0* v, const int64_t* off, int64_t n, int64_t d, float* out);
+void scores_fp8(const float* q, const uint8_t* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out);
+void wsum_fp8(const float* p, const uint8_t* v, const int64_t* off, int64_t n, int64_t d, float* out);
+}  // namespace ref
+namespace avx2 {
+void scores_q8_0(const float* q, const BlockQ8_0* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out);
+void wsum_q8_0(const float* p, const BlockQ8_0* v, const int64_t* off, int64_t n, int64_t d, float* out);
+void scores_fp8(const float* q, const uint8_t* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out);
+void wsum_fp8(const float* p, const uint8_t* v, const int64_t* off, int64_t n, int64_t d, float* out);
+}  // namespace avx2
+}  // namespace kvik

@@ -1,0 +1,53 @@
+#include "server/response_stream.h"
+
+namespace kvik::server {
+
+namespace {
+std::string sse(const nlohmann::json& j) { return "data: " + dump(j) + "\n\n"; }
+}  // namespace
+
+ResponseStream::ResponseStream(std::shared_ptr<GenerationJob> job, ResponseMeta meta, const Tokenizer& tok,
+                               bool stream, bool include_usage)
+    : job_(std::move(job)), meta_(std::move(meta)), tok_(tok), stream_(stream), include_usage_(include_usage) {
+  const size_t n = job_->num_choices();
+  results_.resize(stream_ ? 0 : n);
+  sent_first_.assign(n, false);
+  text_offset_.assign(n, 0);
+}
+
+void ResponseStream::take_streamed(std::vector<ChoiceDelta>& deltas, std::string& out) {
+  for (ChoiceDelta& d : deltas) {
+    const bool first = !sent_first_[d.index];
+    sent_first_[d.index] = true;
+    out += sse(chunk_json(meta_, tok_, d, first, text_offset_[d.index], include_usage_));
+    for (const auto& lp : d.logprobs) text_offset_[d.index] += tok_.token_to_piece(lp.token).size();
+  }
+}
+
+bool ResponseStream::drain(std::string& out) {
+  if (complete_) return true;
+  std::vector<ChoiceDelta> deltas = job_->drain();
+  if (ttft_s_ < 0 && !deltas.empty() && job_->usage().completion_tokens > 0)
+    ttft_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  if (stream_) {
+    take_streamed(deltas, out);
+  } else {
+    for (ChoiceDelta& d : deltas) {
+      ChoiceResult& c = results_[d.index];
+      c.text += d.text;
+      c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+      if (d.finish_reason) c.finish_reason = *d.finish_reason;
+    }
+  }
+  if (!job_->done()) return false;
+  complete_ = true;
+  if (!stream_) {
+    out += dump(response_json(meta_, tok_, results_, job_->usage()));
+  } else {
+    if (include_usage_) out += sse(usage_chunk_json(meta_, job_->usage()));
+    out += "data: [DONE]\n\n";
+  }
+  return true;
+}
+
+}  // namespace kvik::server

@@ -1,0 +1,302 @@
+#include "server/routes.h"
+
+#include <ctime>
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "server/chat_prompt.h"
+#include "server/generation.h"
+#include "server/openai_responses.h"
+#include "server/openai_schema.h"
+
+namespace kvik::server {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int kMaxJsonDepth = 64;
+
+HttpReply json_reply(int status, const json& body) {
+  HttpReply r;
+  r.status = status;
+  r.body = dump(body);
+  return r;
+}
+
+// Nesting depth of a JSON text, counted outside strings; a bound before parsing keeps hostile bodies cheap.
+int json_depth(const std::string& s) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : s) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+std::variant<json, ApiError> parse_body(const std::string& text) {
+  if (json_depth(text) > kMaxJsonDepth)
+    return ApiError::bad_request(fmt::format("the JSON body nests deeper than {} levels", kMaxJsonDepth));
+  json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return ApiError::bad_request("the request body is not valid JSON");
+  if (!body.is_object()) return ApiError::bad_request("the request body must be a JSON object");
+  return body;
+}
+
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
+
+// generation_config.json defaults fill the sampling fields a request leaves out (vLLM's --generation-config).
+void apply_defaults(json& body, const json& defaults, bool chat) {
+  for (const auto& [key, value] : defaults.items()) {
+    if (key == "max_tokens" && chat && body.contains("max_completion_tokens")) continue;
+    if (!body.contains(key)) body[key] = value;
+  }
+}
+
+// Prompts → token ids; a chat template failure is the client's 400.
+std::variant<std::vector<std::vector<int32_t>>, ApiError> prompt_ids(const Tokenizer& tok, const GenerateRequest& r,
+                                                                     bool chat) {
+  std::vector<std::vector<int32_t>> prompts;
+  if (chat) {
+    try {
+      prompts.push_back(chat_prompt_ids(tok, r.messages, true));
+    } catch (const Error& e) {
+      return ApiError::bad_request(fmt::format("chat template: {}", e.what()), "messages");
+    }
+    return prompts;
+  }
+  for (const Prompt& p : r.prompts) {
+    if (const auto* text = std::get_if<std::string>(&p)) prompts.push_back(tok.encode(*text, tok.add_bos(), false));
+    else prompts.push_back(std::get<std::vector<int32_t>>(p));
+  }
+  return prompts;
+}
+
+// Checks the prompts against the vocabulary and max_model_len and settles max_tokens.
+std::optional<ApiError> check_lengths(const Tokenizer& tok, const std::vector<std::vector<int32_t>>& prompts,
+                                      GenerateRequest& r, bool chat, int64_t max_model_len, bool max_completion) {
+  const char* prompt_field = chat ? "messages" : "prompt";
+  int64_t longest = 0;
+  for (const auto& ids : prompts) {
+    if (ids.empty()) return ApiError::bad_request("the prompt is empty", prompt_field);
+    for (int32_t id : ids)
+      if (id < 0 || id >= tok.vocab_size())
+        return ApiError::bad_request(
+            fmt::format("token id {} is outside the vocabulary (0..{})", id, tok.vocab_size() - 1), prompt_field);
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
+  }
+  if (longest >= max_model_len)
+    return ApiError::bad_request(fmt::format("the prompt has {} tokens, but max_model_len is {}: shorten the prompt "
+                                             "(no room is left to generate)", longest, max_model_len),
+                                 prompt_field);
+  const int64_t room = max_model_len - longest;
+  if (!r.max_tokens_given) {
+    r.params.max_tokens = static_cast<int32_t>(chat ? room : std::min<int64_t>(16, room));
+  } else if (r.params.max_tokens > room) {
+    return ApiError::bad_request(fmt::format("max_tokens is {}, but the prompt has {} tokens and max_model_len is {}: "
+                                             "at most {} tokens can be generated",
+                                             r.params.max_tokens, longest, max_model_len, room),
+                                 max_completion ? "max_completion_tokens" : "max_tokens");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+HttpReply Router::error(const ApiError& e) {
+  HttpReply r = json_reply(e.status, e.to_json());
+  if (e.status == 429 || e.status == 503) r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
+void Router::set_ready(const ModelContext& ctx) {
+  ctx_ = ctx;
+  ready_ = true;
+}
+
+bool Router::is_ready(HttpReply& reply) const {
+  if (ready_) return true;
+  reply = error({503, "the model is still loading", "", ""});
+  return false;
+}
+
+bool Router::authorized(const HttpRequest& req, HttpReply& reply) const {
+  if (config_.api_key.empty()) return true;
+  const std::string& auth = req.authorization;
+  const std::string prefix = "Bearer ";
+  if (auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0 &&
+      constant_time_equal(auth.substr(prefix.size()), config_.api_key))
+    return true;
+  reply = error({401, auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key", "", ""});
+  return false;
+}
+
+void Router::add_cors(const HttpRequest& req, HttpReply& reply) const {
+  if (req.origin.empty() || config_.allowed_origins.empty()) return;
+  bool any = false, listed = false;
+  for (const std::string& o : config_.allowed_origins) {
+    any |= o == "*";
+    listed |= o == req.origin;
+  }
+  if (!any && !listed) return;
+  reply.headers.emplace_back("Access-Control-Allow-Origin", any ? "*" : req.origin);
+  if (!any) reply.headers.emplace_back("Vary", "Origin");
+  if (req.method == "OPTIONS") {
+    reply.headers.emplace_back("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    reply.headers.emplace_back("Access-Control-Allow-Headers", req.access_control_request_headers.empty()
+                                                                   ? "Authorization, Content-Type"
+                                                                   : req.access_control_request_headers);
+    reply.headers.emplace_back("Access-Control-Max-Age", "600");
+  }
+}
+
+HttpReply Router::handle(const HttpRequest& req, std::function<void()> on_engine_output) {
+  HttpReply reply;
+  try {
+    reply = route(req, on_engine_output);
+  } catch (const std::exception& e) {
+    reply = error({500, std::string("internal error: ") + e.what(), "", ""});
+  }
+  add_cors(req, reply);
+  return reply;
+}
+
+HttpReply Router::route(const HttpRequest& req, std::function<void()>& on_engine_output) {
+  const std::string path = path_of(req.target);
+  const bool get = req.method == "GET" || req.method == "HEAD", post = req.method == "POST";
+  HttpReply reply;
+  if (req.method == "OPTIONS" && !req.origin.empty()) {  // a CORS preflight
+    reply.status = 204;
+    reply.content_type.clear();
+    return reply;
+  }
+  if (get && path == "/health") {
+    if (!is_ready(reply)) return reply;
+    reply.content_type = "text/plain";
+    return reply;
+  }
+  if (get && path == "/metrics") {
+    if (!is_ready(reply)) return reply;
+    reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    reply.body = ctx_.metrics->render();
+    return reply;
+  }
+  const bool known = (get && path == "/v1/models") ||
+                     (post && (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" ||
+                               path == "/detokenize"));
+  if (!known) return error({404, fmt::format("no route for {} {}", req.method, path), "", ""});
+  if (!authorized(req, reply) || !is_ready(reply)) return reply;
+  if (path == "/v1/models") return models();
+  if (path == "/tokenize") return tokenize(req);
+  if (path == "/detokenize") return detokenize(req);
+  return generate(req, path == "/v1/chat/completions", std::move(on_engine_output));
+}
+
+HttpReply Router::models() const {
+  json model = {{"id", config_.served_model_name},
+                {"object", "model"},
+                {"created", static_cast<int64_t>(std::time(nullptr))},
+                {"owned_by", "kvik"},
+                {"max_model_len", ctx_.max_model_len}};
+  return json_reply(200, {{"object", "list"}, {"data", json::array({model})}});
+}
+
+HttpReply Router::tokenize(const HttpRequest& req) {
+  auto body = parse_body(req.body);
+  if (auto* e = std::get_if<ApiError>(&body)) return error(*e);
+  auto parsed = parse_tokenize_request(std::get<json>(body));
+  if (auto* e = std::get_if<ApiError>(&parsed)) return error(*e);
+  const TokenizeRequest& r = std::get<TokenizeRequest>(parsed);
+  const Tokenizer& tok = *ctx_.tokenizer;
+  std::vector<int32_t> ids;
+  try {
+    ids = r.prompt ? tok.encode(*r.prompt, r.add_special_tokens && tok.add_bos(), false)
+                   : chat_prompt_ids(tok, r.messages, true);
+  } catch (const Error& e) {
+    return error(ApiError::bad_request(fmt::format("chat template: {}", e.what()), "messages"));
+  }
+  return json_reply(200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", ctx_.max_model_len}});
+}
+
+HttpReply Router::detokenize(const HttpRequest& req) {
+  auto body = parse_body(req.body);
+  if (auto* e = std::get_if<ApiError>(&body)) return error(*e);
+  auto parsed = parse_detokenize_request(std::get<json>(body));
+  if (auto* e = std::get_if<ApiError>(&parsed)) return error(*e);
+  const auto& ids = std::get<std::vector<int32_t>>(parsed);
+  for (int32_t id : ids)
+    if (id < 0 || id >= ctx_.tokenizer->vocab_size())
+      return error(ApiError::bad_request(
+          fmt::format("token id {} is outside the vocabulary (0..{})", id, ctx_.tokenizer->vocab_size() - 1), "tokens"));
+  return json_reply(200, {{"prompt", ctx_.tokenizer->decode(ids, true)}});
+}
+
+HttpReply Router::generate(const HttpRequest& req, bool chat, std::function<void()> on_engine_output) {
+  auto body = parse_body(req.body);
+  if (auto* e = std::get_if<ApiError>(&body)) return error(*e);
+  json& fields = std::get<json>(body);
+  apply_defaults(fields, config_.generation_defaults, chat);
+  auto parsed = parse_generate_request(fields, chat);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return error(*e);
+  GenerateRequest& r = std::get<GenerateRequest>(parsed);
+  if (!r.model.empty() && r.model != config_.served_model_name)
+    return error({404, fmt::format("The model `{}` does not exist (this server serves `{}`)", r.model,
+                                   config_.served_model_name), "model", "NotFoundError"});
+  if (r.params.logprobs > config_.max_logprobs)
+    return error(ApiError::bad_request(fmt::format("at most {} logprobs per token are served (--max-logprobs)",
+                                                   config_.max_logprobs), chat ? "top_logprobs" : "logprobs"));
+  const Tokenizer& tok = *ctx_.tokenizer;
+  auto prompts = prompt_ids(tok, r, chat);
+  if (auto* e = std::get_if<ApiError>(&prompts)) return error(*e);
+  auto& ids = std::get<std::vector<std::vector<int32_t>>>(prompts);
+  if (auto e = check_lengths(tok, ids, r, chat, ctx_.max_model_len, chat && fields.contains("max_completion_tokens")))
+    return error(*e);
+  try {
+    r.params.interventions = resolve_interventions(r.interventions, ctx_.directions);
+  } catch (const ApiError& e) {
+    return error(e);
+  }
+
+  auto job = std::make_shared<GenerationJob>(*ctx_.engine, tok, std::move(ids), r.params, r.n, r.stop);
+  job->set_on_output(std::move(on_engine_output));
+  {
+    std::lock_guard<std::mutex> lock(admission_mu_);
+    const int64_t waiting = ctx_.engine->num_waiting();
+    if (waiting + static_cast<int64_t>(job->num_choices()) > config_.max_waiting)
+      return error({429, fmt::format("the server is overloaded: {} requests are waiting (--max-waiting {}); retry later",
+                                     waiting, config_.max_waiting), "", ""});
+    if (auto err = job->start()) return error(*err);
+  }
+  ResponseMeta meta;
+  meta.chat = chat;
+  meta.id = (chat ? "chatcmpl-" : "cmpl-") + next_request_id();
+  meta.created = static_cast<int64_t>(std::time(nullptr));
+  meta.model = config_.served_model_name;
+  meta.logprobs = r.params.logprobs >= 0;
+  HttpReply reply;
+  reply.stream = std::make_shared<ResponseStream>(std::move(job), std::move(meta), tok, r.stream, r.include_usage);
+  if (r.stream) {
+    reply.content_type = "text/event-stream";
+    reply.headers.emplace_back("Cache-Control", "no-cache");
+  }
+  return reply;
+}
+
+}  // namespace kvik::server

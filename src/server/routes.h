@@ -1,0 +1,100 @@
+// The OpenAI API behind the HTTP transport: routes (/v1/models, /v1/completions, /v1/chat/completions,
+// /health, /metrics, /tokenize, /detokenize), API-key auth, CORS, admission (--max-waiting → 429), 503
+// until the model is loaded, and the one place where an ApiError becomes a response. Transport-free: a
+// parsed request in, a reply (a whole body, or a ResponseStream the session drains) out.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/async_engine.h"
+#include "server/api_error.h"
+#include "server/interventions.h"
+#include "server/metrics.h"
+#include "server/response_stream.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvik::server {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string served_model_name;
+  std::string api_key;         // "" = no auth
+  int64_t max_waiting = 1024;  // 429 beyond this many waiting requests
+  size_t max_body_bytes = 8u << 20;
+  int num_http_threads = 2;           // I/O threads, independent of the number of clients
+  int64_t max_connections = 16384;    // 503 beyond (lowered to fit the open-file limit)
+  double header_timeout_s = 10;       // whole request line + headers (slow-loris)
+  double body_timeout_s = 60;         // whole body once the headers are in
+  double keep_alive_timeout_s = 5;    // idle time between requests on one connection
+  double write_timeout_s = 30;        // one write to a client that does not read
+  size_t max_stream_buffer = 1u << 20;  // bytes queued for one slow client before its request is aborted
+  std::vector<std::string> allowed_origins = {"*"};  // CORS; empty = no CORS headers
+  std::string ssl_keyfile, ssl_certfile;             // both set = HTTPS
+  bool log_requests = true;                          // one access-log line per request
+  int32_t max_logprobs = 20;
+  nlohmann::json generation_defaults = nlohmann::json::object();  // generation_config.json, as request fields
+};
+
+// What the routes need once the model is loaded; all owned elsewhere and alive until the server stops.
+struct ModelContext {
+  const Tokenizer* tokenizer = nullptr;
+  AsyncEngine* engine = nullptr;
+  ServerMetrics* metrics = nullptr;
+  int64_t max_model_len = 0;
+  const DirectionRegistry* directions = nullptr;  // --direction name=FILE, for "interventions"
+};
+
+struct HttpRequest {
+  std::string method;
+  std::string target;  // path and query
+  std::string body;
+  std::string authorization;
+  std::string origin;
+  std::string access_control_request_headers;
+};
+
+struct HttpReply {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::shared_ptr<ResponseStream> stream;  // set: the body comes from the engine as it generates
+};
+
+class Router {
+ public:
+  explicit Router(const ServerConfig& config) : config_(config) {}
+  void set_ready(const ModelContext& ctx);
+  bool ready() const { return ready_; }
+
+  // `on_engine_output` is called on the engine thread whenever a generation started here has new output.
+  HttpReply handle(const HttpRequest& req, std::function<void()> on_engine_output);
+  // Every error response is made here: OpenAI's error body, Retry-After on 429 and 503.
+  static HttpReply error(const ApiError& e);
+
+ private:
+  HttpReply route(const HttpRequest& req, std::function<void()>& on_engine_output);
+  void add_cors(const HttpRequest& req, HttpReply& reply) const;
+  bool authorized(const HttpRequest& req, HttpReply& reply) const;
+  bool is_ready(HttpReply& reply) const;
+  HttpReply models() const;
+  HttpReply generate(const HttpRequest& req, bool chat, std::function<void()> on_engine_output);
+  HttpReply tokenize(const HttpRequest& req);
+  HttpReply detokenize(const HttpRequest& req);
+
+  const ServerConfig& config_;
+  ModelContext ctx_;
+  std::atomic<bool> ready_{false};
+  std::mutex admission_mu_;  // check-then-add of the waiting limit
+};
+
+}  // namespace kvik::server

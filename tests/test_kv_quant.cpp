@@ -1,0 +1,182 @@
+// The quantized KV caches (--kv-cache-dtype q8_0 / fp8): FP8 E4M3 conversions, every kernel table's attention
+// entries against the scalar reference, stories260K's greedy output with a q8_0 cache against f32's on the
+// fixture prompts, and the capacity the smaller rows buy.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/error.h"
+#include "core/fp8.h"
+#include "engine/engine_core.h"
+#include "engine/sample/logits_ops.h"
+#include "engine/single_sequence.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "model/kv_cache.h"
+#include "model/llama.h"
+
+using namespace kvik;
+
+namespace {
+
+const char* const kStories = KVIK_SHARED_DIR "/models/stories260K.gguf";
+
+std::vector<const CpuKernels*> runnable_tables() {
+  __builtin_cpu_init();
+  std::vector<const CpuKernels*> t = {&generic_kernels()};
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  if (avx2_kernels() && avx2) t.push_back(avx2_kernels());
+  if (avx512_kernels() && avx512) t.push_back(avx512_kernels());
+  return t;
+}
+
+// The γ bound of test_kernels.cpp: sums that differ only in order are within (n + 64)·2⁻²⁴·Σ|terms|.
+double gamma(int64_t n) { return static_cast<double>(n + 64) * std::ldexp(1.0, -24); }
+
+}  // namespace
+
+TEST(KvQuant, Fp8E4M3Conversions) {
+  // Every finite code decodes and encodes back to itself; ±448 is the largest value; NaN stays NaN.
+  for (int b = 0; b < 256; ++b) {
+    const float v = fp8_e4m3_to_f32(static_cast<uint8_t>(b));
+    if ((b & 0x7F) == 0x7F) {
+      EXPECT_TRUE(std::isnan(v));
+      continue;
+    }
+    EXPECT_EQ(f32_to_fp8_e4m3(v), b == 0x80 ? 0x80 : b) << b;
+  }
+  EXPECT_EQ(fp8_e4m3_to_f32(0x7E), 448.0f);
+  EXPECT_EQ(fp8_e4m3_to_f32(0x01), std::ldexp(1.0f, -9));
+  EXPECT_EQ(f32_to_fp8_e4m3(1e6f), 0x7E);    // saturates
+  EXPECT_EQ(f32_to_fp8_e4m3(-1e6f), 0xFE);
+  EXPECT_EQ(f32_to_fp8_e4m3(NAN), 0x7F);
+  EXPECT_EQ(f32_to_fp8_e4m3(1.0625f), f32_to_fp8_e4m3(1.0f));  // halfway to 1.125: ties to even (1.0)
+  EXPECT_EQ(f32_to_fp8_e4m3(1.1875f), f32_to_fp8_e4m3(1.25f));  // halfway 1.125..1.25: even is 1.25
+  // Round to nearest: the error is at most half a step (relative 2^-4 for normals).
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 20.0f);
+  for (int i = 0; i < 10000; ++i) {
+    const float x = nd(rng);
+    const float y = fp8_e4m3_to_f32(f32_to_fp8_e4m3(x));
+    EXPECT_LE(std::fabs(y - x), std::max(std::fabs(x) * 0.0625f, std::ldexp(1.0f, -10))) << x;
+  }
+}
+
+// Scores and weighted sums over Q8_0 and FP8 rows: each runnable table against the scalar reference, head dims
+// 8 (rows starting inside a Q8_0 block, as stories260K's), 16, 40 (not a multiple of 16), 64, 128 and 20 (the
+// scalar fallback), keys below and past the 16-row tree.
+TEST(KvQuant, AttentionKernelsMatchReference) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const CpuKernels* k : runnable_tables())
+    for (int64_t d : {8, 16, 20, 40, 64, 128})
+      for (int64_t keys : {1, 15, 17, 100}) {
+        SCOPED_TRACE(std::string(k->isa) + " d=" + std::to_string(d) + " keys=" + std::to_string(keys));
+        const int64_t row = d * 4 % 32 == 0 ? d * 4 : 160;  // a cache row holds 4 heads (a multiple of 32)
+        const int64_t rows = keys + 5;
+        std::vector<float> x(rows * row), q(d), p(keys);
+        for (auto& v : x) v = nd(rng) * 3;
+        for (auto& v : q) v = nd(rng);
+        for (auto& v : p) v = std::fabs(nd(rng));
+        std::vector<BlockQ8_0> q8(rows * row / 32);
+        std::vector<uint8_t> f8(rows * row);
+        quantize_row(DType::Q8_0, x.data(), q8.data(), rows * row);
+        for (size_t i = 0; i < x.size(); ++i) f8[i] = f32_to_fp8_e4m3(x[i]);
+        std::vector<int64_t> off(keys);
+        for (int64_t j = 0; j < keys; ++j) off[j] = ((j * 7) % rows) * row + (j % 4) * d;  // head j % 4
+        std::vector<float> s0(keys), s1(keys), o0(d), o1(d);
+        const CpuKernels& ref = generic_kernels();
+        for (int fp8 = 0; fp8 < 2; ++fp8) {
+          std::vector<float> deq(x.size());
+          if (fp8) for (size_t i = 0; i < x.size(); ++i) deq[i] = fp8_e4m3_to_f32(f8[i]);
+          else dequantize_row(DType::Q8_0, q8.data(), deq.data(), rows * row);
+          if (fp8) ref.scores_fp8(q.data(), f8.data(), off.data(), keys, d, 0.5f, s0.data()), k->scores_fp8(q.data(), f8.data(), off.data(), keys, d, 0.5f, s1.data());
+          else ref.scores_q8_0(q.data(), q8.data(), off.data(), keys, d, 0.5f, s0.data()), k->scores_q8_0(q.data(), q8.data(), off.data(), keys, d, 0.5f, s1.data());
+          if (fp8) ref.wsum_fp8(p.data(), f8.data(), off.data(), keys, d, o0.data()), k->wsum_fp8(p.data(), f8.data(), off.data(), keys, d, o1.data());
+          else ref.wsum_q8_0(p.data(), q8.data(), off.data(), keys, d, o0.data()), k->wsum_q8_0(p.data(), q8.data(), off.data(), keys, d, o1.data());
+          for (int64_t j = 0; j < keys; ++j) {
+            double mag = 0, exact = 0;
+            for (int64_t i = 0; i < d; ++i) mag += std::fabs(q[i] * deq[off[j] + i]), exact += double(q[i]) * deq[off[j] + i];
+            EXPECT_NEAR(s1[j], s0[j], gamma(d) * mag * 0.5) << "fp8=" << fp8 << " scores j=" << j;
+            EXPECT_NEAR(s0[j], exact * 0.5, gamma(d) * mag * 0.5) << "reference vs the dequantized rows";
+          }
+          for (int64_t i = 0; i < d; ++i) {
+            double mag = 0;
+            for (int64_t j = 0; j < keys; ++j) mag += std::fabs(p[j] * deq[off[j] + i]);
+            EXPECT_NEAR(o1[i], o0[i], gamma(keys) * mag) << "fp8=" << fp8 << " wsum i=" << i;
+          }
+        }
+      }
+}
+
+// Greedy on the llama.cpp fixture prompts, 64 tokens, against an f32 cache. stories260K has d_h 8, so one Q8_0
+// block holds the values of 4 KV heads and shares their scale; where q8_0's tokens part from f32's, the step is a
+// near tie under f32: the top two next-token probabilities within 1.25× (logit gap < ln 1.25). f16 and fp8 are
+// printed for comparison.
+TEST(KvQuant, Stories260kGreedyQ8MatchesF32) {
+  std::ifstream in(KVIK_SOURCE_DIR "/tests/fixtures/ref_stories260k.json");
+  const nlohmann::json fx = nlohmann::json::parse(in);
+  auto model = LlamaModel::load(kStories);
+  for (DType kv : {DType::F16, DType::Q8_0, DType::F8_E4M3}) {
+    int identical = 0, cases = 0;
+    float worst_gap = 0;
+    for (const auto& c : fx.at("cases")) {
+      const std::vector<int32_t> prompt = c.at("prompt_ids").get<std::vector<int32_t>>();
+      SingleSequence f32(*model, 128, DType::F32), other(*model, 128, kv);
+      auto lf = f32.append(prompt), lq = other.append(prompt);
+      bool same = true;
+      for (int step = 0; step < 64; ++step) {
+        const int32_t tf = argmax(lf), tq = argmax(lq);
+        if (tf != tq) {
+          std::vector<float> sorted = lf;
+          std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+          worst_gap = std::max(worst_gap, sorted[0] - sorted[1]);
+          if (kv == DType::Q8_0)
+            EXPECT_LT(sorted[0] - sorted[1], std::log(1.25f)) << c.at("prompt") << " step " << step << ": not a near tie";
+          same = false;
+          break;
+        }
+        const int32_t one[1] = {tf};
+        lf = f32.append(one), lq = other.append(one);
+      }
+      identical += same, ++cases;
+    }
+    std::printf("stories260K, %s KV: %d of %d prompts give f32's 64 greedy tokens; largest f32 top-2 logit gap where "
+                "they part: %.3f\n", std::string(dtype_name(kv)).c_str(), identical, cases, worst_gap);
+    if (kv == DType::Q8_0) EXPECT_GE(identical * 2, cases);
+  }
+}
+
+// Same memory, more tokens: q8_0 holds ≥ 1.8× the tokens of f16, fp8 2×; the start-up sizing agrees.
+TEST(KvQuant, CapacityAtTheSameMemory) {
+  auto model = LlamaModel::load(kStories);
+  const ModelConfig& c = model->config();
+  const int64_t f16 = KvCacheTensors::bytes_per_token(c, DType::F16);
+  EXPECT_EQ(KvCacheTensors::bytes_per_token(c, DType::F32), 2 * f16);
+  EXPECT_EQ(KvCacheTensors::bytes_per_token(c, DType::F8_E4M3) * 2, f16);
+  EXPECT_EQ(KvCacheTensors::bytes_per_token(c, DType::Q8_0), 2 * c.n_layers * c.kv_dim() / 32 * 34);
+  int64_t tokens[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    EngineConfig cfg;
+    cfg.max_model_len = 256;
+    cfg.kv_cache_memory_gib = 0.01;
+    cfg.log_stats = false;
+    cfg.kv_cache_dtype = i ? DType::Q8_0 : DType::F16;
+    EngineCore e(*model, cfg, {2});
+    tokens[i] = e.capacity().tokens;
+  }
+  EXPECT_GE(static_cast<double>(tokens[1]) / tokens[0], 1.8);
+  std::printf("stories260K in 0.01 GiB: %lld tokens with an f16 cache, %lld with q8_0 (%.2fx)\n", (long long)tokens[0],
+              (long long)tokens[1], static_cast<double>(tokens[1]) / tokens[0]);
+}
+
+TEST(KvQuant, Q8RejectsRowsThatAreNotWholeBlocks) {
+  ModelConfig c;
+  c.n_layers = 1, c.n_kv_heads = 3, c.head_dim = 10;
+  EXPECT_THROW(KvCacheTensors(c, 4, 16, DType::Q8_0), Error);
+  EXPECT_NO_THROW(KvCacheTensors(c, 4, 16, DType::F8_E4M3));
+}
