@@ -222,6 +222,21 @@ TEST(QuantizeHf, ShardedCheckpointGivesTheSameFile) {
   EXPECT_TRUE(a == b);
 }
 
+// Qwen's tokenizer_config.json has bos_token null; the converter then takes config.json's bos_token_id.
+TEST(QuantizeHf, SpecialIdsMissingFromTheTokenizerComeFromConfigJson) {
+  TempDir tmp;
+  const Twin t = make_twin(tmp, "qwen3", DType::BF16);
+  json cfg = read_json(t.dir + "/config.json");
+  ASSERT_FALSE(cfg.contains("bos_token_id"));
+  cfg["bos_token_id"] = 5;
+  write_json(t.dir + "/config.json", cfg);
+  quantize(t.dir, tmp.file("q.gguf"), "q8_0");
+  const auto g = GgufFile::open(tmp.file("q.gguf"));
+  EXPECT_EQ(g->get_int("tokenizer.ggml.bos_token_id"), 5);
+  EXPECT_EQ(g->get_int("tokenizer.ggml.eos_token_id"), GgufFile::open(t.gguf)->get_int("tokenizer.ggml.eos_token_id"));
+  EXPECT_EQ(g->get_bool("tokenizer.ggml.add_bos_token"), false);
+}
+
 std::string error_of(const std::string& dir) {
   TempDir tmp;
   try {
