@@ -3,8 +3,8 @@
 # data, medians of ROUNDS alternating runs (A B A B ...), per mix, as JSON on stdout.
 # llama.cpp side: the native llama-quantize when it is built ($LLAMA_QUANTIZE, default
 # /tmp/kvik-peer/llama.cpp/build/bin/llama-quantize); otherwise llama_model_quantize() of the peer's prebuilt
-# libllama.so through tools/llama_quantize.py (the same function llama-quantize's main() calls; its time is the
-# call alone, without Python's start-up). kvik side: wall time of the `kvik quantize` process, and its peak RSS.
+# libllama.so through `kvik_peer_tool quantize` (tools/peer_tool.cpp, built here if missing; the same function
+# llama-quantize's main() calls; its time is the call alone, without loading the libraries). kvik side: wall time of the `kvik quantize` process, and its peak RSS.
 # "ratio" is kvik's speed over llama.cpp's (above 1: kvik faster).
 #
 # Usage: bench/quantize_speed.sh [THREADS]   Environment: KVIK (build/kvik), ROUNDS (3), MIXES ("q8_0 q4_0 q4_k_m
@@ -17,8 +17,10 @@ ROUNDS="${ROUNDS:-3}" MIXES="${MIXES:-q8_0 q4_0 q4_k_m iq4_nl}"
 DIM="${DIM:-1024}" LAYERS="${LAYERS:-4}" FF="${FF:-4096}" VOCAB="${VOCAB:-16384}"
 SHARED="${KVIK_SHARED_DIR:-$ROOT/../shared}"
 LLAMA_QUANTIZE="${LLAMA_QUANTIZE:-/tmp/kvik-peer/llama.cpp/build/bin/llama-quantize}"
+PEER_TOOL="${PEER_TOOL:-$ROOT/build/kvik_peer_tool}"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
+if [[ ! -x "$LLAMA_QUANTIZE" && ! -x "$PEER_TOOL" ]]; then ninja -C "$ROOT/build" kvik_peer_tool >&2; fi
 
 "$KVIK" synth "$TMP/in.gguf" --type f32 --dim "$DIM" --layers "$LAYERS" --heads 8 --kv-heads 8 --ff "$FF" \
   --vocab "$VOCAB" --tokenizer-from "$SHARED/models/stories260K.gguf" >/dev/null 2>&1
@@ -37,7 +39,7 @@ llama_run() {
     nice "$LLAMA_QUANTIZE" "$TMP/in.gguf" "$TMP/l.gguf" "$1" "$THREADS" >/dev/null 2>&1
     echo "$(now) - $t0" | bc
   else
-    nice python3 "$ROOT/tools/llama_quantize.py" --threads "$THREADS" "$TMP/in.gguf" "$TMP/l.gguf" "$1" 2>/dev/null
+    nice "$PEER_TOOL" quantize "$TMP/in.gguf" "$TMP/l.gguf" "$1" --threads "$THREADS" 2>/dev/null
   fi
 }
 for mix in $MIXES; do
@@ -50,21 +52,24 @@ for mix in $MIXES; do
   echo "$mix rss $(cat "$TMP/kvik_rss")" >> "$TMP/times"
   echo "$mix done (files identical: $same)" >&2
 done
-python3 - "$TMP/times" "$BYTES" "$THREADS" "$([[ -x "$LLAMA_QUANTIZE" ]] && echo llama-quantize || echo libllama)" <<'PY'
-import json, statistics, sys, platform
-times, size, threads, ref = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-runs, same, rss = {}, {}, {}
-for line in open(times):
-    mix, who, v = line.split()
-    if who == "identical": same[mix] = v == "true"
-    elif who == "rss": rss[mix] = int(v)
-    else: runs.setdefault(mix, {}).setdefault(who, []).append(float(v))
-cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
-out = {"cpu": cpu, "threads": threads, "model_bytes": size, "reference": ref, "mixes": {}}
-for mix, r in runs.items():
-    k, l = statistics.median(r["kvik"]), statistics.median(r["llama"])
-    out["mixes"][mix] = {"kvik_mb_s": round(size / k / 1e6, 1), "llama_mb_s": round(size / l / 1e6, 1),
-                         "ratio": round(l / k, 3), "kvik_s": r["kvik"], "llama_s": r["llama"], "identical": same[mix],
-                         "kvik_peak_rss_mib": round(rss[mix] / 1024, 1)}
-print(json.dumps(out, indent=1))
-PY
+node - "$TMP/times" "$BYTES" "$THREADS" "$([[ -x "$LLAMA_QUANTIZE" ]] && echo llama-quantize || echo libllama)" <<'JS'
+const fs = require("fs");
+const [times, size, threads, ref] = [process.argv[2], Number(process.argv[3]), Number(process.argv[4]), process.argv[5]];
+const runs = {}, same = {}, rss = {};
+for (const line of fs.readFileSync(times, "utf8").split("\n").filter(Boolean)) {
+  const [mix, who, v] = line.split(/\s+/);
+  if (who === "identical") same[mix] = v === "true";
+  else if (who === "rss") rss[mix] = Number(v);
+  else ((runs[mix] ??= {})[who] ??= []).push(Number(v));
+}
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b), m = s.length >> 1; return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2; };
+const round = (x, d) => Math.round(x * 10 ** d) / 10 ** d;
+const cpu = (fs.readFileSync("/proc/cpuinfo", "utf8").match(/^model name\s*:\s*(.*)$/m) || [, ""])[1];
+const out = {cpu, threads, model_bytes: size, reference: ref, mixes: {}};
+for (const [mix, r] of Object.entries(runs)) {
+  const k = median(r.kvik), l = median(r.llama);
+  out.mixes[mix] = {kvik_mb_s: round(size / k / 1e6, 1), llama_mb_s: round(size / l / 1e6, 1), ratio: round(l / k, 3),
+                    kvik_s: r.kvik, llama_s: r.llama, identical: same[mix], kvik_peak_rss_mib: round(rss[mix] / 1024, 1)};
+}
+console.log(JSON.stringify(out, null, 1));
+JS

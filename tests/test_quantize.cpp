@@ -2,7 +2,7 @@
 //
 // tests/data/quants_llamacpp.bin comes from llama.cpp itself (libggml-base.so / libggml-cpu-x64.so of
 // node-llama-cpp 3.21.1):
-//   bash ../shared/peer/setup.sh && python3 tools/make_quant_fixture.py /tmp/kvik-peer tests/data/quants_llamacpp.bin
+//   bash ../shared/peer/setup.sh && ninja -C build kvik_peer_tool && build/kvik_peer_tool quant-fixture tests/data/quants_llamacpp.bin
 // It holds 16 rows of 256 floats (zeros, constants, spikes, denormals, outliers past fp16's range, exact ties, ...),
 // what ggml_quantize_chunk (llama-quantize's call, no importance matrix) makes of them for every type, what ggml's
 // dequantizers make of that, and ggml's reference dot products against Q8_0 / Q8_1 activations.
@@ -42,7 +42,7 @@ struct Fixture {
 const Fixture& fixture() {
   static const Fixture f = [] {
     std::ifstream in(KVIK_SOURCE_DIR "/tests/data/quants_llamacpp.bin", std::ios::binary);
-    if (!in) throw std::runtime_error("tests/data/quants_llamacpp.bin missing (tools/make_quant_fixture.py makes it)");
+    if (!in) throw std::runtime_error("tests/data/quants_llamacpp.bin missing (kvik_peer_tool quant-fixture makes it, tools/peer_tool.cpp)");
     auto u32 = [&] {
       uint32_t v = 0;
       in.read(reinterpret_cast<char*>(&v), 4);

@@ -10,8 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -21,6 +23,7 @@
 #include "engine/single_sequence.h"
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
+#include "model/hf_layout.h"
 #include "model/llama.h"
 #include "model/quant_recipe.h"
 #include "model/quantize_model.h"
@@ -220,6 +223,78 @@ TEST(QuantizeHf, ShardedCheckpointGivesTheSameFile) {
   const std::string a{std::istreambuf_iterator<char>(fa), {}}, b{std::istreambuf_iterator<char>(fb), {}};
   EXPECT_GT(a.size(), 100000u);
   EXPECT_TRUE(a == b);
+}
+
+std::vector<float> last_logits(const std::string& path, const std::vector<int32_t>& prompt) {
+  auto m = LlamaModel::load(path);
+  SingleSequence s(*m, 64);
+  return s.append(prompt);
+}
+
+// A Llama checkpoint with attention biases (attention_bias true): the q/k biases are permuted like their rows.
+// The directory and its f32 quantization (a lossless conversion) run alike in kvik: the HF directory with HF's
+// rotate-half rotation, the GGUF with llama.cpp's interleaved one on permuted rows.
+TEST(QuantizeHf, LlamaBiasesArePermutedLikeTheirRows) {
+  TempDir tmp;
+  const Twin t = make_twin(tmp, "llama", DType::F32);
+  json cfg = read_json(t.dir + "/config.json");
+  cfg["attention_bias"] = true;
+  write_json(t.dir + "/config.json", cfg);
+  std::vector<SafetensorsWriteTensor> w;
+  {
+    const auto st = SafetensorsFile::open(t.dir + "/model.safetensors");
+    for (const auto& [name, x] : st->tensors())
+      w.push_back({name, x.dtype, x.shape, std::vector<uint8_t>(x.data, x.data + x.nbytes)});
+  }
+  std::map<std::string, std::vector<float>> bias;
+  for (int l = 0; l < 2; ++l)
+    for (const auto& [proj, n] : {std::pair{"q", 256}, std::pair{"k", 128}, std::pair{"v", 128}}) {
+      const std::string name = fmt::format("model.layers.{}.self_attn.{}_proj.bias", l, proj);
+      std::vector<float> b(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i)
+        b[static_cast<size_t>(i)] = 0.3f * std::sin(0.7f * static_cast<float>(i * (l + 2)) + (proj[0] - 'k'));
+      w.push_back(
+          {name,
+           DType::F32,
+           {n},
+           std::vector<uint8_t>(reinterpret_cast<uint8_t*>(b.data()), reinterpret_cast<uint8_t*>(b.data() + n))});
+      bias[fmt::format("blk.{}.attn_{}.bias", l, proj)] = b;
+    }
+  write_safetensors(t.dir + "/model.safetensors", w);
+  const std::string out = tmp.file("f32.gguf");
+  quantize(t.dir, out, "f32");
+  const auto g = GgufFile::open(out);
+  for (const auto& [name, b] : bias) {
+    const GgufTensorInfo* x = g->find_tensor(name);
+    ASSERT_NE(x, nullptr) << name;
+    ASSERT_EQ(x->nbytes, b.size() * 4) << name;
+    const float* got = reinterpret_cast<const float*>(x->data);
+    const bool permuted = name.find("attn_v") == std::string::npos;
+    for (size_t r = 0; r < b.size(); ++r)
+      ASSERT_EQ(got[r], b[permuted ? static_cast<size_t>(hf_row_of_gguf_row(static_cast<int64_t>(r), 64)) : r])
+          << name << " row " << r;
+  }
+  const std::vector<int32_t> prompt = {1, 17, 42, 99, 3, 250, 7, 7, 8, 120, 11, 0, 299};
+  const auto a = last_logits(t.dir, prompt), b = last_logits(out, prompt);
+  ASSERT_EQ(a.size(), b.size());
+  float d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+  EXPECT_LT(d, 1e-4f);
+}
+
+// Qwen's tokenizer_config.json has bos_token null; the converter then takes config.json's bos_token_id.
+TEST(QuantizeHf, SpecialIdsMissingFromTheTokenizerComeFromConfigJson) {
+  TempDir tmp;
+  const Twin t = make_twin(tmp, "qwen3", DType::BF16);
+  json cfg = read_json(t.dir + "/config.json");
+  ASSERT_FALSE(cfg.contains("bos_token_id"));
+  cfg["bos_token_id"] = 5;
+  write_json(t.dir + "/config.json", cfg);
+  quantize(t.dir, tmp.file("q.gguf"), "q8_0");
+  const auto g = GgufFile::open(tmp.file("q.gguf"));
+  EXPECT_EQ(g->get_int("tokenizer.ggml.bos_token_id"), 5);
+  EXPECT_EQ(g->get_int("tokenizer.ggml.eos_token_id"), GgufFile::open(t.gguf)->get_int("tokenizer.ggml.eos_token_id"));
+  EXPECT_EQ(g->get_bool("tokenizer.ggml.add_bos_token"), false);
 }
 
 std::string error_of(const std::string& dir) {

@@ -1,8 +1,9 @@
 // `kvik quantize` against llama.cpp's quantizer, whole files: for stories260K and random models written by
 // `kvik synth` (F32, F16 and BF16 weights), every mix and a few option combinations must give the file
 // llama.cpp's llama_model_quantize() gives (same metadata, tensor order, types, data and padding: equal SHA-256).
-// Fixture: tests/fixtures/llama_quantize_hashes.json, made by tools/make_quantize_fixture.py from the peer's
-// libllama.so (llama_model_quantize is the function llama-quantize's main() calls).
+// Fixture: tests/fixtures/llama_quantize_hashes.json, made by `kvik_peer_tool quantize-fixture build/kvik OUT.json`
+// (tools/peer_tool.cpp) from the peer's libllama.so (llama_model_quantize is the function llama-quantize's main()
+// calls).
 //
 // Also: the recipe on a model shape with many layers (which layers' attn_v / ffn_down get more bits), streaming
 // (peak RSS of the CLI stays far below the model size), bad input errors, and quantized models that load and run.
@@ -105,7 +106,7 @@ void expect_same_as_llama_cpp(const std::string& path, const nlohmann::json& run
 const nlohmann::json& fixture() {
   static const nlohmann::json fx = [] {
     std::ifstream in(kFixture);
-    if (!in) throw std::runtime_error(std::string(kFixture) + " missing: tools/make_quantize_fixture.py writes it");
+    if (!in) throw std::runtime_error(std::string(kFixture) + " missing: kvik_peer_tool quantize-fixture (tools/peer_tool.cpp) writes it");
     return nlohmann::json::parse(in);
   }();
   return fx;
@@ -128,7 +129,7 @@ TEST_P(LlamaQuantizeFiles, EveryMixGivesLlamaQuantizesFileByteForByte) {
       synth_llama_gguf(synth_options(m.at("synth"), model));
     }
     ASSERT_EQ(test::sha256_hex(read_all(model)), m.at("input_sha256").get<std::string>())
-        << name << ": the input differs from the one the fixture was made from (rerun tools/make_quantize_fixture.py)";
+        << name << ": the input differs from the one the fixture was made from (rerun kvik_peer_tool quantize-fixture)";
     for (const auto& run : m.at("runs")) {
       const std::string what = name + " " + run.at("mix").get<std::string>() + " " + run.at("options").dump();
       const std::string out = dir.file("out.gguf");

@@ -3,8 +3,11 @@
 #include <filesystem>
 #include <set>
 
+#include <nlohmann/json.hpp>
 #include "core/error.h"
+
 #include "formats/gguf.h"
+#include "formats/json_file.h"
 #include "formats/safetensors.h"
 #include "model/hf_layout.h"
 #include "model/model_config.h"
@@ -89,6 +92,15 @@ class HfInput final : public QuantizeInput {
     w.set_string("general.name", !config_.name.empty() ? config_.name : base.empty() ? "model" : base);
     write_arch_metadata(config_, w);
     tokenizer_->write_gguf_metadata(w, config_.vocab_size);
+    // Special ids tokenizer_config.json leaves unset come from config.json, as the converter's SpecialVocab takes
+    // them (Qwen: bos_token null, config.json bos_token_id 151643).
+    const nlohmann::json cfg = read_json_file(std::filesystem::path(path_) / "config.json");
+    for (const auto& [key, id] : {std::pair{"bos", tokenizer_->bos_id()}, std::pair{"eos", tokenizer_->eos_id()}}) {
+      const std::string field = std::string(key) + "_token_id";
+      if (id < 0 && cfg.contains(field) && cfg[field].is_number_integer() && cfg[field].get<int64_t>() >= 0 &&
+          cfg[field].get<int64_t>() < config_.vocab_size)
+        w.set_u32("tokenizer.ggml." + field, cfg[field].get<uint32_t>());
+    }
   }
 
  private:
