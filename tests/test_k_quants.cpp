@@ -2,7 +2,7 @@
 // blocks whose values are worked out from the layout by hand, random blocks, and the reference dot products.
 //
 // tests/data/kquants_llamacpp.bin comes from llama.cpp itself (libggml-base.so of node-llama-cpp 3.21.1):
-//   bash ../shared/peer/setup.sh && python3 tools/make_kquant_fixture.py /tmp/kvik-peer tests/data/kquants_llamacpp.bin
+//   bash ../shared/peer/setup.sh && ninja -C build kvik_peer_tool && build/kvik_peer_tool kquant-fixture tests/data/kquants_llamacpp.bin
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,7 +32,7 @@ struct LlamaCppFixture {
 
 LlamaCppFixture read_fixture() {
   std::ifstream in(KVIK_SOURCE_DIR "/tests/data/kquants_llamacpp.bin", std::ios::binary);
-  if (!in) throw std::runtime_error("tests/data/kquants_llamacpp.bin missing (tools/make_kquant_fixture.py makes it)");
+  if (!in) throw std::runtime_error("tests/data/kquants_llamacpp.bin missing (kvik_peer_tool kquant-fixture makes it, tools/peer_tool.cpp)");
   auto u32 = [&] {
     uint32_t v;
     in.read(reinterpret_cast<char*>(&v), 4);

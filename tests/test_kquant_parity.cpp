@@ -22,6 +22,7 @@
 
 #include "engine/single_sequence.h"
 #include "model/llama.h"
+#include "model/quantize_model.h"
 #include "model/synth.h"
 
 using namespace kvik;
@@ -36,6 +37,7 @@ constexpr double kMaxDev = 0.05;
 
 constexpr const char* kStories = KVIK_SHARED_DIR "/models/stories260K.gguf";
 constexpr const char* kFixture = KVIK_SOURCE_DIR "/tests/fixtures/ref_synth_kquants.json";
+constexpr const char* kQuantsFixture = KVIK_SOURCE_DIR "/tests/fixtures/ref_synth_quants.json";
 
 int32_t argmax(std::span<const float> v) {
   return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
@@ -50,11 +52,30 @@ std::vector<double> softmax(std::span<const float> v) {
   return p;
 }
 
-}  // namespace
+// type "f32>MIX": synth writes F32 weights and `kvik quantize` (quantize_model) turns them into MIX.
+void write_model(const nlohmann::json& so, SynthOptions& o) {
+  const std::string type = so.at("type");
+  const auto arrow = type.find('>');
+  const std::string synth_type = type.substr(0, arrow);
+  o.q4_k_m = synth_type == "q4_k_m";
+  o.type = o.q4_k_m ? DType::Q4_K : *dtype_from_name(synth_type);
+  o.dim = so.at("dim"), o.layers = so.at("layers"), o.heads = so.at("heads"), o.kv_heads = so.at("kv_heads");
+  o.head_dim = so.at("head_dim"), o.ff = so.at("ff"), o.vocab = so.at("vocab"), o.seed = so.at("seed");
+  o.tokenizer_from = kStories;
+  if (arrow == std::string::npos) return synth_llama_gguf(o);
+  const std::string final_path = o.out_path;
+  o.out_path += ".f32";
+  synth_llama_gguf(o);
+  QuantizeOptions q;
+  q.input = o.out_path, q.output = final_path, q.progress = false, q.mix = *quant_mix(type.substr(arrow + 1));
+  quantize_model(q);
+  fs::remove(o.out_path);
+  o.out_path = final_path;
+}
 
-TEST(KQuantParity, SynthKQuantModelsAgreeWithLlamaCppTeacherForced) {
-  std::ifstream in(std::getenv("KQ_FIXTURE") ? std::getenv("KQ_FIXTURE") : kFixture);
-  ASSERT_TRUE(in) << kFixture << " missing: tools/make_kquant_ref_fixture.sh writes it";
+void expect_parity(const char* fixture) {
+  std::ifstream in(std::getenv("KQ_FIXTURE") ? std::getenv("KQ_FIXTURE") : fixture);
+  ASSERT_TRUE(in) << fixture << " missing: tools/make_kquant_ref_fixture.sh writes it";
   const auto fx = nlohmann::json::parse(in);
   const fs::path dir = fs::temp_directory_path() / ("kvik_kq_parity_" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -64,13 +85,7 @@ TEST(KQuantParity, SynthKQuantModelsAgreeWithLlamaCppTeacherForced) {
     const auto& so = m.at("synth");
     SynthOptions o;
     o.out_path = (dir / (name + ".gguf")).string();
-    const std::string type = so.at("type");
-    o.q4_k_m = type == "q4_k_m";
-    o.type = o.q4_k_m ? DType::Q4_K : *dtype_from_name(type);
-    o.dim = so.at("dim"), o.layers = so.at("layers"), o.heads = so.at("heads"), o.kv_heads = so.at("kv_heads");
-    o.head_dim = so.at("head_dim"), o.ff = so.at("ff"), o.vocab = so.at("vocab"), o.seed = so.at("seed");
-    o.tokenizer_from = kStories;
-    synth_llama_gguf(o);
+    write_model(so, o);
     ASSERT_EQ(static_cast<int64_t>(fs::file_size(o.out_path)), m.at("size").get<int64_t>())
         << "synth no longer writes the model the fixture was made with: rerun tools/make_kquant_ref_fixture.sh";
 
@@ -110,3 +125,10 @@ TEST(KQuantParity, SynthKQuantModelsAgreeWithLlamaCppTeacherForced) {
   }
   fs::remove_all(dir);
 }
+
+}  // namespace
+
+TEST(KQuantParity, SynthKQuantModelsAgreeWithLlamaCppTeacherForced) { expect_parity(kFixture); }
+
+// Q4_1, Q5_0, Q5_1 and IQ4_NL models written by `kvik quantize` (tests/fixtures/ref_synth_quants.json).
+TEST(KQuantParity, KvikQuantizedModelsOfTheOtherTypesAgreeWithLlamaCppTeacherForced) { expect_parity(kQuantsFixture); }

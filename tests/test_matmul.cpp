@@ -82,8 +82,8 @@ TEST_P(MatmulTypes, AgreesWithDequantizedFloatReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTypes,
-                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K,
-                                           DType::Q5_K, DType::Q6_K),
+                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                                           DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/packed.h"
+#include "tensor/quantize.h"
 #include "random_weights.h"
 
 using namespace kvik;
@@ -129,6 +130,7 @@ Exact exact(const WeightMatrix& w, int64_t r, const Acts& a, int64_t t) {
     for (int j = 0; j < kQK8_0; ++j) {
       int q;
       if (w.dtype == DType::Q8_0) q = reinterpret_cast<const BlockQ8_0*>(row)[b].qs[j];
+      else if (w.dtype == DType::IQ4_NL) q = iq4_nl_quant(reinterpret_cast<const BlockIQ4_NL*>(row)[b], j);
       else {
         const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
         q = (j < 16 ? (blk.qs[j] & 15) : (blk.qs[j - 16] >> 4)) - 8;
@@ -153,6 +155,7 @@ void run_packed(const WeightMatrix& w, const uint8_t* packed, const Acts& a, int
       case DType::F32: (k ? k->gemm_f32_x16 : gemm_f32_x16_ref)(grp, w.cols, a.xf.data(), w.cols, R, tmp, kPackRows); break;
       case DType::Q8_0: (k ? k->gemm_q8_0_x16 : gemm_q8_0_x16_ref)(grp, w.cols / kQK8_0, a.s8(), R, tmp, kPackRows); break;
       case DType::Q4_0: (k ? k->gemm_q4_0_x16 : gemm_q4_0_x16_ref)(grp, w.cols / kQK8_0, a.s8(), R, tmp, kPackRows); break;
+      case DType::IQ4_NL: (k ? k->gemm_iq4_nl_x16 : gemm_iq4_nl_x16_ref)(grp, w.cols / kQK8_0, a.s8(), R, tmp, kPackRows); break;
       case DType::Q4_K: (k ? k->gemm_q4_k_x16 : gemm_q4_k_x16_ref)(grp, w.cols / kQK_K, a.k(), R, tmp, kPackRows); break;
       case DType::Q5_K: (k ? k->gemm_q5_k_x16 : gemm_q5_k_x16_ref)(grp, w.cols / kQK_K, a.k(), R, tmp, kPackRows); break;
       default: (k ? k->gemm_q6_k_x16 : gemm_q6_k_x16_ref)(grp, w.cols / kQK_K, a.k(), R, tmp, kPackRows); break;
@@ -199,6 +202,7 @@ TEST_P(PackedTypes, EveryTableKernelEqualsReferenceBitForBitForEveryTokenCount) 
     const bool has = t == DType::F32    ? k->gemm_f32_x16 != nullptr
                      : t == DType::Q8_0 ? k->gemm_q8_0_x16 != nullptr
                      : t == DType::Q4_0 ? k->gemm_q4_0_x16 != nullptr
+                     : t == DType::IQ4_NL ? k->gemm_iq4_nl_x16 != nullptr
                      : t == DType::Q4_K ? k->gemm_q4_k_x16 != nullptr
                      : t == DType::Q5_K ? k->gemm_q5_k_x16 != nullptr
                                         : k->gemm_q6_k_x16 != nullptr;
@@ -261,7 +265,7 @@ TEST_P(PackedTypes, MatmulOnPackedWeightsIsBatchInvariantAndAgreesWithUnpacked) 
 }
 
 INSTANTIATE_TEST_SUITE_P(PackedWeightTypes, PackedTypes,
-                         ::testing::Values(DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                         ::testing::Values(DType::F32, DType::Q8_0, DType::Q4_0, DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(Packed, QuantizeActQ8SIsBitExactIncludingTiesAndZeroBlocks) {

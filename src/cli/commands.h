@@ -21,6 +21,7 @@ Run add_render_chat(CLI::App& app);
 Run add_chat(CLI::App& app);
 Run add_serve(CLI::App& app);
 Run add_bench(CLI::App& app);
+Run add_quantize(CLI::App& app);
 Run add_bench_serve(CLI::App& app);
 Run add_perplexity(CLI::App& app);
 Run add_eval(CLI::App& app);

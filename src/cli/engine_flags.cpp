@@ -34,7 +34,7 @@ void add_engine_flags(CLI::App* c, EngineFlags& f) {
                 "Longest prompt chunk per step (0 = the token budget)");
   c->add_option("--threads,-t", e.num_threads, "Compute threads (default: all cores)");
   c->add_flag("--repack,!--no-repack", e.repack_weights,
-              "Repack F32/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K weights at load for the row-parallel AVX-512 kernels (default on)");
+              "Repack F32/Q8_0/Q4_0/IQ4_NL/Q4_K/Q5_K/Q6_K weights at load for the row-parallel AVX-512 kernels (default on)");
 }
 
 EngineConfig EngineFlags::resolve() const {

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   runs["chat"] = kvik::cli::add_chat(app);
   runs["serve"] = kvik::cli::add_serve(app);
   runs["bench"] = kvik::cli::add_bench(app);
+  runs["quantize"] = kvik::cli::add_quantize(app);
   runs["bench-serve"] = kvik::cli::add_bench_serve(app);
   runs["perplexity"] = kvik::cli::add_perplexity(app);
   runs["eval"] = kvik::cli::add_eval(app);

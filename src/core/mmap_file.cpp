@@ -42,4 +42,12 @@ MmapFile::~MmapFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
+void MmapFile::release(const uint8_t* p, size_t n) const {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto lo = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const auto hi = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (p < data_ || p + n > data_ + size_ || hi <= lo) return;
+  ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 }  // namespace kvik

@@ -19,6 +19,9 @@ class MmapFile {
   size_t size() const { return size_; }
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   const std::string& path() const { return path_; }
+  // Drops the mapped pages wholly inside [p, p + n) from this process (a later read faults them back in from
+  // the page cache): a streaming reader calls it behind itself so its resident memory stays small.
+  void release(const uint8_t* p, size_t n) const;
 
  private:
   std::string path_;

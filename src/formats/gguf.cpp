@@ -442,16 +442,25 @@ void GgufWriter::set_alignment(uint32_t a) {
   set_u32("general.alignment", a);
 }
 
-void GgufWriter::add_tensor(const std::string& name, DType dtype, std::vector<int64_t> shape,
-                            std::span<const uint8_t> data) {
+GgufWriter::Tensor GgufWriter::checked_tensor(const std::string& name, DType dtype, std::vector<int64_t> shape) const {
   if (shape.empty() || shape.size() > kMaxDims) fail("tensor '{}': {} dimensions", name, shape.size());
   int64_t rows = 1;
   for (size_t d = 1; d < shape.size(); ++d) rows *= shape[d];
   auto rb = row_bytes(dtype, shape[0]);
   if (!rb) fail("tensor '{}': row length {} is not a multiple of the {} block size", name, shape[0], dtype_name(dtype));
-  if (*rb * static_cast<size_t>(rows) != data.size())
-    fail("tensor '{}': {} bytes given, shape needs {}", name, data.size(), *rb * static_cast<size_t>(rows));
-  tensors_.push_back({name, dtype, std::move(shape), std::vector<uint8_t>(data.begin(), data.end())});
+  return {name, dtype, std::move(shape), {}, *rb * static_cast<size_t>(rows)};
+}
+
+void GgufWriter::add_tensor(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                            std::span<const uint8_t> data) {
+  Tensor t = checked_tensor(name, dtype, std::move(shape));
+  if (t.nbytes != data.size()) fail("tensor '{}': {} bytes given, shape needs {}", name, data.size(), t.nbytes);
+  t.data.assign(data.begin(), data.end());
+  tensors_.push_back(std::move(t));
+}
+
+void GgufWriter::add_tensor_info(const std::string& name, DType dtype, std::vector<int64_t> shape) {
+  tensors_.push_back(checked_tensor(name, dtype, std::move(shape)));
 }
 
 std::vector<uint8_t> GgufWriter::header_bytes() const {
@@ -471,7 +480,7 @@ std::vector<uint8_t> GgufWriter::header_bytes() const {
     for (int64_t d : t.shape) append<uint64_t>(out, static_cast<uint64_t>(d));
     append<uint32_t>(out, static_cast<uint32_t>(t.dtype));
     append<uint64_t>(out, offset);
-    offset = (offset + t.data.size() + alignment_ - 1) / alignment_ * alignment_;
+    offset = (offset + t.nbytes + alignment_ - 1) / alignment_ * alignment_;
   }
   out.resize((out.size() + alignment_ - 1) / alignment_ * alignment_, 0);
   return out;
@@ -480,6 +489,7 @@ std::vector<uint8_t> GgufWriter::header_bytes() const {
 std::vector<uint8_t> GgufWriter::to_bytes() const {
   std::vector<uint8_t> out = header_bytes();
   for (const auto& t : tensors_) {
+    if (t.data.size() != t.nbytes) fail("tensor '{}': to_bytes() of a streamed tensor", t.name);
     out.insert(out.end(), t.data.begin(), t.data.end());
     out.resize((out.size() + alignment_ - 1) / alignment_ * alignment_, 0);
   }
@@ -487,22 +497,42 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
 }
 
 void GgufWriter::write(const std::string& path) const {
+  write_streaming(path, [&](size_t i, const Sink& sink) { sink(tensors_[i].data); });
+}
+
+void GgufWriter::write_streaming(const std::string& path, const std::function<void(size_t, const Sink&)>& fill) const {
   // A name of its own per writer: two processes writing the same path (tests run in parallel) each rename a
   // whole file into place instead of interleaving into one temporary.
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), counter++);
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) fail("{}: cannot open for writing", tmp);
+  const auto abandon = [&](const std::string& why) {
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    fail("{}: {}", tmp, why);
+  };
   const std::vector<uint8_t> header = header_bytes();
-  bool ok = std::fwrite(header.data(), 1, header.size(), f) == header.size();
+  if (std::fwrite(header.data(), 1, header.size(), f) != header.size()) abandon("write failed");
   const std::vector<uint8_t> zeros(alignment_, 0);
-  for (const auto& t : tensors_) {
-    if (!ok) break;
-    ok = std::fwrite(t.data.data(), 1, t.data.size(), f) == t.data.size();
-    const size_t pad = (alignment_ - t.data.size() % alignment_) % alignment_;
-    ok = ok && std::fwrite(zeros.data(), 1, pad, f) == pad;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    size_t written = 0;
+    bool ok = true;
+    try {
+      fill(i, [&](std::span<const uint8_t> bytes) {
+        written += bytes.size();
+        if (written > tensors_[i].nbytes) fail("tensor '{}': more than its {} bytes", tensors_[i].name, tensors_[i].nbytes);
+        ok = ok && std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+      });
+    } catch (const std::exception& e) {
+      abandon(e.what());
+    }
+    if (!ok) abandon("write failed");
+    if (written != tensors_[i].nbytes) abandon(fmt::format("tensor '{}': {} bytes written, {} expected", tensors_[i].name, written, tensors_[i].nbytes));
+    const size_t pad = (alignment_ - written % alignment_) % alignment_;
+    if (std::fwrite(zeros.data(), 1, pad, f) != pad) abandon("write failed");
   }
-  if (std::fclose(f) != 0 || !ok) {
+  if (std::fclose(f) != 0) {
     std::remove(tmp.c_str());
     fail("{}: write failed", tmp);
   }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -68,6 +69,7 @@ class GgufFile {
   uint32_t version() const { return version_; }
   uint32_t alignment() const { return alignment_; }
   size_t data_offset() const { return data_offset_; }
+  const MmapFile* mapping() const { return file_.get(); }  // null for parse()d images
 
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
   const GgufValue* find(std::string_view key) const;
@@ -115,8 +117,16 @@ class GgufWriter {
 
   // `data` must hold exactly the bytes of `shape` in `dtype`; it is copied.
   void add_tensor(const std::string& name, DType dtype, std::vector<int64_t> shape, std::span<const uint8_t> data);
+  // A tensor whose bytes write_streaming() asks for when its turn comes (nothing is held in memory).
+  void add_tensor_info(const std::string& name, DType dtype, std::vector<int64_t> shape);
   void write(const std::string& path) const;  // throws kvik::Error on I/O failure
   std::vector<uint8_t> to_bytes() const;
+  // Writes the header, then for each tensor i in order calls fill(i, sink); fill passes the tensor's bytes to
+  // sink in as many pieces as it likes and must pass exactly the tensor's size in all. The file appears at `path`
+  // only when complete (written to path + ".tmp", then renamed); throws kvik::Error on I/O failure or a size
+  // mismatch.
+  using Sink = std::function<void(std::span<const uint8_t>)>;
+  void write_streaming(const std::string& path, const std::function<void(size_t, const Sink&)>& fill) const;
 
  private:
   struct Entry {
@@ -127,8 +137,10 @@ class GgufWriter {
     std::string name;
     DType dtype;
     std::vector<int64_t> shape;
-    std::vector<uint8_t> data;
+    std::vector<uint8_t> data;  // empty for add_tensor_info tensors
+    size_t nbytes = 0;
   };
+  Tensor checked_tensor(const std::string& name, DType dtype, std::vector<int64_t> shape) const;
   void put(const std::string& key, std::vector<uint8_t> raw);
   std::vector<uint8_t> header_bytes() const;
   std::vector<Entry> kv_;

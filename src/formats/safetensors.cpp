@@ -55,6 +55,7 @@ int64_t SafetensorsTensor::numel() const {
 std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   auto file = std::make_unique<MmapFile>(path);
   auto st = parse(file->bytes(), path);
+  for (auto& [name, t] : st->tensors_) t.map = file.get();
   st->file_ = std::move(file);
   return st;
 }

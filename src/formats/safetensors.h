@@ -25,6 +25,7 @@ struct SafetensorsTensor {
   const uint8_t* data = nullptr;
   size_t nbytes = 0;
   std::string file;            // for error messages
+  const MmapFile* map = nullptr;  // the mapping `data` points into (null for parse()d images)
   int64_t numel() const;
 };
 

@@ -10,6 +10,7 @@
 #include "core/fp16.h"
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
+#include "model/hf_layout.h"
 #include "model/model_config.h"
 #include "model/synth.h"
 #include "tokenizer/bpe_tokenizer.h"
@@ -50,41 +51,42 @@ std::vector<uint8_t> encode(const std::vector<float>& v, DType t) {
   return out;
 }
 
-// convert_hf_to_gguf.py's LlamaModel.permute: within each head, HF row (half, i) -> GGUF row (i, half).
-std::vector<uint8_t> permute_rows(const std::vector<uint8_t>& data, int64_t rows, int64_t row_bytes, int64_t head_dim) {
+// GGUF rows in convert_hf_to_gguf.py's order: row r of the result is HF row hf_row_of_gguf_row(r).
+std::vector<uint8_t> permute_rows(const std::vector<uint8_t>& data, int64_t rows, int64_t head_dim) {
+  const size_t rb = data.size() / static_cast<size_t>(rows);
   std::vector<uint8_t> out(data.size());
-  const int64_t half = head_dim / 2;
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t h = r / head_dim, within = r % head_dim;
-    const int64_t hf_half = within / half, i = within % half;
-    const int64_t dst = h * head_dim + 2 * i + hf_half;
-    std::memcpy(&out[dst * row_bytes], &data[r * row_bytes], static_cast<size_t>(row_bytes));
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(&out[static_cast<size_t>(r) * rb], &data[static_cast<size_t>(hf_row_of_gguf_row(r, head_dim)) * rb], rb);
   return out;
 }
 
-}  // namespace
+// The config.json synth_hf writes, as config_from_hf reads it back.
+ModelConfig synth_config(const SynthOptions& o, int64_t head_dim, int64_t vocab) {
+  ModelConfig c;
+  c.arch = o.arch;
+  c.dim = o.dim, c.n_layers = o.layers, c.n_heads = o.heads, c.n_kv_heads = o.kv_heads, c.head_dim = head_dim;
+  c.ff_dim = o.ff, c.vocab_size = vocab, c.context_length = o.context, c.rope_dim = head_dim;
+  c.rope_freq_base = o.rope_freq_base, c.rms_eps = o.rms_eps, c.tied_embeddings = o.tied;
+  c.attn_bias = o.arch == "qwen2", c.qk_norm = o.arch == "qwen3";
+  if (o.rope_scaling_llama3) c.rope_freq_factors = llama3_rope_freq_factors(o.rope_freq_base, head_dim, 8.0f, 1.0f, 4.0f, 8192.0f);
+  return c;
+}
 
-void synth_hf(const SynthOptions& o) {
-  namespace fs = std::filesystem;
-  if (o.hf_dir.empty()) fail("synth: --hf needs a directory");
-  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3")
-    fail("synth: --arch '{}' is not one of llama, qwen2, qwen3", o.arch);
-  if (o.type != DType::F32 && o.type != DType::F16 && o.type != DType::BF16)
-    fail("synth: a Hugging Face directory holds f32, f16 or bf16 weights, not {}", dtype_name(o.type));
-  const int64_t hd = o.head_dim != 0 ? o.head_dim : (o.heads > 0 ? o.dim / o.heads : 0);
-  if (o.dim <= 0 || o.layers <= 0 || o.heads <= 0 || o.kv_heads <= 0 || o.ff <= 0 || hd <= 0 || hd % 2 != 0 ||
-      o.heads % o.kv_heads != 0)
-    fail("synth: inconsistent shape (dim {}, heads {}/{}, head_dim {}, ff {})", o.dim, o.heads, o.kv_heads, hd, o.ff);
-  int64_t vocab = o.vocab;
-  std::unique_ptr<Tokenizer> tok;
-  if (!o.tokenizer_dir.empty()) {
-    tok = load_tokenizer(o.tokenizer_dir);
-    vocab = std::max<int64_t>(vocab, tok->vocab_size());
+// Same scales as synth_llama_gguf: projections std 1/sqrt(fan_in), embedding std 1, output 3/sqrt(d); norm
+// weights around 1 and biases around 0, both F32.
+void synth_values(const HfTensorLayout& t, const SynthOptions& o, float* mean, float* std) {
+  if (t.shape.size() == 1) {
+    const bool bias = t.hf_name.ends_with(".bias");
+    *mean = bias ? 0.0f : 1.0f, *std = bias ? 0.5f : 0.1f;
+    return;
   }
-  const int64_t q_dim = o.heads * hd, kv_dim = o.kv_heads * hd;
-  fs::create_directories(o.hf_dir);
+  const float s = 1.0f / std::sqrt(static_cast<float>(t.shape[1]));  // 1 / sqrt(fan_in)
+  *mean = 0.0f;
+  *std = t.gguf_name == "token_embd.weight" ? 1.0f : t.gguf_name == "output.weight" ? 3.0f * s * o.output_scale : s;
+}
 
+// config.json (and, with a tokenizer, its files and generation_config.json) as a Hugging Face export has them.
+void write_config_files(const SynthOptions& o, int64_t hd, int64_t vocab, const Tokenizer* tok) {
   const char* hf_arch = o.arch == "llama" ? "LlamaForCausalLM" : o.arch == "qwen2" ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM";
   nlohmann::ordered_json config = {
       {"architectures", {hf_arch}},
@@ -111,61 +113,54 @@ void synth_hf(const SynthOptions& o) {
     if (tok->bos_id() >= 0) config["bos_token_id"] = tok->bos_id();
     if (tok->eos_id() >= 0) config["eos_token_id"] = tok->eos_id();
   }
-  std::ofstream(fs::path(o.hf_dir) / "config.json") << config.dump(2) << "\n";
+  std::ofstream(std::filesystem::path(o.hf_dir) / "config.json") << config.dump(2) << "\n";
   if (tok) {
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-      if (fs::exists(fs::path(o.tokenizer_dir) / f))
-        fs::copy_file(fs::path(o.tokenizer_dir) / f, fs::path(o.hf_dir) / f, fs::copy_options::overwrite_existing);
+      if (std::filesystem::exists(std::filesystem::path(o.tokenizer_dir) / f))
+        std::filesystem::copy_file(std::filesystem::path(o.tokenizer_dir) / f, std::filesystem::path(o.hf_dir) / f, std::filesystem::copy_options::overwrite_existing);
     nlohmann::json gen = {{"eos_token_id", tok->eos_id()}};
-    std::ofstream(fs::path(o.hf_dir) / "generation_config.json") << gen.dump(2) << "\n";
+    std::ofstream(std::filesystem::path(o.hf_dir) / "generation_config.json") << gen.dump(2) << "\n";
   }
+}
 
-  // Same scales as synth_llama_gguf: projections std 1/sqrt(fan_in), embedding std 1, output 3/sqrt(d).
-  const float s_dim = 1.0f / std::sqrt(static_cast<float>(o.dim)), s_q = 1.0f / std::sqrt(static_cast<float>(q_dim));
-  const float s_ff = 1.0f / std::sqrt(static_cast<float>(o.ff));
+}  // namespace
+
+void synth_hf(const SynthOptions& o) {
+  namespace fs = std::filesystem;
+  if (o.hf_dir.empty()) fail("synth: --hf needs a directory");
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3")
+    fail("synth: --arch '{}' is not one of llama, qwen2, qwen3", o.arch);
+  if (o.type != DType::F32 && o.type != DType::F16 && o.type != DType::BF16)
+    fail("synth: a Hugging Face directory holds f32, f16 or bf16 weights, not {}", dtype_name(o.type));
+  const int64_t hd = o.head_dim != 0 ? o.head_dim : (o.heads > 0 ? o.dim / o.heads : 0);
+  if (o.dim <= 0 || o.layers <= 0 || o.heads <= 0 || o.kv_heads <= 0 || o.ff <= 0 || hd <= 0 || hd % 2 != 0 ||
+      o.heads % o.kv_heads != 0)
+    fail("synth: inconsistent shape (dim {}, heads {}/{}, head_dim {}, ff {})", o.dim, o.heads, o.kv_heads, hd, o.ff);
+  int64_t vocab = o.vocab;
+  std::unique_ptr<Tokenizer> tok;
+  if (!o.tokenizer_dir.empty()) {
+    tok = load_tokenizer(o.tokenizer_dir);
+    vocab = std::max<int64_t>(vocab, tok->vocab_size());
+  }
+  fs::create_directories(o.hf_dir);
+  write_config_files(o, hd, vocab, tok.get());
+
+  const ModelConfig c = synth_config(o, hd, vocab);
   std::vector<SafetensorsWriteTensor> hf;
   GgufWriter g;
   const bool want_gguf = !o.out_path.empty();
-  // cols == 0: a vector of `rows` elements.
-  const auto add = [&](const std::string& hf_name, const std::string& gguf_name, int64_t rows, int64_t cols,
-                       float mean, float std, DType t, bool permute) {
-    const int64_t n = cols ? rows * cols : rows;
-    std::vector<uint8_t> bytes = encode(normal(hf_name, o.seed, static_cast<size_t>(n), mean, std), t);
+  for (const HfTensorLayout& t : hf_tensor_layout(c)) {
+    const bool vec = t.shape.size() == 1;
+    const DType type = vec ? DType::F32 : o.type;
+    float mean = 0, std = 0;
+    synth_values(t, o, &mean, &std);
+    const int64_t rows = t.shape[0], n = vec ? rows : rows * t.shape[1];
+    std::vector<uint8_t> bytes = encode(normal(t.hf_name, o.seed, static_cast<size_t>(n), mean, std), type);
     if (want_gguf) {
-      if (cols == 0) {
-        g.add_tensor(gguf_name, t, {rows}, bytes);
-      } else {
-        const int64_t rb = static_cast<int64_t>(bytes.size()) / rows;
-        g.add_tensor(gguf_name, t, {cols, rows}, permute ? permute_rows(bytes, rows, rb, hd) : bytes);
-      }
+      std::vector<int64_t> shape = vec ? std::vector<int64_t>{rows} : std::vector<int64_t>{t.shape[1], rows};
+      g.add_tensor(t.gguf_name, type, std::move(shape), t.permute ? permute_rows(bytes, rows, hd) : bytes);
     }
-    hf.push_back({hf_name, t, cols ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows}, std::move(bytes)});
-  };
-  const DType t = o.type;
-  const bool perm = o.arch == "llama";
-  add("model.embed_tokens.weight", "token_embd.weight", vocab, o.dim, 0.0f, 1.0f, t, false);
-  add("model.norm.weight", "output_norm.weight", o.dim, 0, 1.0f, 0.1f, DType::F32, false);
-  if (!o.tied) add("lm_head.weight", "output.weight", vocab, o.dim, 0.0f, 3.0f * s_dim * o.output_scale, t, false);
-  for (int l = 0; l < o.layers; ++l) {
-    const std::string p = fmt::format("model.layers.{}.", l), b = fmt::format("blk.{}.", l);
-    add(p + "input_layernorm.weight", b + "attn_norm.weight", o.dim, 0, 1.0f, 0.1f, DType::F32, false);
-    add(p + "self_attn.q_proj.weight", b + "attn_q.weight", q_dim, o.dim, 0.0f, s_dim, t, perm);
-    add(p + "self_attn.k_proj.weight", b + "attn_k.weight", kv_dim, o.dim, 0.0f, s_dim, t, perm);
-    add(p + "self_attn.v_proj.weight", b + "attn_v.weight", kv_dim, o.dim, 0.0f, s_dim, t, false);
-    add(p + "self_attn.o_proj.weight", b + "attn_output.weight", o.dim, q_dim, 0.0f, s_q, t, false);
-    if (o.arch == "qwen2") {
-      add(p + "self_attn.q_proj.bias", b + "attn_q.bias", q_dim, 0, 0.0f, 0.5f, DType::F32, false);
-      add(p + "self_attn.k_proj.bias", b + "attn_k.bias", kv_dim, 0, 0.0f, 0.5f, DType::F32, false);
-      add(p + "self_attn.v_proj.bias", b + "attn_v.bias", kv_dim, 0, 0.0f, 0.5f, DType::F32, false);
-    }
-    if (o.arch == "qwen3") {
-      add(p + "self_attn.q_norm.weight", b + "attn_q_norm.weight", hd, 0, 1.0f, 0.1f, DType::F32, false);
-      add(p + "self_attn.k_norm.weight", b + "attn_k_norm.weight", hd, 0, 1.0f, 0.1f, DType::F32, false);
-    }
-    add(p + "post_attention_layernorm.weight", b + "ffn_norm.weight", o.dim, 0, 1.0f, 0.1f, DType::F32, false);
-    add(p + "mlp.gate_proj.weight", b + "ffn_gate.weight", o.ff, o.dim, 0.0f, s_dim, t, false);
-    add(p + "mlp.up_proj.weight", b + "ffn_up.weight", o.ff, o.dim, 0.0f, s_dim, t, false);
-    add(p + "mlp.down_proj.weight", b + "ffn_down.weight", o.dim, o.ff, 0.0f, s_ff, t, false);
+    hf.push_back({t.hf_name, type, t.shape, std::move(bytes)});
   }
   write_safetensors((fs::path(o.hf_dir) / "model.safetensors").string(), hf);
 
@@ -173,25 +168,14 @@ void synth_hf(const SynthOptions& o) {
   const std::string a = o.arch;
   g.set_string("general.architecture", a);
   g.set_string("general.name", "kvik-synth-hf");
-  g.set_u32(a + ".context_length", static_cast<uint32_t>(o.context));
-  g.set_u32(a + ".embedding_length", static_cast<uint32_t>(o.dim));
-  g.set_u32(a + ".block_count", static_cast<uint32_t>(o.layers));
-  g.set_u32(a + ".feed_forward_length", static_cast<uint32_t>(o.ff));
-  g.set_u32(a + ".attention.head_count", static_cast<uint32_t>(o.heads));
-  g.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(o.kv_heads));
-  g.set_u32(a + ".attention.key_length", static_cast<uint32_t>(hd));
-  g.set_u32(a + ".attention.value_length", static_cast<uint32_t>(hd));
-  g.set_f32(a + ".attention.layer_norm_rms_epsilon", o.rms_eps);
-  g.set_f32(a + ".rope.freq_base", o.rope_freq_base);
-  g.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(hd));
-  g.set_u32(a + ".vocab_size", static_cast<uint32_t>(vocab));
+  write_arch_metadata(c, g);
   if (tok) {  // the same tokenizer in tokenizer.ggml.* so llama.cpp can load the twin too
     const auto* bpe = dynamic_cast<const BpeTokenizer*>(tok.get());
     if (!bpe) fail("synth: --tokenizer-dir must hold a byte-level BPE tokenizer.json to go into the GGUF");
-    bpe->write_gguf_metadata(g);
+    bpe->write_gguf_metadata(g, vocab);
   }
-  if (o.rope_scaling_llama3) {
-    const std::vector<float> f = llama3_rope_freq_factors(o.rope_freq_base, hd, 8.0f, 1.0f, 4.0f, 8192.0f);
+  if (!c.rope_freq_factors.empty()) {
+    const std::vector<float>& f = c.rope_freq_factors;
     g.add_tensor("rope_freqs.weight", DType::F32, {static_cast<int64_t>(f.size())},
                  std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(f.data()), f.size() * 4));
   }

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "tensor/k_quants.h"
+#include "tensor/quantize.h"
 
 namespace kvik {
 namespace {
@@ -16,9 +17,9 @@ constexpr std::array kTraits = {
     DTypeTraits{DType::F32, "f32", 1, 4, true},
     DTypeTraits{DType::F16, "f16", 1, 2, true},
     DTypeTraits{DType::Q4_0, "q4_0", 32, 18, true},
-    DTypeTraits{DType::Q4_1, "q4_1", 32, 20, false},
-    DTypeTraits{DType::Q5_0, "q5_0", 32, 22, false},
-    DTypeTraits{DType::Q5_1, "q5_1", 32, 24, false},
+    DTypeTraits{DType::Q4_1, "q4_1", 32, 20, true},
+    DTypeTraits{DType::Q5_0, "q5_0", 32, 22, true},
+    DTypeTraits{DType::Q5_1, "q5_1", 32, 24, true},
     DTypeTraits{DType::Q8_0, "q8_0", 32, 34, true},
     DTypeTraits{DType::Q8_1, "q8_1", 32, 36, false},
     DTypeTraits{DType::Q2_K, "q2_K", 256, 84, false},
@@ -27,6 +28,7 @@ constexpr std::array kTraits = {
     DTypeTraits{DType::Q5_K, "q5_K", 256, 176, true},
     DTypeTraits{DType::Q6_K, "q6_K", 256, 210, true},
     DTypeTraits{DType::Q8_K, "q8_K", 256, 292, false},
+    DTypeTraits{DType::IQ4_NL, "iq4_nl", 32, 18, true},
     DTypeTraits{DType::I8, "i8", 1, 1, false},
     DTypeTraits{DType::I16, "i16", 1, 2, false},
     DTypeTraits{DType::I32, "i32", 1, 4, false},
@@ -104,6 +106,10 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
       }
       return;
     }
+    case DType::Q4_1: return dequantize_row_q4_1(static_cast<const BlockQ4_1*>(src), dst, n);
+    case DType::Q5_0: return dequantize_row_q5_0(static_cast<const BlockQ5_0*>(src), dst, n);
+    case DType::Q5_1: return dequantize_row_q5_1(static_cast<const BlockQ5_1*>(src), dst, n);
+    case DType::IQ4_NL: return dequantize_row_iq4_nl(static_cast<const BlockIQ4_NL*>(src), dst, n);
     case DType::Q4_K: return dequantize_row_q4_k(static_cast<const BlockQ4_K*>(src), dst, n);
     case DType::Q5_K: return dequantize_row_q5_k(static_cast<const BlockQ5_K*>(src), dst, n);
     case DType::Q6_K: return dequantize_row_q6_k(static_cast<const BlockQ6_K*>(src), dst, n);
@@ -164,6 +170,10 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
       }
       return;
     }
+    case DType::Q4_1: return quantize_row_q4_1(src, static_cast<BlockQ4_1*>(dst), n);
+    case DType::Q5_0: return quantize_row_q5_0(src, static_cast<BlockQ5_0*>(dst), n);
+    case DType::Q5_1: return quantize_row_q5_1(src, static_cast<BlockQ5_1*>(dst), n);
+    case DType::IQ4_NL: return quantize_row_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), n);
     case DType::Q4_K: return quantize_row_q4_k(src, static_cast<BlockQ4_K*>(dst), n);
     case DType::Q5_K: return quantize_row_q5_k(src, static_cast<BlockQ5_K*>(dst), n);
     case DType::Q6_K: return quantize_row_q6_k(src, static_cast<BlockQ6_K*>(dst), n);

@@ -311,15 +311,27 @@ std::string BpeTokenizer::decode(std::span<const int32_t> ids, bool skip_special
   return out;
 }
 
-void BpeTokenizer::write_gguf_metadata(GgufWriter& w) const {
+std::string BpeTokenizer::gguf_pre_name() const {
+  if (!byte_level_) return {};
   const std::string_view family = pre_tokenizer_->name();
-  const char* pre = family == "llama3" ? "llama-bpe" : family == "qwen2" ? "qwen2" : family == "gpt2" ? "gpt2" : nullptr;
-  if (!byte_level_ || !pre) fail("write_gguf_metadata: pre-tokenizer '{}' has no tokenizer.ggml.pre name", family);
+  return family == "llama3" ? "llama-bpe" : family == "qwen2" ? "qwen2" : family == "gpt2" ? "gpt2" : "";
+}
+
+void BpeTokenizer::write_gguf_metadata(GgufWriter& w, int64_t pad_to) const {
+  const std::string pre = gguf_pre_name();
+  if (pre.empty())
+    fail("write_gguf_metadata: {} pre-tokenizer '{}' has no tokenizer.ggml.pre name",
+         byte_level_ ? "byte-level" : "non-byte-level", pre_tokenizer_->name());
   w.set_string("tokenizer.ggml.model", "gpt2");
   w.set_string("tokenizer.ggml.pre", pre);
-  w.set_array_string("tokenizer.ggml.tokens", vocab_.tokens);
+  std::vector<std::string> tokens = vocab_.tokens;
   std::vector<int32_t> types(vocab_.types.size());
   for (size_t i = 0; i < types.size(); ++i) types[i] = static_cast<int32_t>(vocab_.types[i]);
+  for (int64_t i = static_cast<int64_t>(tokens.size()); i < pad_to; ++i) {
+    tokens.push_back(fmt::format("[PAD{}]", i));
+    types.push_back(static_cast<int32_t>(TokenType::kUnused));
+  }
+  w.set_array_string("tokenizer.ggml.tokens", tokens);
   w.set_array_i32("tokenizer.ggml.token_type", types);
   std::vector<std::string> merges;
   merges.reserve(merge_pairs_.size());

@@ -69,9 +69,15 @@ class BpeTokenizer : public Tokenizer {
   bool strips_space_after_bos() const override { return strip_leading_space_; }
 
   const PreTokenizer& pre_tokenizer() const { return *pre_tokenizer_; }
+  // The tokenizer.ggml.pre name llama.cpp knows this pre-tokenizer by ("llama-bpe", "qwen2", "gpt2"); empty for a
+  // tokenizer that cannot go into a GGUF as "gpt2" (not byte-level, or a pre-tokenizer llama.cpp has no name for).
+  std::string gguf_pre_name() const;
+  bool byte_level() const { return byte_level_; }
   // Writes the tokenizer.ggml.* keys llama.cpp reads (model "gpt2", pre, tokens, token_type, merges, special
   // ids, chat template), so a Hugging Face tokenizer can travel inside a GGUF. Byte-level families only.
-  void write_gguf_metadata(GgufWriter& w) const;
+  // pad_to > vocab size: the token list grows to pad_to with "[PAD<id>]" unused tokens, as convert_hf_to_gguf.py
+  // pads it to config.json's vocab_size (embedding rows past the tokenizer's last id).
+  void write_gguf_metadata(GgufWriter& w, int64_t pad_to = 0) const;
 
  private:
   struct MergeRule {

@@ -23,8 +23,11 @@ namespace kvik {
 struct ActQ8 {
   const uint8_t* qs;
   const float* d;
-  int64_t nb;  // blocks per row
+  int64_t nb;               // blocks per row
+  const float* s = nullptr;  // per block d·Σq rounded through fp16, as ggml's Q8_1 (for Q4_1/Q5_1); row r at s + r·nb
 };
+// The s of ActQ8 for one row whose q are already in qs: fp16(Σq · amax/127) per block, as quantize_row_q8_1_ref.
+void act_q8_sums(const float* x, const uint8_t* qs, float* s, int64_t n);
 inline constexpr int64_t kActQ8MaxRows = 8;
 inline constexpr int64_t kPackMaxTokens = 8;
 // Byte offset of element j (0..31) of block b within a row of the ActQ8 layout.
@@ -80,6 +83,12 @@ struct CpuKernels {
   // so a row's result never depends on R (batch invariance); the integer part of each block is exact.
   void (*gemv_q8_0)(const BlockQ8_0* w, const ActQ8& x, int64_t R, float* out);
   void (*gemv_q4_0)(const BlockQ4_0* w, const ActQ8& x, int64_t R, float* out);
+  // The other 32-element types, as llama.cpp pairs them: Q5_0 / IQ4_NL with Q8_0 activations (per block
+  // Σq_w·q_x · (d_w·d_x)), Q4_1 / Q5_1 with Q8_1 ones (plus m_w·s_x per block, x.s required).
+  void (*gemv_q4_1)(const BlockQ4_1* w, const ActQ8& x, int64_t R, float* out);
+  void (*gemv_q5_0)(const BlockQ5_0* w, const ActQ8& x, int64_t R, float* out);
+  void (*gemv_q5_1)(const BlockQ5_1* w, const ActQ8& x, int64_t R, float* out);
+  void (*gemv_iq4_nl)(const BlockIQ4_NL* w, const ActQ8& x, int64_t R, float* out);
   // One activation row into the ActQ8 layout: the q and d of quantize_row_q8_0, bit for bit.
   void (*quantize_act_q8)(const float* x, uint8_t* qs, float* d, int64_t n);
   void (*quantize_q8_k)(const float* x, BlockQ8_K* y, int64_t n);  // bit-exact with quantize_row_q8_k
@@ -89,6 +98,7 @@ struct CpuKernels {
   void (*gemm_f32_x16)(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) = nullptr;
   void (*gemm_q8_0_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) = nullptr;
   void (*gemm_q4_0_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) = nullptr;
+  void (*gemm_iq4_nl_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) = nullptr;
   void (*gemm_q4_k_x16)(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) = nullptr;
   void (*gemm_q5_k_x16)(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) = nullptr;
   void (*gemm_q6_k_x16)(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) = nullptr;

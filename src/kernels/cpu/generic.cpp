@@ -4,6 +4,7 @@
 
 #include "core/fp16.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "tensor/quantize.h"
 #include "kernels/cpu/kv_quant_kernels.h"
 
 namespace kvik {
@@ -55,6 +56,26 @@ int32_t q8_0_weight(const BlockQ8_0& b, int j) { return b.qs[j]; }
 int32_t q4_0_weight(const BlockQ4_0& b, int j) { return (j < 16 ? (b.qs[j] & 0x0F) : (b.qs[j - 16] >> 4)) - 8; }
 void gemv_q8_0(const BlockQ8_0* w, const ActQ8& x, int64_t R, float* out) { gemv_q<BlockQ8_0, q8_0_weight>(w, x, R, out); }
 void gemv_q4_0(const BlockQ4_0* w, const ActQ8& x, int64_t R, float* out) { gemv_q<BlockQ4_0, q4_0_weight>(w, x, R, out); }
+int32_t q5_0_weight(const BlockQ5_0& b, int j) { return q5_0_quant(b, j); }
+int32_t iq4_nl_weight(const BlockIQ4_NL& b, int j) { return iq4_nl_quant(b, j); }
+void gemv_q5_0(const BlockQ5_0* w, const ActQ8& x, int64_t R, float* out) { gemv_q<BlockQ5_0, q5_0_weight>(w, x, R, out); }
+void gemv_iq4_nl(const BlockIQ4_NL* w, const ActQ8& x, int64_t R, float* out) { gemv_q<BlockIQ4_NL, iq4_nl_weight>(w, x, R, out); }
+
+// Q4_1 / Q5_1 (x = d·q + m) against Q8_1: per block s += (d_w·d_x)·Σq_w·q_x + m_w·s_x, as ggml's reference.
+template <typename Block, int (*Quant)(const Block&, int)>
+void gemv_q_min(const Block* w, const ActQ8& x, int64_t R, float* out) {
+  for (int64_t r = 0; r < R; ++r) {
+    float s = 0.0f;
+    for (int64_t b = 0; b < x.nb; ++b) {
+      int32_t sumi = 0;
+      for (int j = 0; j < kQK8_0; ++j) sumi += Quant(w[b], j) * act_q(x, r, b, j);
+      s += (fp16_to_f32(w[b].d) * x.d[r * x.nb + b]) * static_cast<float>(sumi) + fp16_to_f32(w[b].m) * x.s[r * x.nb + b];
+    }
+    out[r] = s;
+  }
+}
+void gemv_q4_1(const BlockQ4_1* w, const ActQ8& x, int64_t R, float* out) { gemv_q_min<BlockQ4_1, q4_1_quant>(w, x, R, out); }
+void gemv_q5_1(const BlockQ5_1* w, const ActQ8& x, int64_t R, float* out) { gemv_q_min<BlockQ5_1, q5_1_quant>(w, x, R, out); }
 
 // Per block: s += d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·(Σx)_j, the sums in int32 (|·| < 2³¹ for 6-bit scales).
 template <typename Block, int (*Quant)(const Block&, int)>
@@ -174,6 +195,10 @@ constexpr CpuKernels kGeneric = {
     .silu_mul = silu_mul,
     .gemv_q8_0 = gemv_q8_0,
     .gemv_q4_0 = gemv_q4_0,
+    .gemv_q4_1 = gemv_q4_1,
+    .gemv_q5_0 = gemv_q5_0,
+    .gemv_q5_1 = gemv_q5_1,
+    .gemv_iq4_nl = gemv_iq4_nl,
     .quantize_act_q8 = quantize_act_q8,
     .quantize_q8_k = quantize_q8_k,
     .to_f16 = to_f16,
@@ -181,6 +206,17 @@ constexpr CpuKernels kGeneric = {
 };
 
 }  // namespace
+
+void act_q8_sums(const float* x, const uint8_t* qs, float* s, int64_t n) {
+  const int64_t nb = n / kQK8_0;
+  for (int64_t b = 0; b < nb; ++b) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQK8_0; ++j) amax = std::max(amax, std::fabs(x[b * kQK8_0 + j]));
+    int32_t sum = 0;
+    for (int j = 0; j < kQK8_0; ++j) sum += static_cast<int32_t>(qs[act_q8_offset(nb, b, j)]) - 128;
+    s[b] = fp16_to_f32(f32_to_fp16(static_cast<float>(sum) * (amax / 127.0f)));
+  }
+}
 
 const CpuKernels& generic_kernels() { return kGeneric; }
 

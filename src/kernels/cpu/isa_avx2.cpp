@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include "core/fp16.h"
+#include "kernels/cpu/avx2_blocks.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/kv_quant_kernels.h"
 
@@ -66,13 +67,8 @@ inline WeightPair interleave(__m256i a, __m256i b, uint16_t da, uint16_t db) {
   return {_mm256_permute2x128_si256(l, h, 0x20), _mm256_permute2x128_si256(l, h, 0x31),
           _mm256_cvtph_ps(_mm_set1_epi32(static_cast<int32_t>(da | (uint32_t{db} << 16))))};
 }
-inline __m256i q4_0_block(const BlockQ4_0& blk) {
-  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs));
-  const __m256i both = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
-  return _mm256_sub_epi8(both, _mm256_set1_epi8(8));
-}
-inline __m256i weight_block(const BlockQ8_0& w) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs)); }
-inline __m256i weight_block(const BlockQ4_0& w) { return q4_0_block(w); }
+template <typename Block>
+inline __m256i weight_block(const Block& w) { return avx2::quants(w); }
 inline __m256i load_act(const uint8_t* p) {
   return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), _mm256_set1_epi8(-128));
 }
@@ -96,11 +92,15 @@ void gemv_q(const Block* w, const ActQ8& x, int64_t R, float* out) {
     }
     float s = hsum(acc);
     if (b < nb) s += hsum(_mm256_cvtepi32_ps(dot_i8(weight_block(w[b]), load_act(xq + 32 * b)))) * (fp16_to_f32(w[b].d) * xd[b]);
-    out[r] = s;
+    out[r] = s + avx2::min_terms(w, x.s ? x.s + r * nb : nullptr, nb);
   }
 }
 void gemv_q8_0(const BlockQ8_0* w, const ActQ8& x, int64_t R, float* out) { gemv_q(w, x, R, out); }
 void gemv_q4_0(const BlockQ4_0* w, const ActQ8& x, int64_t R, float* out) { gemv_q(w, x, R, out); }
+void gemv_q4_1(const BlockQ4_1* w, const ActQ8& x, int64_t R, float* out) { gemv_q(w, x, R, out); }
+void gemv_q5_0(const BlockQ5_0* w, const ActQ8& x, int64_t R, float* out) { gemv_q(w, x, R, out); }
+void gemv_q5_1(const BlockQ5_1* w, const ActQ8& x, int64_t R, float* out) { gemv_q(w, x, R, out); }
+void gemv_iq4_nl(const BlockIQ4_NL* w, const ActQ8& x, int64_t R, float* out) { gemv_q(w, x, R, out); }
 
 void to_f16(const float* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
@@ -244,6 +244,10 @@ constexpr CpuKernels kAvx2 = {
     .silu_mul = silu_mul,
     .gemv_q8_0 = gemv_q8_0,
     .gemv_q4_0 = gemv_q4_0,
+    .gemv_q4_1 = gemv_q4_1,
+    .gemv_q5_0 = gemv_q5_0,
+    .gemv_q5_1 = gemv_q5_1,
+    .gemv_iq4_nl = gemv_iq4_nl,
     .quantize_act_q8 = quantize_act_q8,
     .quantize_q8_k = quantize_q8_k,
     .to_f16 = to_f16,

@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "core/fp16.h"
+#include "kernels/cpu/avx2_blocks.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/kv_quant_kernels.h"
 
@@ -147,12 +148,6 @@ void by_tokens(int64_t R, const A&... a) {
   }
 }
 
-// The 32 nibbles of a Q4_0 block in element order (low nibbles = elements 0..15, high = 16..31), as u8 0..15.
-inline __m256i q4_0_nibbles(const BlockQ4_0& blk) {
-  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs));
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
-}
-
 // Q8_0 / Q4_0 × ActQ8. Per pair of weight blocks, shared by the R activation rows: the 64 weight bytes as s8 in the
 // ActQ8 interleave (32-bit lanes alternate between the two blocks), −128·Σw per lane (to take the +128 of the
 // activation bytes off, exactly: every lane sum stays far inside int32), and the two weight scales alternating.
@@ -194,8 +189,14 @@ inline WeightPair weight_pair(const BlockQ4_0* w) {
   const __m512i q = _mm512_sub_epi8(_mm512_and_si512(v, _mm512_set1_epi8(0x0F)), _mm512_set1_epi8(8));
   return {q, neg_corr(q), alt_scales(w[0].d, w[1].d)};
 }
-inline __m256i weight_block(const BlockQ8_0& w) { return load256(w.qs); }
-inline __m256i weight_block(const BlockQ4_0& w) { return _mm256_sub_epi8(q4_0_nibbles(w), _mm256_set1_epi8(8)); }
+template <typename Block>
+inline __m256i weight_block(const Block& w) { return avx2::quants(w); }
+// Q4_1, Q5_0, Q5_1, IQ4_NL: the two blocks' s8 quants in element order, interleaved as ActQ8 pairs them.
+template <typename Block>
+inline WeightPair weight_pair(const Block* w) {
+  const __m512i q = interleave_blocks(weight_block(w[0]), weight_block(w[1]));
+  return {q, neg_corr(q), alt_scales(w[0].d, w[1].d)};
+}
 
 template <int R, typename Block>
 void rows_q(const Block* w, const ActQ8& x, float* out) {
@@ -224,7 +225,7 @@ void rows_q(const Block* w, const ActQ8& x, float* out) {
       const __m256i p = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), load256(x.qs + r * row_bytes + 32 * b), q), corr);
       s += hsum256(_mm256_cvtepi32_ps(p)) * (f16(w[b].d) * x.d[r * nb + b]);
     }
-    out[r] = s;
+    out[r] = s + avx2::min_terms(w, x.s ? x.s + r * nb : nullptr, nb);
   }
 }
 
@@ -236,6 +237,10 @@ struct RowsQ {
 };
 void gemv_q8_0(const BlockQ8_0* w, const ActQ8& x, int64_t R, float* out) { by_tokens<RowsQ>(R, w, x, out); }
 void gemv_q4_0(const BlockQ4_0* w, const ActQ8& x, int64_t R, float* out) { by_tokens<RowsQ>(R, w, x, out); }
+void gemv_q4_1(const BlockQ4_1* w, const ActQ8& x, int64_t R, float* out) { by_tokens<RowsQ>(R, w, x, out); }
+void gemv_q5_0(const BlockQ5_0* w, const ActQ8& x, int64_t R, float* out) { by_tokens<RowsQ>(R, w, x, out); }
+void gemv_q5_1(const BlockQ5_1* w, const ActQ8& x, int64_t R, float* out) { by_tokens<RowsQ>(R, w, x, out); }
+void gemv_iq4_nl(const BlockIQ4_NL* w, const ActQ8& x, int64_t R, float* out) { by_tokens<RowsQ>(R, w, x, out); }
 
 // Packed weights (packed.h): lanes run across the group's 16 rows. Per block the weight vectors are loaded (and
 // Q4's nibbles split) once for all R tokens; per token each 64-byte vector meets the activation's matching 4 bytes
@@ -289,9 +294,13 @@ void gemm_q8_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
   for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
 }
 
-template <int R>
+// Q4_0 and IQ4_NL (kCodebook: each nibble looked up as kIQ4NLValues + 128 by vpshufb, offset 128 instead of 8).
+template <int R, bool kCodebook>
 void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys) {
   const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i book = _mm512_add_epi8(
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues))), _mm512_set1_epi8(-128));
+  constexpr int32_t kOffset = kCodebook ? 128 : 8;
   __m512 acc[R];
   for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -299,11 +308,12 @@ void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
     for (int v = 0; v < 4; ++v) {
       const __m512i raw = _mm512_load_si512(g + packed_qs_offset(b, kQ4_0PackedQs) + 64 * v);
       lo[v] = _mm512_and_si512(raw, m4), hi[v] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+      if constexpr (kCodebook) lo[v] = _mm512_shuffle_epi8(book, lo[v]), hi[v] = _mm512_shuffle_epi8(book, hi[v]);
     }
     const __m512 dw = _mm512_cvtph_ps(load256(g + packed_d_offset(b, kQ4_0PackedQs)));
     for (int t = 0; t < R; ++t) {
       const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
-      __m512i s = _mm512_set1_epi32(-8 * x.sums[t * nb + b]);
+      __m512i s = _mm512_set1_epi32(-kOffset * x.sums[t * nb + b]);
       for (int v = 0; v < 4; ++v) {
         s = _mm512_dpbusd_epi32(s, lo[v], bcast4(xq + 4 * v));
         s = _mm512_dpbusd_epi32(s, hi[v], bcast4(xq + 16 + 4 * v));
@@ -423,7 +433,8 @@ void gemm_q6_k_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, i
 
 template <int R> struct F32x16 { static constexpr auto run = gemm_f32_x16_r<R>; };
 template <int R> struct Q8_0x16 { static constexpr auto run = gemm_q8_0_x16_r<R>; };
-template <int R> struct Q4_0x16 { static constexpr auto run = gemm_q4_0_x16_r<R>; };
+template <int R> struct Q4_0x16 { static constexpr auto run = gemm_q4_0_x16_r<R, false>; };
+template <int R> struct IQ4_NLx16 { static constexpr auto run = gemm_q4_0_x16_r<R, true>; };
 template <int R> struct Q4_Kx16 { static constexpr auto run = gemm_k_scale_min_x16_r<R, false>; };
 template <int R> struct Q5_Kx16 { static constexpr auto run = gemm_k_scale_min_x16_r<R, true>; };
 template <int R> struct Q6_Kx16 { static constexpr auto run = gemm_q6_k_x16_r<R>; };
@@ -435,6 +446,9 @@ void gemm_q8_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, flo
 }
 void gemm_q4_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   by_tokens<Q4_0x16>(R, g, nb, x, y, ys);
+}
+void gemm_iq4_nl_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  by_tokens<IQ4_NLx16>(R, g, nb, x, y, ys);
 }
 void gemm_q4_k_x16(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
   by_tokens<Q4_Kx16>(R, g, nb, x, y, ys);
@@ -816,11 +830,16 @@ constexpr CpuKernels kAvx512 = {
     .silu_mul = silu_mul,
     .gemv_q8_0 = gemv_q8_0,
     .gemv_q4_0 = gemv_q4_0,
+    .gemv_q4_1 = gemv_q4_1,
+    .gemv_q5_0 = gemv_q5_0,
+    .gemv_q5_1 = gemv_q5_1,
+    .gemv_iq4_nl = gemv_iq4_nl,
     .quantize_act_q8 = quantize_act_q8,
     .quantize_q8_k = quantize_q8_k,
     .gemm_f32_x16 = gemm_f32_x16,
     .gemm_q8_0_x16 = gemm_q8_0_x16,
     .gemm_q4_0_x16 = gemm_q4_0_x16,
+    .gemm_iq4_nl_x16 = gemm_iq4_nl_x16,
     .gemm_q4_k_x16 = gemm_q4_k_x16,
     .gemm_q5_k_x16 = gemm_q5_k_x16,
     .gemm_q6_k_x16 = gemm_q6_k_x16,

@@ -22,7 +22,8 @@ using cpu_detail::split_balanced;
 
 
 // The input of one or more matmuls converted once to what each weight type multiplies with (llama.cpp's pairing):
-// f16 for F16, bf16 for BF16, ActQ8 for Q8_0/Q4_0, Q8_K for the K-quants; F32 reads x itself. Repacked weights
+// f16 for F16, bf16 for BF16, ActQ8 for Q8_0/Q4_0/Q5_0/IQ4_NL (with Q8_1 block sums for Q4_1/Q5_1), Q8_K for the
+// K-quants; F32 reads x itself. Repacked weights
 // (packed.h): ActQ8S for Q8_0/Q4_0, Q8_K plus its 32-element sums for Q4_K/Q5_K, Q8_K for Q6_K.
 struct PreparedInput {
   const float* x = nullptr;
@@ -31,6 +32,7 @@ struct PreparedInput {
   std::vector<uint16_t>* bf16 = nullptr;
   std::vector<uint8_t>* act_qs = nullptr;
   std::vector<float>* act_d = nullptr;
+  std::vector<float>* act_s = nullptr;  // with act_qs: Q8_1's per-block d·Σq (Q4_1 / Q5_1)
   std::vector<BlockQ8_K>* q8k = nullptr;
   std::vector<int8_t>* act_s_qs = nullptr;  // ActQ8S (packed Q8_0 / Q4_0)
   std::vector<float>* act_s_d = nullptr;
@@ -39,7 +41,7 @@ struct PreparedInput {
 };
 
 // Which conversion a weight type needs (one per kind and input).
-enum class Partner { kF32, kF16, kBF16, kActQ8, kQ8K, kActQ8S, kQ8KSums, kCount };
+enum class Partner { kF32, kF16, kBF16, kActQ8, kActQ8Sums, kQ8K, kActQ8S, kQ8KSums, kCount };
 Partner partner_of(const WeightMatrix& w) {
   if (w.packed) {
     switch (w.dtype) {
@@ -55,7 +57,11 @@ Partner partner_of(const WeightMatrix& w) {
     case DType::F16: return Partner::kF16;
     case DType::BF16: return Partner::kBF16;
     case DType::Q8_0:
-    case DType::Q4_0: return Partner::kActQ8;
+    case DType::Q4_0:
+    case DType::Q5_0:
+    case DType::IQ4_NL: return Partner::kActQ8;
+    case DType::Q4_1:
+    case DType::Q5_1: return Partner::kActQ8Sums;
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K: return Partner::kQ8K;
@@ -82,7 +88,20 @@ void prepare(PreparedInput& in, Partner p) {
       (p == Partner::kF16 ? in.f16 : in.bf16) = &buf;
       return;
     }
+    case Partner::kActQ8Sums: {
+      if (!in.act_qs) prepare(in, Partner::kActQ8);
+      thread_local std::vector<float> sums;
+      const int64_t nb = n / kQK8_0;
+      float* ss = scratch(sums, static_cast<size_t>(T * nb));
+      const uint8_t* q = in.act_qs->data();
+      split(T, T * n * 4, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) act_q8_sums(x + t * n, q + t * n, ss + t * nb, n);
+      });
+      in.act_s = &sums;
+      return;
+    }
     case Partner::kActQ8: {
+      if (in.act_qs) return;  // already converted (kActQ8Sums converts through here too)
       thread_local std::vector<uint8_t> qs;
       thread_local std::vector<float> d;
       const int64_t nb = n / kQK8_0;
@@ -171,11 +190,38 @@ void matmul_packed(const PreparedInput& in, const WeightMatrix& w, float* y, int
       } else {
         const int64_t nb = n / kQK8_0;
         const ActQ8S x{in.act_s_qs->data() + t * n, in.act_s_d->data() + t * nb, in.act_s_sums->data() + t * nb, nb};
-        (w.dtype == DType::Q8_0 ? k.gemm_q8_0_x16 : k.gemm_q4_0_x16)(g, nb, x, R, out, os);
+        (w.dtype == DType::Q8_0 ? k.gemm_q8_0_x16 : w.dtype == DType::Q4_0 ? k.gemm_q4_0_x16 : k.gemm_iq4_nl_x16)(g, nb, x, R, out, os);
       }
       if (!full)
         for (int64_t i = 0; i < R; ++i)
           std::copy(tmp + i * kPackRows, tmp + i * kPackRows + (w.rows - r), y + (t + i) * w.rows + r);
+    }
+  }
+}
+
+// One weight row of a 32-element block type against R ActQ8 rows.
+void gemv_row(const CpuKernels& k, DType t, const uint8_t* row, const ActQ8& x, int64_t R, float* out) {
+  switch (t) {
+    case DType::Q8_0: return k.gemv_q8_0(reinterpret_cast<const BlockQ8_0*>(row), x, R, out);
+    case DType::Q4_0: return k.gemv_q4_0(reinterpret_cast<const BlockQ4_0*>(row), x, R, out);
+    case DType::Q4_1: return k.gemv_q4_1(reinterpret_cast<const BlockQ4_1*>(row), x, R, out);
+    case DType::Q5_0: return k.gemv_q5_0(reinterpret_cast<const BlockQ5_0*>(row), x, R, out);
+    case DType::Q5_1: return k.gemv_q5_1(reinterpret_cast<const BlockQ5_1*>(row), x, R, out);
+    case DType::IQ4_NL: return k.gemv_iq4_nl(reinterpret_cast<const BlockIQ4_NL*>(row), x, R, out);
+    default: fail("matmul: no ActQ8 kernel for weight type {}", dtype_name(t));
+  }
+}
+
+void matmul_rows_q(const PreparedInput& in, const WeightMatrix& w, float* y, int64_t r0, int64_t r1) {
+  const CpuKernels& k = cpu_kernels();
+  const int64_t n = in.n, nb = n / kQK8_0;
+  float out[kActQ8MaxRows];
+  for (int64_t t = 0; t < in.T; t += kActQ8MaxRows) {
+    const int64_t R = std::min(kActQ8MaxRows, in.T - t);
+    const ActQ8 x{in.act_qs->data() + t * n, in.act_d->data() + t * nb, nb, in.act_s ? in.act_s->data() + t * nb : nullptr};
+    for (int64_t r = r0; r < r1; ++r) {
+      gemv_row(k, w.dtype, w.row(r), x, R, out);
+      for (int64_t i = 0; i < R; ++i) y[(t + i) * w.rows + r] = out[i];
     }
   }
 }
@@ -196,20 +242,11 @@ void matmul_rows(const PreparedInput& in, const WeightMatrix& w, float* y, int64
     case DType::F16: return rows_dot4<uint16_t, uint16_t>(in.f16->data(), n, T, w, y, r0, r1, n, k.dot_f16, k.dot4_f16);
     case DType::BF16: return rows_dot4<uint16_t, uint16_t>(in.bf16->data(), n, T, w, y, r0, r1, n, k.dot_bf16, k.dot4_bf16);
     case DType::Q8_0:
-    case DType::Q4_0: {
-      const int64_t nb = n / kQK8_0;
-      float out[kActQ8MaxRows];
-      for (int64_t t = 0; t < T; t += kActQ8MaxRows) {
-        const int64_t R = std::min(kActQ8MaxRows, T - t);
-        const ActQ8 x{in.act_qs->data() + t * n, in.act_d->data() + t * nb, nb};
-        for (int64_t r = r0; r < r1; ++r) {
-          if (w.dtype == DType::Q8_0) k.gemv_q8_0(reinterpret_cast<const BlockQ8_0*>(w.row(r)), x, R, out);
-          else k.gemv_q4_0(reinterpret_cast<const BlockQ4_0*>(w.row(r)), x, R, out);
-          for (int64_t i = 0; i < R; ++i) y[(t + i) * w.rows + r] = out[i];
-        }
-      }
-      return;
-    }
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::IQ4_NL: return matmul_rows_q(in, w, y, r0, r1);
     case DType::Q4_K:
       return rows_dot4<BlockQ4_K, BlockQ8_K>(in.q8k->data(), n / kQK_K, T, w, y, r0, r1, n / kQK_K, k.dot_q4_k, k.dot4_q4_k);
     case DType::Q5_K:

@@ -39,6 +39,7 @@ void pack_row_q8_0(const BlockQ8_0* src, int64_t nb, int i, uint8_t* g) {
   }
 }
 
+static_assert(sizeof(BlockIQ4_NL) == sizeof(BlockQ4_0) && offsetof(BlockIQ4_NL, qs) == offsetof(BlockQ4_0, qs));
 void pack_row_q4_0(const BlockQ4_0* src, int64_t nb, int i, uint8_t* g) {
   for (int64_t b = 0; b < nb; ++b) {
     // src qs[l]: low nibble = element l, high = element 16 + l; packed byte (v, e): element 4v + e and 16 + 4v + e.
@@ -102,7 +103,8 @@ size_t packed_group_bytes(DType t, int64_t cols) {
   switch (t) {
     case DType::F32: return static_cast<size_t>(cols) * kPackRows * sizeof(float);
     case DType::Q8_0: return static_cast<size_t>((cols / kQK8_0 + 1) / 2 * (2 * kQ8_0PackedQs + 64));
-    case DType::Q4_0: return static_cast<size_t>((cols / kQK4_0 + 1) / 2 * (2 * kQ4_0PackedQs + 64));
+    case DType::Q4_0:
+    case DType::IQ4_NL: return static_cast<size_t>((cols / kQK4_0 + 1) / 2 * (2 * kQ4_0PackedQs + 64));
     case DType::Q4_K: return static_cast<size_t>(cols / kQK_K * kPackedQ4K.record);
     case DType::Q5_K: return static_cast<size_t>(cols / kQK_K * kPackedQ5K.record);
     case DType::Q6_K: return static_cast<size_t>(cols / kQK_K * kQ6KRecord);
@@ -116,6 +118,7 @@ bool packable(DType t) {
     case DType::F32: return k.gemm_f32_x16 != nullptr;
     case DType::Q8_0: return k.gemm_q8_0_x16 != nullptr;
     case DType::Q4_0: return k.gemm_q4_0_x16 != nullptr;
+    case DType::IQ4_NL: return k.gemm_iq4_nl_x16 != nullptr;
     case DType::Q4_K: return k.gemm_q4_k_x16 != nullptr;
     case DType::Q5_K: return k.gemm_q5_k_x16 != nullptr;
     case DType::Q6_K: return k.gemm_q6_k_x16 != nullptr;
@@ -151,7 +154,8 @@ void pack_into(WeightMatrix& w, uint8_t* dst) {
         switch (w.dtype) {
           case DType::F32: pack_row_f32(reinterpret_cast<const float*>(row), w.cols, i, g); break;
           case DType::Q8_0: pack_row_q8_0(reinterpret_cast<const BlockQ8_0*>(row), nb, i, g); break;
-          case DType::Q4_0: pack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(row), nb, i, g); break;
+          case DType::Q4_0:
+          case DType::IQ4_NL: pack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(row), nb, i, g); break;  // same layout
           case DType::Q4_K:
             pack_row_k_scale_min<BlockQ4_K, q4_k_quant>(reinterpret_cast<const BlockQ4_K*>(row), nb, i, g, kPackedQ4K);
             break;
@@ -208,8 +212,16 @@ int32_t block_sum_q4_0(const uint8_t* qs, int i, const int8_t* xq) {
   }
   return s;
 }
+int32_t block_sum_iq4_nl(const uint8_t* qs, int i, const int8_t* xq) {
+  int32_t s = 0;
+  for (int l = 0; l < 16; ++l) {
+    const uint8_t v = qs[lane_byte(l, i)];
+    s += (kIQ4NLValues[v & 0x0F] + 128) * xq[l] + (kIQ4NLValues[v >> 4] + 128) * xq[16 + l];
+  }
+  return s;
+}
 
-// Q8_0 / Q4_0: per block the stored-quant sum less Offset·Σx, times d_w·d_x into the row's sum by one fma.
+// Q8_0 / Q4_0 / IQ4_NL: per block the stored-quant sum less Offset·Σx, times d_w·d_x into the row's sum by one fma.
 template <int64_t Q, int32_t Offset, int32_t (*BlockSum)(const uint8_t*, int, const int8_t*)>
 void gemm_q_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   for (int64_t t = 0; t < R; ++t)
@@ -230,6 +242,9 @@ void gemm_q8_0_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R,
 }
 void gemm_q4_0_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   gemm_q_x16_ref<kQ4_0PackedQs, 8, block_sum_q4_0>(g, nb, x, R, y, ys);
+}
+void gemm_iq4_nl_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  gemm_q_x16_ref<kQ4_0PackedQs, 128, block_sum_iq4_nl>(g, nb, x, R, y, ys);
 }
 
 namespace {

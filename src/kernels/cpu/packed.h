@@ -14,7 +14,9 @@
 //   Q8_0: per block qs [8 k-groups][16 rows][4] u8 (q + 128) (Q = 512 bytes) and d [16] fp16;
 //   Q4_0: per block qs [4 v][16 rows][4]: low nibble = element 4v + e, high nibble = element 16 + 4v + e
 //         (Q = 256 bytes) and d [16] fp16;
-//         both with blocks in pairs: [qs of block 2p][qs of 2p + 1][d of 2p][d of 2p + 1] (a multiple of 64 bytes;
+//   IQ4_NL: Q4_0's layout (its nibbles are codebook indices); the kernels look each index up as
+//         kIQ4NLValues + 128 (u8) and take 128·Σx off.
+//         all three with blocks in pairs: [qs of block 2p][qs of 2p + 1][d of 2p][d of 2p + 1] (a multiple of 64 bytes;
 //         an odd last block gets a zero partner), so quants and scales arrive in one sequential stream.
 //   Q4_K: per 256-element super-block (2368 bytes, a multiple of 64):
 //         qs [8 sub-blocks j][4 v][16 rows][4]: low nibble = element 32j + 4v + e, high = 32j + 16 + 4v + e;
@@ -100,6 +102,7 @@ bool packable(DType t);
 void gemm_f32_x16_ref(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys);
 void gemm_q8_0_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
 void gemm_q4_0_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
+void gemm_iq4_nl_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
 void gemm_q4_k_x16_ref(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys);
 void gemm_q5_k_x16_ref(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys);
 void gemm_q6_k_x16_ref(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys);

@@ -1,0 +1,49 @@
+// 256-bit unpacking of the 32-element weight blocks into s8 quants in element order, shared by the AVX2 and the
+// AVX-512 kernels (include only from translation units compiled with -mavx2).
+#pragma once
+
+#include <immintrin.h>
+
+#include "core/fp16.h"
+#include "tensor/dtype.h"
+
+namespace kvik::avx2 {
+
+inline __m256i nibbles(const uint8_t* qs) {  // the 32 nibbles of a block in element order, as u8 0..15
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+}
+// 0x10 in byte j where bit j of the 32 fifth bits qh is set, 0 elsewhere.
+inline __m256i fifth_bits(const uint8_t* qh) {
+  uint32_t bits;
+  __builtin_memcpy(&bits, qh, 4);
+  const __m256i byte_of = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(bits)), byte_of), bit);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(0x10));
+}
+inline __m256i quants(const BlockQ8_0& w) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs)); }
+inline __m256i quants(const BlockQ4_0& w) { return _mm256_sub_epi8(nibbles(w.qs), _mm256_set1_epi8(8)); }
+inline __m256i quants(const BlockQ4_1& w) { return nibbles(w.qs); }
+inline __m256i quants(const BlockQ5_0& w) {
+  return _mm256_sub_epi8(_mm256_or_si256(nibbles(w.qs), fifth_bits(w.qh)), _mm256_set1_epi8(16));
+}
+inline __m256i quants(const BlockQ5_1& w) { return _mm256_or_si256(nibbles(w.qs), fifth_bits(w.qh)); }
+inline __m256i quants(const BlockIQ4_NL& w) {  // the codebook looked up by vpshufb, one copy per 128-bit lane
+  const __m256i book = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
+  return _mm256_shuffle_epi8(book, nibbles(w.qs));
+}
+
+// Σ_b m_w·s_x over a row's blocks for the types with a minimum (Q4_1, Q5_1); 0 for the others.
+template <typename Block>
+float min_terms(const Block* w, const float* xs, int64_t nb) {
+  if constexpr (requires { w->m; }) {
+    float s = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) s += fp16_to_f32(w[b].m) * xs[b];
+    return s;
+  } else {
+    return 0.0f;
+  }
+}
+
+}  // namespace kvik::avx2
