@@ -1,6 +1,8 @@
 // AVX-512 (F/BW/VL/DQ) + VNNI kernels, compiled with those flags (CMakeLists.txt) and chosen at run time only on
 // CPUs that have all of them (dispatch.cpp). Integer dot products use vpdpbusd (u8 × s8 → s32, four pairs per
 // lane): Q4_0's nibbles are already unsigned; for Q8_0 × Q8_0 the sign of w moves onto x (|w| · sign(w)·x).
+// The packed-weight kernels are in isa_avx512_packed.cpp, attention / softmax / silu in isa_avx512_attention.cpp,
+// the helpers all three share in isa_avx512_common.h.
 // GCC 12's AVX-512 headers build casts and reductions from _mm512_undefined_*(), which -Wall reports as
 // uninitialised (a known false positive); silence it for this file only.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -13,19 +15,20 @@
 #include "core/fp16.h"
 #include "kernels/cpu/avx2_blocks.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/isa_avx512_common.h"
 #include "kernels/cpu/kv_quant_kernels.h"
 
 namespace kvik {
 namespace {
 
-inline float f16(uint16_t h) { return _cvtsh_ss(h); }  // exact, as fp16_to_f32
+using namespace avx512;  // the shared helpers and the packed / attention kernels of the other two files
+
 
 // The f16/bf16 and K-quant dot products below are templates over R activation rows sharing one pass over the
 // weight row: row r of x starts at x + r·xs and gets its own accumulators, updated by exactly the instructions the
 // R = 1 instance uses, so dot4_* (R = 4) returns bit for bit what four dot_* (R = 1) calls return. The tiled matmul
 // relies on that for batch invariance (as it does on the F32 tile's and gemv_q's shape invariance).
 
-inline __mmask16 tail_mask(int64_t k) { return static_cast<__mmask16>((1u << k) - 1); }
 
 // One f32 row pair (attention's q·k): four accumulators over 64-float steps, a masked tail.
 float dot_f32(const float* w, const float* x, int64_t n) {
@@ -88,18 +91,6 @@ void tile_f32(const float* w, int64_t M, const float* x, int64_t xs, int64_t R, 
   }
 }
 
-inline __m512 bf16_widen(__m256i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16)); }
-template <bool kF16>
-inline __m512 load_half(const uint16_t* p) {
-  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return kF16 ? _mm512_cvtph_ps(v) : bf16_widen(v);
-}
-template <bool kF16>
-inline __m512 load_half(const uint16_t* p, __mmask16 m) {
-  const __m256i v = _mm256_maskz_loadu_epi16(m, p);
-  return kF16 ? _mm512_cvtph_ps(v) : bf16_widen(v);
-}
-
 template <bool kF16, int R>
 void rows_half(const uint16_t* w, const uint16_t* x, int64_t xs, int64_t n, float* out) {
   __m512 a[R][2];
@@ -120,32 +111,6 @@ void rows_half(const uint16_t* w, const uint16_t* x, int64_t xs, int64_t n, floa
     for (int r = 0; r < R; ++r) a[r][1] = _mm512_fmadd_ps(wv, load_half<kF16>(x + r * xs + i, m), a[r][1]);
   }
   for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(a[r][0], a[r][1]));
-}
-
-inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
-inline __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
-inline float hsum256(__m256 p) {
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(p), _mm256_extractf128_ps(p, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  return _mm_cvtss_f32(h);
-}
-
-// K<R>::run(args...) for a runtime token count R in 1..8 (8 for more): one instance per R, so that each keeps its
-// per-token accumulators in registers.
-template <template <int> class K, typename... A>
-void by_tokens(int64_t R, const A&... a) {
-  switch (R) {
-    case 1: return K<1>::run(a...);
-    case 2: return K<2>::run(a...);
-    case 3: return K<3>::run(a...);
-    case 4: return K<4>::run(a...);
-    case 5: return K<5>::run(a...);
-    case 6: return K<6>::run(a...);
-    case 7: return K<7>::run(a...);
-    default: return K<8>::run(a...);
-  }
 }
 
 // Q8_0 / Q4_0 × ActQ8. Per pair of weight blocks, shared by the R activation rows: the 64 weight bytes as s8 in the
@@ -241,224 +206,6 @@ void gemv_q4_1(const BlockQ4_1* w, const ActQ8& x, int64_t R, float* out) { by_t
 void gemv_q5_0(const BlockQ5_0* w, const ActQ8& x, int64_t R, float* out) { by_tokens<RowsQ>(R, w, x, out); }
 void gemv_q5_1(const BlockQ5_1* w, const ActQ8& x, int64_t R, float* out) { by_tokens<RowsQ>(R, w, x, out); }
 void gemv_iq4_nl(const BlockIQ4_NL* w, const ActQ8& x, int64_t R, float* out) { by_tokens<RowsQ>(R, w, x, out); }
-
-// Packed weights (packed.h): lanes run across the group's 16 rows. Per block the weight vectors are loaded (and
-// Q4's nibbles split) once for all R tokens; per token each 64-byte vector meets the activation's matching 4 bytes
-// broadcast (vpdpbusd, u8 weight × s8 activation), the integer sum starts at the offset correction, and one
-// conversion and one FMA apply the block's 16 weight scales times the token's scale. The operations and their
-// order are those of the *_x16_ref functions, so the results are theirs bit for bit.
-inline __m512i bcast4(const int8_t* p) {
-  int32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-
-// F32: per input k, the 16 rows' weights (one load) times the input broadcast, into two accumulators per token
-// (even and odd k) that are added at the end: 2R independent FMA chains.
-template <int R>
-void gemm_f32_x16_r(const uint8_t* g, int64_t n, const float* x, int64_t xs, float* y, int64_t ys) {
-  const float* w = reinterpret_cast<const float*>(g);
-  __m512 a0[R], a1[R];
-  for (int t = 0; t < R; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
-  int64_t k = 0;
-  for (; k + 2 <= n; k += 2) {
-    const __m512 w0 = _mm512_load_ps(w + k * kPackRows), w1 = _mm512_load_ps(w + (k + 1) * kPackRows);
-    for (int t = 0; t < R; ++t) {
-      a0[t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t * xs + k]), a0[t]);
-      a1[t] = _mm512_fmadd_ps(w1, _mm512_set1_ps(x[t * xs + k + 1]), a1[t]);
-    }
-  }
-  if (k < n) {
-    const __m512 w0 = _mm512_load_ps(w + k * kPackRows);
-    for (int t = 0; t < R; ++t) a0[t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t * xs + k]), a0[t]);
-  }
-  for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, _mm512_add_ps(a0[t], a1[t]));
-}
-
-template <int R>
-void gemm_q8_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys) {
-  __m512 acc[R];
-  for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    __m512i w[8];
-    const uint8_t* qs = g + packed_qs_offset(b, kQ8_0PackedQs);
-    for (int k = 0; k < 8; ++k) w[k] = _mm512_load_si512(qs + 64 * k);
-    const __m512 dw = _mm512_cvtph_ps(load256(g + packed_d_offset(b, kQ8_0PackedQs)));
-    for (int t = 0; t < R; ++t) {
-      const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
-      __m512i s = _mm512_set1_epi32(-128 * x.sums[t * nb + b]);
-      for (int k = 0; k < 8; ++k) s = _mm512_dpbusd_epi32(s, w[k], bcast4(xq + 4 * k));
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[t * nb + b])), acc[t]);
-    }
-  }
-  for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
-}
-
-// Q4_0 and IQ4_NL (kCodebook: each nibble looked up as kIQ4NLValues + 128 by vpshufb, offset 128 instead of 8).
-template <int R, bool kCodebook>
-void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const __m512i book = _mm512_add_epi8(
-      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues))), _mm512_set1_epi8(-128));
-  constexpr int32_t kOffset = kCodebook ? 128 : 8;
-  __m512 acc[R];
-  for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    __m512i lo[4], hi[4];
-    for (int v = 0; v < 4; ++v) {
-      const __m512i raw = _mm512_load_si512(g + packed_qs_offset(b, kQ4_0PackedQs) + 64 * v);
-      lo[v] = _mm512_and_si512(raw, m4), hi[v] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-      if constexpr (kCodebook) lo[v] = _mm512_shuffle_epi8(book, lo[v]), hi[v] = _mm512_shuffle_epi8(book, hi[v]);
-    }
-    const __m512 dw = _mm512_cvtph_ps(load256(g + packed_d_offset(b, kQ4_0PackedQs)));
-    for (int t = 0; t < R; ++t) {
-      const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
-      __m512i s = _mm512_set1_epi32(-kOffset * x.sums[t * nb + b]);
-      for (int v = 0; v < 4; ++v) {
-        s = _mm512_dpbusd_epi32(s, lo[v], bcast4(xq + 4 * v));
-        s = _mm512_dpbusd_epi32(s, hi[v], bcast4(xq + 16 + 4 * v));
-      }
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[t * nb + b])), acc[t]);
-    }
-  }
-  for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
-}
-
-// Q4_K / Q5_K: per sub-block j the 8 quant vectors (nibbles, with Q5_K's fifth bits or-ed in at bit 4) meet the
-// token's 32 activations (exact int32), times the rows' 6-bit scales into the super-block's int32 sum; the min term
-// Σ_j m_j·Σx_j comes from vpdpwssd over sub-block pairs.
-template <int R, bool kFifth>
-void gemm_k_scale_min_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, int64_t ys) {
-  constexpr PackedKScaleMin L = kFifth ? kPackedQ5K : kPackedQ4K;
-  const __m512i m4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
-  __m512 acc[R];
-  for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* rec = g + b * L.record;
-    __m512i isum[R];
-    for (int t = 0; t < R; ++t) isum[t] = _mm512_setzero_si512();
-    for (int j = 0; j < 8; ++j) {
-      __m512i lo[4], hi[4];
-      __m512i fb = _mm512_setzero_si512();
-      if constexpr (kFifth) fb = _mm512_load_si512(rec + L.fifth + 64 * j);
-      for (int v = 0; v < 4; ++v) {
-        const __m512i raw = _mm512_load_si512(rec + j * 256 + 64 * v);
-        lo[v] = _mm512_and_si512(raw, m4), hi[v] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-        if constexpr (kFifth) {  // bit v → bit 4 and bit 4 + v → bit 4 (epi16 shifts: strays are masked off)
-          lo[v] = _mm512_or_si512(lo[v], _mm512_and_si512(_mm512_slli_epi16(fb, 4 - v), bit4));
-          hi[v] = _mm512_or_si512(hi[v], _mm512_and_si512(_mm512_srli_epi16(fb, v), bit4));
-        }
-      }
-      const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(rec + L.sc + 16 * j)));
-      for (int t = 0; t < R; ++t) {
-        const int8_t* xq = x.x[t * nb + b].qs + 32 * j;
-        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(xq));
-        s = _mm512_dpbusd_epi32(s, hi[0], bcast4(xq + 16));
-        for (int v = 1; v < 4; ++v) {
-          s = _mm512_dpbusd_epi32(s, lo[v], bcast4(xq + 4 * v));
-          s = _mm512_dpbusd_epi32(s, hi[v], bcast4(xq + 16 + 4 * v));
-        }
-        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s, sc));
-      }
-    }
-    const __m512 dw = _mm512_cvtph_ps(load256(rec + L.d)), dminw = _mm512_cvtph_ps(load256(rec + L.dmin));
-    __m512i mv[4];
-    for (int p = 0; p < 4; ++p) mv[p] = _mm512_cvtepu8_epi16(load256(rec + L.m + 32 * p));
-    for (int t = 0; t < R; ++t) {
-      const int8_t* s32 = reinterpret_cast<const int8_t*>(x.sums32 + (t * nb + b) * 8);
-      __m512i m = _mm512_setzero_si512();
-      for (int p = 0; p < 4; ++p) m = _mm512_dpwssd_epi32(m, mv[p], bcast4(s32 + 4 * p));
-      const __m512 dx = _mm512_set1_ps(x.x[t * nb + b].d);
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, dx), acc[t]);
-      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dminw, dx), acc[t]);
-    }
-  }
-  for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
-}
-
-// Q6_K: per 32-element chunk c the nibbles with their high bit pairs or-ed in at bits 4..5 give sub-blocks 2c (low
-// nibbles) and 2c + 1 (high); each sub-block's int32 sum is multiplied by its signed scale, and the −32 offset
-// comes off per chunk with vpdpwssd of the (−32·sc_2c, −32·sc_2c+1) pairs by the token's (bsums_2c, bsums_2c+1).
-inline __m512i q6_high_bits(__m512i h, int v) {  // bits 2v..2v+1 of each byte → bits 4..5 (strays masked off)
-  const __m512i m = _mm512_set1_epi8(0x30);
-  switch (v) {
-    case 0: return _mm512_and_si512(_mm512_slli_epi16(h, 4), m);
-    case 1: return _mm512_and_si512(_mm512_slli_epi16(h, 2), m);
-    case 2: return _mm512_and_si512(h, m);
-    default: return _mm512_and_si512(_mm512_srli_epi16(h, 2), m);
-  }
-}
-
-template <int R>
-void gemm_q6_k_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, int64_t ys) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  __m512 acc[R];
-  for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* rec = g + b * kQ6KRecord;
-    __m512i isum[R];
-    for (int t = 0; t < R; ++t) isum[t] = _mm512_setzero_si512();
-    for (int c = 0; c < 8; ++c) {
-      const uint8_t* ch = rec + c * kQ6KChunk;
-      const __m512i hl = _mm512_load_si512(ch + 256), hh = _mm512_load_si512(ch + 320);
-      __m512i lo[4], hi[4];
-      for (int v = 0; v < 4; ++v) {
-        const __m512i raw = _mm512_load_si512(ch + 64 * v);
-        lo[v] = _mm512_or_si512(_mm512_and_si512(raw, m4), q6_high_bits(hl, v));
-        hi[v] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw, 4), m4), q6_high_bits(hh, v));
-      }
-      const __m512i pair = _mm512_cvtepi8_epi16(load256(rec + kQ6KSc + 32 * c));  // (sc_2c, sc_2c+1) per row
-      const __m512i sc_lo = _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16), sc_hi = _mm512_srai_epi32(pair, 16);
-      const __m512i neg32 = _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(pair, 5));
-      for (int t = 0; t < R; ++t) {
-        const BlockQ8_K& xb = x.x[t * nb + b];
-        const int8_t* xq = xb.qs + 32 * c;
-        __m512i s_lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(xq));
-        __m512i s_hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], bcast4(xq + 16));
-        for (int v = 1; v < 4; ++v) {
-          s_lo = _mm512_dpbusd_epi32(s_lo, lo[v], bcast4(xq + 4 * v));
-          s_hi = _mm512_dpbusd_epi32(s_hi, hi[v], bcast4(xq + 16 + 4 * v));
-        }
-        __m512i sum = _mm512_add_epi32(_mm512_mullo_epi32(s_lo, sc_lo), _mm512_mullo_epi32(s_hi, sc_hi));
-        sum = _mm512_dpwssd_epi32(sum, neg32, bcast4(reinterpret_cast<const int8_t*>(xb.bsums + 2 * c)));
-        isum[t] = _mm512_add_epi32(isum[t], sum);
-      }
-    }
-    const __m512 dw = _mm512_cvtph_ps(load256(rec + kQ6KD));
-    for (int t = 0; t < R; ++t)
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, _mm512_set1_ps(x.x[t * nb + b].d)), acc[t]);
-  }
-  for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
-}
-
-template <int R> struct F32x16 { static constexpr auto run = gemm_f32_x16_r<R>; };
-template <int R> struct Q8_0x16 { static constexpr auto run = gemm_q8_0_x16_r<R>; };
-template <int R> struct Q4_0x16 { static constexpr auto run = gemm_q4_0_x16_r<R, false>; };
-template <int R> struct IQ4_NLx16 { static constexpr auto run = gemm_q4_0_x16_r<R, true>; };
-template <int R> struct Q4_Kx16 { static constexpr auto run = gemm_k_scale_min_x16_r<R, false>; };
-template <int R> struct Q5_Kx16 { static constexpr auto run = gemm_k_scale_min_x16_r<R, true>; };
-template <int R> struct Q6_Kx16 { static constexpr auto run = gemm_q6_k_x16_r<R>; };
-void gemm_f32_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
-  by_tokens<F32x16>(R, g, n, x, xs, y, ys);
-}
-void gemm_q8_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  by_tokens<Q8_0x16>(R, g, nb, x, y, ys);
-}
-void gemm_q4_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  by_tokens<Q4_0x16>(R, g, nb, x, y, ys);
-}
-void gemm_iq4_nl_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  by_tokens<IQ4_NLx16>(R, g, nb, x, y, ys);
-}
-void gemm_q4_k_x16(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
-  by_tokens<Q4_Kx16>(R, g, nb, x, y, ys);
-}
-void gemm_q5_k_x16(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
-  by_tokens<Q5_Kx16>(R, g, nb, x, y, ys);
-}
-void gemm_q6_k_x16(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
-  by_tokens<Q6_Kx16>(R, g, nb, x, y, ys);
-}
 
 // roundf (half away from zero), exactly: t = trunc(v) and v − t is exact, so |v − t| ≥ ½ decides the step.
 inline __m512 round_half_away(__m512 v) {
@@ -640,168 +387,6 @@ float dot_q5_k(const BlockQ5_K* w, const BlockQ8_K* x, int64_t nb) { return one<
 float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nb) { return one<rows_q6_k<1>>(w, x, nb); }
 
 void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n) { quantize_row_q8_k(x, y, n); }
-
-float dot_f32_f16(const float* x, const uint16_t* h, int64_t n) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), load_half<true>(h + i), a0);
-    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), load_half<true>(h + i + 16), a1);
-  }
-  for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), load_half<true>(h + i), a0);
-  if (i < n) {
-    const __mmask16 m = tail_mask(n - i);
-    a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), load_half<true>(h + i, m), a1);
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-}
-
-// Σ_j p[j]·v_j with the output row in registers: column chunks of up to 8 vectors (128 floats), every value row
-// of the chunk streamed once. The last vector of a row may be partial (masked).
-template <bool kF16>
-inline __m512 load_row(const void* v, int64_t i, __mmask16 m) {
-  if constexpr (kF16) return load_half<true>(static_cast<const uint16_t*>(v) + i, m);
-  else return _mm512_maskz_loadu_ps(m, static_cast<const float*>(v) + i);
-}
-// Attention scores of one query row: each key row's products summed over d in one vector (an FMA chain), sixteen
-// rows at a time reduced lane-wise by a 4-level shuffle tree (15 shuffle pairs and 15 adds for 16 results instead
-// of 16 full reductions). The rows go in in the order the tree leaves them (kTreeOrder is its own inverse), so
-// the 16 sums come out in position order; a tail of fewer than 16 rows is reduced row by row.
-template <bool kF16>
-inline __m512 row_products(const float* q, const void* k, int64_t d) {
-  __m512 a = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= d; i += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load_row<kF16>(k, i, 0xFFFF), a);
-  if (i < d) {
-    const __mmask16 m = tail_mask(d - i);
-    a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), load_row<kF16>(k, i, m), a);
-  }
-  return a;
-}
-inline __m512 sum_lanes_16(__m512* a) {  // lane i of the result = Σ lanes of a[kTreeOrder[i]]
-  for (int j = 0; j < 8; ++j)
-    a[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a[j], a[j + 8], 0x44), _mm512_shuffle_f32x4(a[j], a[j + 8], 0xEE));
-  for (int j = 0; j < 4; ++j)
-    a[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a[j], a[j + 4], 0x88), _mm512_shuffle_f32x4(a[j], a[j + 4], 0xDD));
-  for (int j = 0; j < 2; ++j)
-    a[j] = _mm512_add_ps(_mm512_shuffle_ps(a[j], a[j + 2], 0x44), _mm512_shuffle_ps(a[j], a[j + 2], 0xEE));
-  return _mm512_add_ps(_mm512_shuffle_ps(a[0], a[1], 0x88), _mm512_shuffle_ps(a[0], a[1], 0xDD));
-}
-template <bool kF16, typename KV>
-void scores(const float* q, const KV* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out) {
-  static constexpr int kTreeOrder[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
-  const __m512 sv = _mm512_set1_ps(scale);
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16) {
-    __m512 a[16];
-    for (int r = 0; r < 16; ++r) a[r] = row_products<kF16>(q, k + off[j + kTreeOrder[r]], d);
-    _mm512_storeu_ps(out + j, _mm512_mul_ps(sum_lanes_16(a), sv));
-  }
-  for (; j < n; ++j) out[j] = _mm512_reduce_add_ps(row_products<kF16>(q, k + off[j], d)) * scale;
-}
-void scores_f32(const float* q, const float* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out) {
-  scores<false>(q, k, off, n, d, scale, out);
-}
-void scores_f16(const float* q, const uint16_t* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out) {
-  scores<true>(q, k, off, n, d, scale, out);
-}
-
-template <bool kF16, int NC>
-void wsum_chunk(const float* p, const void* v, const int64_t* off, int64_t n, int64_t c0, int64_t d, float* out) {
-  __m512 acc[NC];
-  __mmask16 m[NC];
-  for (int c = 0; c < NC; ++c) {
-    acc[c] = _mm512_setzero_ps();
-    const int64_t left = d - c0 - 16 * c;
-    m[c] = left >= 16 ? static_cast<__mmask16>(0xFFFF) : tail_mask(left);
-  }
-  for (int64_t j = 0; j < n; ++j) {
-    const __m512 pj = _mm512_set1_ps(p[j]);
-    for (int c = 0; c < NC; ++c) acc[c] = _mm512_fmadd_ps(pj, load_row<kF16>(v, off[j] + c0 + 16 * c, m[c]), acc[c]);
-  }
-  for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(out + c0 + 16 * c, m[c], acc[c]);
-}
-template <bool kF16>
-void wsum(const float* p, const void* v, const int64_t* off, int64_t n, int64_t d, float* out) {
-  for (int64_t c0 = 0; c0 < d; c0 += 128) {
-    switch ((std::min<int64_t>(d - c0, 128) + 15) / 16) {
-      case 1: wsum_chunk<kF16, 1>(p, v, off, n, c0, d, out); break;
-      case 2: wsum_chunk<kF16, 2>(p, v, off, n, c0, d, out); break;
-      case 3: wsum_chunk<kF16, 3>(p, v, off, n, c0, d, out); break;
-      case 4: wsum_chunk<kF16, 4>(p, v, off, n, c0, d, out); break;
-      case 5: wsum_chunk<kF16, 5>(p, v, off, n, c0, d, out); break;
-      case 6: wsum_chunk<kF16, 6>(p, v, off, n, c0, d, out); break;
-      case 7: wsum_chunk<kF16, 7>(p, v, off, n, c0, d, out); break;
-      default: wsum_chunk<kF16, 8>(p, v, off, n, c0, d, out); break;
-    }
-  }
-}
-void wsum_f32(const float* p, const float* v, const int64_t* off, int64_t n, int64_t d, float* out) {
-  wsum<false>(p, v, off, n, d, out);
-}
-void wsum_f16(const float* p, const uint16_t* v, const int64_t* off, int64_t n, int64_t d, float* out) {
-  wsum<true>(p, v, off, n, d, out);
-}
-
-// e^x = 2^k·e^r with k = round(x·log2 e) and r = x − k·ln 2 (two-part ln 2, |r| ≤ ½ ln 2), e^r by its degree-6
-// Taylor polynomial (truncation < 1.3e-7 relative), 2^k applied by vscalefps (which also underflows to 0 cleanly).
-inline __m512 exp_ps(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
-  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145751953125f), x);
-  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.428606765330187e-06f), r);
-  __m512 e = _mm512_set1_ps(1.0f / 720.0f);
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 120.0f));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 24.0f));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 6.0f));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(0.5f));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(e, k);
-}
-
-void softmax(float* x, int64_t n) {
-  __m512 mv = _mm512_set1_ps(-INFINITY);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(x + i));
-  if (i < n) mv = _mm512_mask_max_ps(mv, tail_mask(n - i), mv, _mm512_maskz_loadu_ps(tail_mask(n - i), x + i));
-  const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
-  __m512 sum = _mm512_setzero_ps();
-  for (i = 0; i + 16 <= n; i += 16) {
-    const __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), mx));
-    _mm512_storeu_ps(x + i, e);
-    sum = _mm512_add_ps(sum, e);
-  }
-  if (i < n) {
-    const __mmask16 m = tail_mask(n - i);
-    const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), mx));
-    _mm512_mask_storeu_ps(x + i, m, e);
-    sum = _mm512_mask_add_ps(sum, m, sum, e);
-  }
-  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
-  for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
-  if (i < n) {
-    const __mmask16 m = tail_mask(n - i);
-    _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
-  }
-}
-
-void silu_mul(float* gate, const float* up, int64_t n) {
-  const __m512 one = _mm512_set1_ps(1.0f);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 g = _mm512_loadu_ps(gate + i);
-    const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g))));
-    _mm512_storeu_ps(gate + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
-  }
-  if (i < n) {
-    const __mmask16 m = tail_mask(n - i);
-    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
-    const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g))));
-    _mm512_mask_storeu_ps(gate + i, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, up + i)));
-  }
-}
 
 constexpr CpuKernels kAvx512 = {
     .isa = "avx512_vnni",

@@ -1,0 +1,233 @@
+// AVX-512 VNNI kernels on repacked weights (packed.h), for the table in isa_avx512.cpp.
+// GCC 12's AVX-512 headers build casts and reductions from _mm512_undefined_*(), which -Wall reports as
+// uninitialised (a known false positive); silence it for this file only.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/isa_avx512_common.h"
+
+namespace kvik::avx512 {
+
+// Packed weights (packed.h): lanes run across the group's 16 rows. Per block the weight vectors are loaded (and
+// Q4's nibbles split) once for all R tokens; per token each 64-byte vector meets the activation's matching 4 bytes
+// broadcast (vpdpbusd, u8 weight × s8 activation), the integer sum starts at the offset correction, and one
+// conversion and one FMA apply the block's 16 weight scales times the token's scale. The operations and their
+// order are those of the *_x16_ref functions, so the results are theirs bit for bit.
+inline __m512i bcast4(const int8_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// F32: per input k, the 16 rows' weights (one load) times the input broadcast, into two accumulators per token
+// (even and odd k) that are added at the end: 2R independent FMA chains.
+template <int R>
+void gemm_f32_x16_r(const uint8_t* g, int64_t n, const float* x, int64_t xs, float* y, int64_t ys) {
+  const float* w = reinterpret_cast<const float*>(g);
+  __m512 a0[R], a1[R];
+  for (int t = 0; t < R; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 2 <= n; k += 2) {
+    const __m512 w0 = _mm512_load_ps(w + k * kPackRows), w1 = _mm512_load_ps(w + (k + 1) * kPackRows);
+    for (int t = 0; t < R; ++t) {
+      a0[t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t * xs + k]), a0[t]);
+      a1[t] = _mm512_fmadd_ps(w1, _mm512_set1_ps(x[t * xs + k + 1]), a1[t]);
+    }
+  }
+  if (k < n) {
+    const __m512 w0 = _mm512_load_ps(w + k * kPackRows);
+    for (int t = 0; t < R; ++t) a0[t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t * xs + k]), a0[t]);
+  }
+  for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, _mm512_add_ps(a0[t], a1[t]));
+}
+
+template <int R>
+void gemm_q8_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys) {
+  __m512 acc[R];
+  for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i w[8];
+    const uint8_t* qs = g + packed_qs_offset(b, kQ8_0PackedQs);
+    for (int k = 0; k < 8; ++k) w[k] = _mm512_load_si512(qs + 64 * k);
+    const __m512 dw = _mm512_cvtph_ps(load256(g + packed_d_offset(b, kQ8_0PackedQs)));
+    for (int t = 0; t < R; ++t) {
+      const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
+      __m512i s = _mm512_set1_epi32(-128 * x.sums[t * nb + b]);
+      for (int k = 0; k < 8; ++k) s = _mm512_dpbusd_epi32(s, w[k], bcast4(xq + 4 * k));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[t * nb + b])), acc[t]);
+    }
+  }
+  for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
+}
+
+// Q4_0 and IQ4_NL (kCodebook: each nibble looked up as kIQ4NLValues + 128 by vpshufb, offset 128 instead of 8).
+template <int R, bool kCodebook>
+void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i book = _mm512_add_epi8(
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues))), _mm512_set1_epi8(-128));
+  constexpr int32_t kOffset = kCodebook ? 128 : 8;
+  __m512 acc[R];
+  for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i lo[4], hi[4];
+    for (int v = 0; v < 4; ++v) {
+      const __m512i raw = _mm512_load_si512(g + packed_qs_offset(b, kQ4_0PackedQs) + 64 * v);
+      lo[v] = _mm512_and_si512(raw, m4), hi[v] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+      if constexpr (kCodebook) lo[v] = _mm512_shuffle_epi8(book, lo[v]), hi[v] = _mm512_shuffle_epi8(book, hi[v]);
+    }
+    const __m512 dw = _mm512_cvtph_ps(load256(g + packed_d_offset(b, kQ4_0PackedQs)));
+    for (int t = 0; t < R; ++t) {
+      const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
+      __m512i s = _mm512_set1_epi32(-kOffset * x.sums[t * nb + b]);
+      for (int v = 0; v < 4; ++v) {
+        s = _mm512_dpbusd_epi32(s, lo[v], bcast4(xq + 4 * v));
+        s = _mm512_dpbusd_epi32(s, hi[v], bcast4(xq + 16 + 4 * v));
+      }
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[t * nb + b])), acc[t]);
+    }
+  }
+  for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
+}
+
+// Q4_K / Q5_K: per sub-block j the 8 quant vectors (nibbles, with Q5_K's fifth bits or-ed in at bit 4) meet the
+// token's 32 activations (exact int32), times the rows' 6-bit scales into the super-block's int32 sum; the min term
+// Σ_j m_j·Σx_j comes from vpdpwssd over sub-block pairs.
+template <int R, bool kFifth>
+void gemm_k_scale_min_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, int64_t ys) {
+  constexpr PackedKScaleMin L = kFifth ? kPackedQ5K : kPackedQ4K;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+  __m512 acc[R];
+  for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* rec = g + b * L.record;
+    __m512i isum[R];
+    for (int t = 0; t < R; ++t) isum[t] = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) {
+      __m512i lo[4], hi[4];
+      __m512i fb = _mm512_setzero_si512();
+      if constexpr (kFifth) fb = _mm512_load_si512(rec + L.fifth + 64 * j);
+      for (int v = 0; v < 4; ++v) {
+        const __m512i raw = _mm512_load_si512(rec + j * 256 + 64 * v);
+        lo[v] = _mm512_and_si512(raw, m4), hi[v] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+        if constexpr (kFifth) {  // bit v → bit 4 and bit 4 + v → bit 4 (epi16 shifts: strays are masked off)
+          lo[v] = _mm512_or_si512(lo[v], _mm512_and_si512(_mm512_slli_epi16(fb, 4 - v), bit4));
+          hi[v] = _mm512_or_si512(hi[v], _mm512_and_si512(_mm512_srli_epi16(fb, v), bit4));
+        }
+      }
+      const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(rec + L.sc + 16 * j)));
+      for (int t = 0; t < R; ++t) {
+        const int8_t* xq = x.x[t * nb + b].qs + 32 * j;
+        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(xq));
+        s = _mm512_dpbusd_epi32(s, hi[0], bcast4(xq + 16));
+        for (int v = 1; v < 4; ++v) {
+          s = _mm512_dpbusd_epi32(s, lo[v], bcast4(xq + 4 * v));
+          s = _mm512_dpbusd_epi32(s, hi[v], bcast4(xq + 16 + 4 * v));
+        }
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s, sc));
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(load256(rec + L.d)), dminw = _mm512_cvtph_ps(load256(rec + L.dmin));
+    __m512i mv[4];
+    for (int p = 0; p < 4; ++p) mv[p] = _mm512_cvtepu8_epi16(load256(rec + L.m + 32 * p));
+    for (int t = 0; t < R; ++t) {
+      const int8_t* s32 = reinterpret_cast<const int8_t*>(x.sums32 + (t * nb + b) * 8);
+      __m512i m = _mm512_setzero_si512();
+      for (int p = 0; p < 4; ++p) m = _mm512_dpwssd_epi32(m, mv[p], bcast4(s32 + 4 * p));
+      const __m512 dx = _mm512_set1_ps(x.x[t * nb + b].d);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, dx), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dminw, dx), acc[t]);
+    }
+  }
+  for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
+}
+
+// Q6_K: per 32-element chunk c the nibbles with their high bit pairs or-ed in at bits 4..5 give sub-blocks 2c (low
+// nibbles) and 2c + 1 (high); each sub-block's int32 sum is multiplied by its signed scale, and the −32 offset
+// comes off per chunk with vpdpwssd of the (−32·sc_2c, −32·sc_2c+1) pairs by the token's (bsums_2c, bsums_2c+1).
+inline __m512i q6_high_bits(__m512i h, int v) {  // bits 2v..2v+1 of each byte → bits 4..5 (strays masked off)
+  const __m512i m = _mm512_set1_epi8(0x30);
+  switch (v) {
+    case 0: return _mm512_and_si512(_mm512_slli_epi16(h, 4), m);
+    case 1: return _mm512_and_si512(_mm512_slli_epi16(h, 2), m);
+    case 2: return _mm512_and_si512(h, m);
+    default: return _mm512_and_si512(_mm512_srli_epi16(h, 2), m);
+  }
+}
+
+template <int R>
+void gemm_q6_k_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, int64_t ys) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[R];
+  for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* rec = g + b * kQ6KRecord;
+    __m512i isum[R];
+    for (int t = 0; t < R; ++t) isum[t] = _mm512_setzero_si512();
+    for (int c = 0; c < 8; ++c) {
+      const uint8_t* ch = rec + c * kQ6KChunk;
+      const __m512i hl = _mm512_load_si512(ch + 256), hh = _mm512_load_si512(ch + 320);
+      __m512i lo[4], hi[4];
+      for (int v = 0; v < 4; ++v) {
+        const __m512i raw = _mm512_load_si512(ch + 64 * v);
+        lo[v] = _mm512_or_si512(_mm512_and_si512(raw, m4), q6_high_bits(hl, v));
+        hi[v] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw, 4), m4), q6_high_bits(hh, v));
+      }
+      const __m512i pair = _mm512_cvtepi8_epi16(load256(rec + kQ6KSc + 32 * c));  // (sc_2c, sc_2c+1) per row
+      const __m512i sc_lo = _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16), sc_hi = _mm512_srai_epi32(pair, 16);
+      const __m512i neg32 = _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(pair, 5));
+      for (int t = 0; t < R; ++t) {
+        const BlockQ8_K& xb = x.x[t * nb + b];
+        const int8_t* xq = xb.qs + 32 * c;
+        __m512i s_lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(xq));
+        __m512i s_hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], bcast4(xq + 16));
+        for (int v = 1; v < 4; ++v) {
+          s_lo = _mm512_dpbusd_epi32(s_lo, lo[v], bcast4(xq + 4 * v));
+          s_hi = _mm512_dpbusd_epi32(s_hi, hi[v], bcast4(xq + 16 + 4 * v));
+        }
+        __m512i sum = _mm512_add_epi32(_mm512_mullo_epi32(s_lo, sc_lo), _mm512_mullo_epi32(s_hi, sc_hi));
+        sum = _mm512_dpwssd_epi32(sum, neg32, bcast4(reinterpret_cast<const int8_t*>(xb.bsums + 2 * c)));
+        isum[t] = _mm512_add_epi32(isum[t], sum);
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(load256(rec + kQ6KD));
+    for (int t = 0; t < R; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, _mm512_set1_ps(x.x[t * nb + b].d)), acc[t]);
+  }
+  for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
+}
+
+template <int R> struct F32x16 { static constexpr auto run = gemm_f32_x16_r<R>; };
+template <int R> struct Q8_0x16 { static constexpr auto run = gemm_q8_0_x16_r<R>; };
+template <int R> struct Q4_0x16 { static constexpr auto run = gemm_q4_0_x16_r<R, false>; };
+template <int R> struct IQ4_NLx16 { static constexpr auto run = gemm_q4_0_x16_r<R, true>; };
+template <int R> struct Q4_Kx16 { static constexpr auto run = gemm_k_scale_min_x16_r<R, false>; };
+template <int R> struct Q5_Kx16 { static constexpr auto run = gemm_k_scale_min_x16_r<R, true>; };
+template <int R> struct Q6_Kx16 { static constexpr auto run = gemm_q6_k_x16_r<R>; };
+void gemm_f32_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
+  by_tokens<F32x16>(R, g, n, x, xs, y, ys);
+}
+void gemm_q8_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  by_tokens<Q8_0x16>(R, g, nb, x, y, ys);
+}
+void gemm_q4_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  by_tokens<Q4_0x16>(R, g, nb, x, y, ys);
+}
+void gemm_iq4_nl_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  by_tokens<IQ4_NLx16>(R, g, nb, x, y, ys);
+}
+void gemm_q4_k_x16(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
+  by_tokens<Q4_Kx16>(R, g, nb, x, y, ys);
+}
+void gemm_q5_k_x16(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
+  by_tokens<Q5_Kx16>(R, g, nb, x, y, ys);
+}
+void gemm_q6_k_x16(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
+  by_tokens<Q6_Kx16>(R, g, nb, x, y, ys);
+}
+
+}  // namespace kvik::avx512
