@@ -134,7 +134,8 @@ nlohmann::json run(const Args& args) {
     p.seed = static_cast<uint64_t>(next_id);
     p.max_tokens = 512;
     p.structured_output = all[k % all.size()];
-    if (auto err = e.add_request(fmt::format("r{}:{}", next_id++, k), prompt, p)) throw std::runtime_error(err->message);
+    if (auto err = e.add_request(fmt::format("r{}:{}", next_id++, k), prompt, p))
+      throw std::runtime_error(err->message);
   };
   const auto tc = Clock::now();
   for (int i = 0; i < args.requests; ++i) add(static_cast<size_t>(i));
@@ -167,10 +168,14 @@ int main(int argc, char** argv) {
   Args args;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--model") args.model_path = argv[i + 1];
-    else if (a == "--tokenizer") args.tok_dir = argv[i + 1];
-    else if (a == "--requests") args.requests = std::stoi(argv[i + 1]);
-    else if (a == "--steps") args.steps = std::stoi(argv[i + 1]);
+    if (a == "--model")
+      args.model_path = argv[i + 1];
+    else if (a == "--tokenizer")
+      args.tok_dir = argv[i + 1];
+    else if (a == "--requests")
+      args.requests = std::stoi(argv[i + 1]);
+    else if (a == "--steps")
+      args.steps = std::stoi(argv[i + 1]);
   }
   if (args.model_path.empty() || args.tok_dir.empty()) {
     std::fprintf(stderr, "usage: bench_structured_mask --model M.gguf --tokenizer DIR [--requests 32] [--steps 40]\n");

@@ -47,10 +47,33 @@ inline std::vector<uint8_t> bytes_of(std::string_view s) { return {s.begin(), s.
 
 // Boundary values for counts, lengths, sizes and offsets.
 inline uint64_t interesting(Rng& r) {
-  static constexpr uint64_t kValues[] = {0, 1, 2, 3, 4, 5, 7, 8, 13, 31, 32, 33, 255, 256, 0x7fff, 0xffff,
-                                         0x7fffffff, 0x80000000ull, 0xffffffffull, 1ull << 32, 1ull << 40,
-                                         1ull << 61, 1ull << 62, 0x7fffffffffffffffull, 0x8000000000000000ull,
-                                         ~0ull - 7, ~0ull};
+  static constexpr uint64_t kValues[] = {0,
+                                         1,
+                                         2,
+                                         3,
+                                         4,
+                                         5,
+                                         7,
+                                         8,
+                                         13,
+                                         31,
+                                         32,
+                                         33,
+                                         255,
+                                         256,
+                                         0x7fff,
+                                         0xffff,
+                                         0x7fffffff,
+                                         0x80000000ull,
+                                         0xffffffffull,
+                                         1ull << 32,
+                                         1ull << 40,
+                                         1ull << 61,
+                                         1ull << 62,
+                                         0x7fffffffffffffffull,
+                                         0x8000000000000000ull,
+                                         ~0ull - 7,
+                                         ~0ull};
   if (r.chance(4)) return r.next();
   return kValues[r.below(std::size(kValues))];
 }
@@ -71,9 +94,7 @@ inline void blind_mutation(std::vector<uint8_t>& b, size_t window, Rng& r) {
     case 1:
       if (window) b[r.below(window)] = static_cast<uint8_t>(r.next());
       break;
-    case 2:
-      b.resize(r.below(b.size() + 1));
-      break;
+    case 2: b.resize(r.below(b.size() + 1)); break;
     case 3: {
       const size_t at = r.below(window + 1), n = 1 + r.below(16);
       std::vector<uint8_t> ins(n);
@@ -111,7 +132,7 @@ struct Driver {
   const char* name;
   // Turns a file named on the command line into a seed's bytes (default: the file as is).
   std::function<std::vector<uint8_t>(const std::string& path, std::vector<uint8_t> file)> load;
-  std::vector<Seed> builtin;  // seeds the driver makes itself
+  std::vector<Seed> builtin;           // seeds the driver makes itself
   std::function<void(Seed&)> prepare;  // fills Seed::fields (optional)
   // One mutated input from seeds[which] (the others are there for splicing).
   std::function<std::vector<uint8_t>(const std::vector<Seed>& seeds, size_t which, Rng& r)> mutate;

@@ -5,8 +5,8 @@
 // and offsets, truncations, insertions and deletions. Big inputs are cut to a prefix of their first 64 KiB (the
 // header lives there) so 20000 runs take seconds.
 #include "core/error.h"
-#include "formats/gguf.h"
 #include "driver_common.h"
+#include "formats/gguf.h"
 
 namespace {
 
@@ -30,8 +30,9 @@ std::vector<size_t> find_fields(const std::vector<uint8_t>& b) {
       }
     }
     // Tensor infos follow the metadata: find each name (u64 length + bytes) after the last value.
-    size_t pos = g->metadata().empty() ? 24 : static_cast<size_t>(g->metadata().back().second.raw.data() - b.data()) +
-                                                  g->metadata().back().second.raw.size();
+    size_t pos = g->metadata().empty() ? 24
+                                       : static_cast<size_t>(g->metadata().back().second.raw.data() - b.data()) +
+                                             g->metadata().back().second.raw.size();
     for (const auto& t : g->tensors()) {
       if (pos + 8 + t.name.size() > b.size()) break;
       f.push_back(pos);  // name length
@@ -39,7 +40,7 @@ std::vector<size_t> find_fields(const std::vector<uint8_t>& b) {
       f.push_back(pos);  // n_dims
       pos += 4;
       for (size_t d = 0; d < t.shape.size(); ++d, pos += 8) f.push_back(pos);
-      f.push_back(pos);  // type
+      f.push_back(pos);      // type
       f.push_back(pos + 4);  // offset
       pos += 12;
     }
@@ -119,11 +120,11 @@ std::vector<uint8_t> mutate(const Seed& s, Rng& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_driver(argc, argv, {.name = "fuzz_gguf_driver",
-                                 .load = nullptr,
-                                 .builtin = {{"<writer>", writer_seed(), {}}},
-                                 .prepare = [](Seed& s) { s.fields = find_fields(s.bytes); },
-                                 .mutate = [](const std::vector<Seed>& seeds, size_t which, Rng& r) {
-                                   return mutate(seeds[which], r);
-                                 }});
+  return run_driver(
+      argc, argv,
+      {.name = "fuzz_gguf_driver",
+       .load = nullptr,
+       .builtin = {{"<writer>", writer_seed(), {}}},
+       .prepare = [](Seed& s) { s.fields = find_fields(s.bytes); },
+       .mutate = [](const std::vector<Seed>& seeds, size_t which, Rng& r) { return mutate(seeds[which], r); }});
 }

@@ -12,8 +12,8 @@
 #include <tuple>
 
 #include "core/error.h"
-#include "formats/safetensors.h"
 #include "driver_common.h"
+#include "formats/safetensors.h"
 
 namespace {
 
@@ -36,8 +36,9 @@ std::vector<Seed> writer_seeds() {
                         T{"model.layers.0.mlp.up_proj.weight", kvik::DType::F16, {2, 3}, std::vector<uint8_t>(12, 2)},
                         T{"lm_head.weight", kvik::DType::BF16, {1, 1, 2}, std::vector<uint8_t>(4, 3)}}),
                {}});
-  s.push_back({"<writer: scalar, empty>", written({T{"scale", kvik::DType::F32, {}, std::vector<uint8_t>(4, 7)},
-                                                   T{"empty", kvik::DType::F16, {0, 5}, {}}}),
+  s.push_back({"<writer: scalar, empty>",
+               written({T{"scale", kvik::DType::F32, {}, std::vector<uint8_t>(4, 7)},
+                        T{"empty", kvik::DType::F16, {0, 5}, {}}}),
                {}});
   s.push_back({"<writer: none>", written({}), {}});
   return s;
@@ -88,26 +89,68 @@ std::string nested(Rng& r) {
 }
 
 std::vector<uint8_t> mutate(const std::vector<Seed>& seeds, size_t which, Rng& r) {
-  static constexpr const char* kNumbers[] = {
-      "0", "1", "2", "-1", "-0", "1.5", "1e400", "-1e400", "4294967295", "4294967296", "9223372036854775807",
-      "9223372036854775808", "18446744073709551615", "18446744073709551616", "2305843009213693951",
-      "2305843009213693952", "99999999999999999999999999", "0.0", "3e2", "null", "true", "\"1\"", "[]", "{}"};
-  static constexpr const char* kStrings[] = {"F32", "F16", "BF16", "F64", "I8", "U8", "BOOL", "F8_E4M3", "f32", "",
-                                             "dtype", "shape", "data_offsets", "__metadata__", "\\u0000", "\\ud800",
-                                             "\xff\xfe", "a\\\"b"};
-  static constexpr const char* kPieces[] = {
-      "[", "]", "{", "}", ",", ":", "\"", "null", "true", "-", "0", "[0,0]", "\"x\":", "\"x\":{}",
-      "\"shape\":[1,2],", "\"data_offsets\":[0,8],", "\"dtype\":\"F32\",", "\"__metadata__\":{\"format\":\"pt\"},",
-      "\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},", "\"shape\":[],", "\"shape\":[0],",
-      "\"shape\":[1,1,1,1,1,1,1,1,1],", "\\u00e5", "\xc3\xa5", "\xe2\x82"};
+  static constexpr const char* kNumbers[] = {"0",
+                                             "1",
+                                             "2",
+                                             "-1",
+                                             "-0",
+                                             "1.5",
+                                             "1e400",
+                                             "-1e400",
+                                             "4294967295",
+                                             "4294967296",
+                                             "9223372036854775807",
+                                             "9223372036854775808",
+                                             "18446744073709551615",
+                                             "18446744073709551616",
+                                             "2305843009213693951",
+                                             "2305843009213693952",
+                                             "99999999999999999999999999",
+                                             "0.0",
+                                             "3e2",
+                                             "null",
+                                             "true",
+                                             "\"1\"",
+                                             "[]",
+                                             "{}"};
+  static constexpr const char* kStrings[] = {
+      "F32", "F16",   "BF16",  "F64",          "I8",           "U8",      "BOOL",    "F8_E4M3",  "f32",
+      "",    "dtype", "shape", "data_offsets", "__metadata__", "\\u0000", "\\ud800", "\xff\xfe", "a\\\"b"};
+  static constexpr const char* kPieces[] = {"[",
+                                            "]",
+                                            "{",
+                                            "}",
+                                            ",",
+                                            ":",
+                                            "\"",
+                                            "null",
+                                            "true",
+                                            "-",
+                                            "0",
+                                            "[0,0]",
+                                            "\"x\":",
+                                            "\"x\":{}",
+                                            "\"shape\":[1,2],",
+                                            "\"data_offsets\":[0,8],",
+                                            "\"dtype\":\"F32\",",
+                                            "\"__metadata__\":{\"format\":\"pt\"},",
+                                            "\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},",
+                                            "\"shape\":[],",
+                                            "\"shape\":[0],",
+                                            "\"shape\":[1,1,1,1,1,1,1,1,1],",
+                                            "\\u00e5",
+                                            "\xc3\xa5",
+                                            "\xe2\x82"};
   std::vector<uint8_t> b = seeds[which].bytes;
   std::string h;
   std::vector<uint8_t> d, d2;
   if (r.chance(8) || !split(b, h, d)) {  // structure-blind
     const int n = 1 + static_cast<int>(r.below(4));
     for (int k = 0; k < n; ++k) {
-      if (r.chance(4)) overwrite<uint64_t>(b, 0, interesting(r));
-      else blind_mutation(b, b.size(), r);
+      if (r.chance(4))
+        overwrite<uint64_t>(b, 0, interesting(r));
+      else
+        blind_mutation(b, b.size(), r);
     }
     return b;
   }
@@ -121,9 +164,7 @@ std::vector<uint8_t> mutate(const std::vector<Seed>& seeds, size_t which, Rng& r
       case 1:
         if (find_token(h, false, r, at, end)) h.replace(at, end - at, kStrings[r.below(std::size(kStrings))]);
         break;
-      case 2:
-        h.insert(r.below(h.size() + 1), kPieces[r.below(std::size(kPieces))]);
-        break;
+      case 2: h.insert(r.below(h.size() + 1), kPieces[r.below(std::size(kPieces))]); break;
       case 3:
         if (find_token(h, true, r, at, end)) h.replace(at, end - at, nested(r));
         break;
@@ -134,8 +175,10 @@ std::vector<uint8_t> mutate(const std::vector<Seed>& seeds, size_t which, Rng& r
         break;
       }
       case 5:  // data section: cut or grow
-        if (r.chance(2)) d.resize(r.below(d.size() + 1));
-        else d.resize(d.size() + 1 + r.below(64), 0x5a);
+        if (r.chance(2))
+          d.resize(r.below(d.size() + 1));
+        else
+          d.resize(d.size() + 1 + r.below(64), 0x5a);
         break;
       case 6:  // a tensor entry from another seed
         if (std::string h2; split(seeds[r.below(seeds.size())].bytes, h2, d2) && find_token(h2, false, r, at, end))
@@ -155,9 +198,10 @@ std::vector<uint8_t> mutate(const std::vector<Seed>& seeds, size_t which, Rng& r
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_driver(argc, argv, {.name = "fuzz_safetensors_driver",
-                                 .load = nullptr,
-                                 .builtin = writer_seeds(),
-                                 .prepare = nullptr,
-                                 .mutate = mutate});
+  return run_driver(argc, argv,
+                    {.name = "fuzz_safetensors_driver",
+                     .load = nullptr,
+                     .builtin = writer_seeds(),
+                     .prepare = nullptr,
+                     .mutate = mutate});
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds, and runs the whole test suite (ctest, both cores).
+# Installs dependencies, checks the format, builds, and runs the whole test suite (ctest, both cores).
 # Usage: scripts/test.sh [--sanitize]   (--sanitize runs it under ASan+UBSan in build-asan/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+scripts/check_format.sh  # .clang-format, before the build: a formatting slip fails in seconds
 dir=$(scripts/build.sh "$@" | tail -n 1)
 # Test-time references (real tokenizer files, @huggingface/jinja), pinned by package-lock.json.
 (cd tests/tokenizer_ref && npm ci --no-audit --no-fund --loglevel=error >/dev/null)

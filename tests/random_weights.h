@@ -35,13 +35,21 @@ inline Weights random_weights(DType t, int64_t rows, int64_t cols, std::mt19937&
       switch (t) {
         case DType::Q8_0: reinterpret_cast<BlockQ8_0*>(dst)[b].d = one; break;
         case DType::Q4_0: reinterpret_cast<BlockQ4_0*>(dst)[b].d = one; break;
-        case DType::Q4_K: reinterpret_cast<BlockQ4_K*>(dst)[b].d = reinterpret_cast<BlockQ4_K*>(dst)[b].dmin = one; break;
-        case DType::Q5_K: reinterpret_cast<BlockQ5_K*>(dst)[b].d = reinterpret_cast<BlockQ5_K*>(dst)[b].dmin = one; break;
+        case DType::Q4_K:
+          reinterpret_cast<BlockQ4_K*>(dst)[b].d = reinterpret_cast<BlockQ4_K*>(dst)[b].dmin = one;
+          break;
+        case DType::Q5_K:
+          reinterpret_cast<BlockQ5_K*>(dst)[b].d = reinterpret_cast<BlockQ5_K*>(dst)[b].dmin = one;
+          break;
         case DType::Q6_K: reinterpret_cast<BlockQ6_K*>(dst)[b].d = one; break;
         case DType::IQ4_NL: reinterpret_cast<BlockIQ4_NL*>(dst)[b].d = one; break;
         case DType::Q5_0: reinterpret_cast<BlockQ5_0*>(dst)[b].d = one; break;
-        case DType::Q4_1: reinterpret_cast<BlockQ4_1*>(dst)[b].d = one, reinterpret_cast<BlockQ4_1*>(dst)[b].m = 0; break;
-        case DType::Q5_1: reinterpret_cast<BlockQ5_1*>(dst)[b].d = one, reinterpret_cast<BlockQ5_1*>(dst)[b].m = 0; break;
+        case DType::Q4_1:
+          reinterpret_cast<BlockQ4_1*>(dst)[b].d = one, reinterpret_cast<BlockQ4_1*>(dst)[b].m = 0;
+          break;
+        case DType::Q5_1:
+          reinterpret_cast<BlockQ5_1*>(dst)[b].d = one, reinterpret_cast<BlockQ5_1*>(dst)[b].m = 0;
+          break;
         default: break;
       }
     }

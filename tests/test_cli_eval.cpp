@@ -69,7 +69,8 @@ TEST(CliEval, PerplexityErrorsNameTheProblem) {
 }
 
 TEST(CliEval, QuantErrorJson) {
-  auto r = run("eval quant-error -m " + kModel + " -f " + kText + " -c 128 --chunks 4 --schemes 'int8 per-row,int4 per-tensor' --json",
+  auto r = run("eval quant-error -m " + kModel + " -f " + kText +
+                   " -c 128 --chunks 4 --schemes 'int8 per-row,int4 per-tensor' --json",
                false);
   ASSERT_EQ(r.code, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
@@ -85,7 +86,8 @@ TEST(CliEval, QuantErrorJson) {
 TEST(CliEval, InspectFitTable) {
   const std::string path = ::testing::TempDir() + "kvik_fit_synth.gguf";
   // d 256, 4 layers, 2 KV heads of 64: KV f16 2·4·128·2 = 2048 B/token, q8_0 2·4·(128/32·34) = 1088.
-  auto r = run("synth " + path + " --dim 256 --layers 4 --heads 4 --kv-heads 2 --ff 512 --vocab 512 --context 1024 --type f16");
+  auto r = run("synth " + path +
+               " --dim 256 --layers 4 --heads 4 --kv-heads 2 --ff 512 --vocab 512 --context 1024 --type f16");
   ASSERT_EQ(r.code, 0) << r.out;
   r = run("inspect " + path + " --fit 0.01 --max-model-len 1024", false);
   ASSERT_EQ(r.code, 0) << r.out;

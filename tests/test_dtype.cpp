@@ -39,14 +39,14 @@ TEST(DType, TraitsMatchGgml) {
 TEST(DType, DequantizeQ8_0HandMadeBlocks) {
   BlockQ8_0 b[2];
   b[0].d = 0x3400;  // 0.25
-  const int8_t q0[32] = {0,  1,  -1, 2,   -2,   3,   -3, 4,  -4,  8,   -8,  16,  -16, 32, -32, 64,
-                         -64, 100, -100, 126, -126, 127, -127, -128, 5, 6, 7, 9, 10, 11, 12, 13};
+  const int8_t q0[32] = {0,   1,   -1,   2,   -2,   3,   -3,   4,    -4, 8, -8, 16, -16, 32, -32, 64,
+                         -64, 100, -100, 126, -126, 127, -127, -128, 5,  6, 7,  9,  10,  11, 12,  13};
   std::memcpy(b[0].qs, q0, 32);
   b[1].d = 0xB800;  // -0.5
   for (int j = 0; j < 32; ++j) b[1].qs[j] = static_cast<int8_t>(j - 16);
-  const float expect0[32] = {0.0f,  0.25f, -0.25f, 0.5f,  -0.5f,  0.75f,  -0.75f,  1.0f,  -1.0f, 2.0f,  -2.0f,
-                             4.0f,  -4.0f, 8.0f,   -8.0f, 16.0f,  -16.0f, 25.0f,   -25.0f, 31.5f, -31.5f, 31.75f,
-                             -31.75f, -32.0f, 1.25f, 1.5f, 1.75f, 2.25f,  2.5f,    2.75f, 3.0f,  3.25f};
+  const float expect0[32] = {0.0f,    0.25f,  -0.25f, 0.5f,  -0.5f, 0.75f,  -0.75f, 1.0f,   -1.0f, 2.0f,   -2.0f,
+                             4.0f,    -4.0f,  8.0f,   -8.0f, 16.0f, -16.0f, 25.0f,  -25.0f, 31.5f, -31.5f, 31.75f,
+                             -31.75f, -32.0f, 1.25f,  1.5f,  1.75f, 2.25f,  2.5f,   2.75f,  3.0f,  3.25f};
   const float expect1[32] = {8.0f,  7.5f,  7.0f,  6.5f,  6.0f,  5.5f,  5.0f,  4.5f,  4.0f,  3.5f,  3.0f,
                              2.5f,  2.0f,  1.5f,  1.0f,  0.5f,  -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -2.5f,
                              -3.0f, -3.5f, -4.0f, -4.5f, -5.0f, -5.5f, -6.0f, -6.5f, -7.0f, -7.5f};
@@ -62,10 +62,10 @@ TEST(DType, DequantizeQ4_0HandMadeBlocks) {
   const uint8_t qs[16] = {0x08, 0x19, 0x2A, 0x3B, 0x4C, 0x5D, 0x6E, 0x7F,
                           0x80, 0x91, 0xA2, 0xB3, 0xC4, 0xD5, 0xE6, 0xF7};
   std::memcpy(b[0].qs, qs, 16);
-  b[1].d = 0xB800;  // -0.5
+  b[1].d = 0xB800;                 // -0.5
   std::memset(b[1].qs, 0xF0, 16);  // low nibbles 0 → -8·d = 4, high nibbles 15 → 7·d = -3.5
-  const float expect0[32] = {0,   2,   4,   6,   8,   10,  12,  14,  -16, -14, -12, -10, -8, -6, -4, -2,
-                             -16, -14, -12, -10, -8,  -6,  -4,  -2,  0,   2,   4,   6,   8,  10, 12, 14};
+  const float expect0[32] = {0,   2,   4,   6,   8,  10, 12, 14, -16, -14, -12, -10, -8, -6, -4, -2,
+                             -16, -14, -12, -10, -8, -6, -4, -2, 0,   2,   4,   6,   8,  10, 12, 14};
   float out[64];
   dequantize_row(DType::Q4_0, b, out, 64);
   for (int j = 0; j < 32; ++j) EXPECT_EQ(out[j], expect0[j]) << j;
@@ -142,8 +142,8 @@ TEST(DType, QuantizeQ8_0HandCases) {
   EXPECT_EQ(b.d, f32_to_fp16(16.0f / 127.0f));
   EXPECT_EQ(b.qs[0], -127);
   EXPECT_EQ(b.qs[16], 0);
-  EXPECT_EQ(b.qs[17], 8);   // 7.9375 → 8
-  EXPECT_EQ(b.qs[20], 32);  // 31.75 → 32
+  EXPECT_EQ(b.qs[17], 8);    // 7.9375 → 8
+  EXPECT_EQ(b.qs[20], 32);   // 31.75 → 32
   EXPECT_EQ(b.qs[31], 119);  // 119.0625 → 119
 
   // All zeros: d = 0 and q = 0, no division by zero.
@@ -305,26 +305,26 @@ TEST(Fp16, F32ToF16RoundsToNearestEven) {
   };
   const Case cases[] = {
       {1.0f, 0x3C00},
-      {1.0f + ulp1 / 2, 0x3C00},                 // tie → even (0x3C00)
-      {1.0f + ulp1 * 1.5f, 0x3C02},              // tie → even (0x3C02)
-      {1.0f + ulp1 / 2 + 0x1.0p-20f, 0x3C01},    // just above the tie
-      {1.0f + ulp1 * 1.5f - 0x1.0p-20f, 0x3C01}, // just below the tie
+      {1.0f + ulp1 / 2, 0x3C00},                  // tie → even (0x3C00)
+      {1.0f + ulp1 * 1.5f, 0x3C02},               // tie → even (0x3C02)
+      {1.0f + ulp1 / 2 + 0x1.0p-20f, 0x3C01},     // just above the tie
+      {1.0f + ulp1 * 1.5f - 0x1.0p-20f, 0x3C01},  // just below the tie
       {-1.0f - ulp1 / 2, 0xBC00},
       {0.1f, 0x2E66},
       {-2.0f, 0xC000},
-      {65504.0f, 0x7BFF},       // largest half
-      {65519.99f, 0x7BFF},      // below the tie with 65536
-      {65520.0f, 0x7C00},       // tie → even, which is the infinity pattern
+      {65504.0f, 0x7BFF},   // largest half
+      {65519.99f, 0x7BFF},  // below the tie with 65536
+      {65520.0f, 0x7C00},   // tie → even, which is the infinity pattern
       {1e10f, 0x7C00},
       {-1e10f, 0xFC00},
       {INFINITY, 0x7C00},
       {-INFINITY, 0xFC00},
-      {0x1.0p-14f, 0x0400},     // smallest normal
-      {0x1.0p-24f, 0x0001},     // smallest subnormal
-      {0x1.0p-25f, 0x0000},     // tie between 0 and the smallest subnormal → 0
+      {0x1.0p-14f, 0x0400},  // smallest normal
+      {0x1.0p-24f, 0x0001},  // smallest subnormal
+      {0x1.0p-25f, 0x0000},  // tie between 0 and the smallest subnormal → 0
       {0x1.0p-25f * 1.0001f, 0x0001},
-      {0x1.0p-25f * 3, 0x0002}, // tie between 1 and 2 subnormal units → 2
-      {0x1.0p-25f * 5, 0x0002}, // tie between 2 and 3 → 2
+      {0x1.0p-25f * 3, 0x0002},  // tie between 1 and 2 subnormal units → 2
+      {0x1.0p-25f * 5, 0x0002},  // tie between 2 and 3 → 2
       {0x1.0p-26f, 0x0000},
       {0.0f, 0x0000},
       {-0.0f, 0x8000},
@@ -355,22 +355,21 @@ TEST(Bf16, RoundsToNearestEven) {
     uint16_t h;
   };
   const Case cases[] = {
-      {0x3F800000u, 0x3F80},  // 1.0
-      {0x3F808000u, 0x3F80},  // tie → even
-      {0x3F818000u, 0x3F82},  // tie → even
-      {0x3F808001u, 0x3F81},  // above the tie
-      {0x3F817FFFu, 0x3F81},  // below the tie
-      {0xBF808001u, 0xBF81},
-      {0x7F7FFFFFu, 0x7F80},  // largest float rounds to infinity
-      {0x7F800000u, 0x7F80},  // inf
-      {0xFF800000u, 0xFF80},  // -inf
-      {0x80000000u, 0x8000},  // -0
-      {0x00000001u, 0x0000},  // tiny subnormal → 0
-      {0x00008000u, 0x0000},  // tie → even (0)
-      {0x00018000u, 0x0002},  // tie → even
-      {0x40490FDBu, 0x4049},  // pi → 3.140625
-      {0x7FC00000u, 0x7FC0},  // quiet NaN
-      {0x7F800001u, 0x7FC0},  // signalling NaN: quieted, not rounded into infinity
+      {0x3F800000u, 0x3F80},                         // 1.0
+      {0x3F808000u, 0x3F80},                         // tie → even
+      {0x3F818000u, 0x3F82},                         // tie → even
+      {0x3F808001u, 0x3F81},                         // above the tie
+      {0x3F817FFFu, 0x3F81},                         // below the tie
+      {0xBF808001u, 0xBF81}, {0x7F7FFFFFu, 0x7F80},  // largest float rounds to infinity
+      {0x7F800000u, 0x7F80},                         // inf
+      {0xFF800000u, 0xFF80},                         // -inf
+      {0x80000000u, 0x8000},                         // -0
+      {0x00000001u, 0x0000},                         // tiny subnormal → 0
+      {0x00008000u, 0x0000},                         // tie → even (0)
+      {0x00018000u, 0x0002},                         // tie → even
+      {0x40490FDBu, 0x4049},                         // pi → 3.140625
+      {0x7FC00000u, 0x7FC0},                         // quiet NaN
+      {0x7F800001u, 0x7FC0},                         // signalling NaN: quieted, not rounded into infinity
       {0xFF800001u, 0xFFC0},
   };
   for (const auto& c : cases) EXPECT_EQ(f32_to_bf16(bits_to_f32(c.f)), c.h) << std::hex << c.f;

@@ -72,7 +72,8 @@ RunResult run_engine(LlamaModel& m, const EngineConfig& cfg, const std::vector<s
   SamplingParams sp;
   sp.temperature = 0;
   sp.max_tokens = max_tokens;
-  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(msg(e->add_request("r" + std::to_string(i), prompts[i], sp)), "");
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(msg(e->add_request("r" + std::to_string(i), prompts[i], sp)), "");
   RunResult r;
   const int64_t preempt_before = 0;
   int guard = 0;
@@ -106,7 +107,8 @@ void expect_equal_outputs(LlamaModel& m, int n_prompts, int max_tokens, DType kv
   SCOPED_TRACE(std::string("KV cache ") + std::string(dtype_name(kv)).c_str());
   const auto prompts = make_prompts(n_prompts, m.config().vocab_size, 42);
   std::map<std::string, std::vector<int32_t>> alone;
-  for (size_t i = 0; i < prompts.size(); ++i) alone["r" + std::to_string(i)] = greedy_alone(m, prompts[i], max_tokens, kv);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    alone["r" + std::to_string(i)] = greedy_alone(m, prompts[i], max_tokens, kv);
 
   EngineConfig base;
   base.kv_cache_dtype = kv;
@@ -139,7 +141,8 @@ void expect_equal_outputs(LlamaModel& m, int n_prompts, int max_tokens, DType kv
     SamplingParams sp;
     sp.temperature = 0;
     sp.max_tokens = max_tokens;
-    for (size_t i = 0; i < prompts2.size(); ++i) ASSERT_EQ(msg(e.add_request("s" + std::to_string(i), prompts2[i], sp)), "");
+    for (size_t i = 0; i < prompts2.size(); ++i)
+      ASSERT_EQ(msg(e.add_request("s" + std::to_string(i), prompts2[i], sp)), "");
     while (e.has_unfinished())
       for (auto& o : e.step()) {
         auto& v = second.tokens["r" + o.request_id.substr(1)];
@@ -339,7 +342,7 @@ TEST(Engine, RejectsBadRequestsWithoutDisturbingOthers) {
   sp.temperature = 0;
   sp.max_tokens = 5;
   ASSERT_EQ(msg(e.add_request("ok", {1, 403}, sp)), "");
-  EXPECT_NE(msg(e.add_request("ok", {1, 403}, sp)), "");                      // duplicate id
+  EXPECT_NE(msg(e.add_request("ok", {1, 403}, sp)), "");  // duplicate id
   EXPECT_NE(msg(e.add_request("empty", {}, sp)).find("empty"), std::string::npos);
   EXPECT_NE(msg(e.add_request("oov", {1, 99999}, sp)).find("99999"), std::string::npos);
   EXPECT_NE(msg(e.add_request("long", std::vector<int32_t>(64, 5), sp)).find("max_model_len"), std::string::npos);

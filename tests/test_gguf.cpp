@@ -196,8 +196,9 @@ void tensor_round_trip(uint32_t alignment) {
     std::vector<int64_t> shape;
   };
   const std::vector<Spec> specs = {
-      {"f32", DType::F32, {5, 3}},  {"f16", DType::F16, {7}},         {"bf16", DType::BF16, {3, 2, 2}},
-      {"q8_0", DType::Q8_0, {64, 3}}, {"q4_0", DType::Q4_0, {32, 1, 2, 1}}, {"empty", DType::F32, {0}},
+      {"f32", DType::F32, {5, 3}},          {"f16", DType::F16, {7}},
+      {"bf16", DType::BF16, {3, 2, 2}},     {"q8_0", DType::Q8_0, {64, 3}},
+      {"q4_0", DType::Q4_0, {32, 1, 2, 1}}, {"empty", DType::F32, {0}},
   };
   GgufWriter w;
   if (alignment != 32) w.set_alignment(alignment);
@@ -299,8 +300,8 @@ TEST(Gguf, OpensStories260K) {
   EXPECT_EQ(e->dtype, DType::F32);
   EXPECT_EQ(e->nbytes, 64u * 512u * 4u);
   for (int l = 0; l < 5; ++l)
-    for (const char* n : {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up",
-                          "ffn_down"})
+    for (const char* n :
+         {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"})
       EXPECT_NE(g->find_tensor(fmt::format("blk.{}.{}.weight", l, n)), nullptr) << l << " " << n;
   EXPECT_EQ(g->find_tensor("blk.5.attn_q.weight"), nullptr);
   EXPECT_EQ(g->find_tensor("blk.0.ffn_down.weight")->shape, (std::vector<int64_t>{172, 64}));

@@ -5,9 +5,9 @@
 
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -262,8 +262,8 @@ TEST(HfModel, CliChatAnswersEachLineOfStdin) {
   o.hf_dir = temp("chat").string();
   synth_hf(o);
   const std::string out = (fs::path(o.hf_dir) / "out.txt").string();
-  const std::string cmd = "printf 'Hello\\nAgain\\n' | " + std::string(KVIK_BINARY) + " chat --threads 1 --max-tokens 3 --model " +
-                          o.hf_dir + " > " + out;
+  const std::string cmd = "printf 'Hello\\nAgain\\n' | " + std::string(KVIK_BINARY) +
+                          " chat --threads 1 --max-tokens 3 --model " + o.hf_dir + " > " + out;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream in(out);
   int lines = 0;
@@ -339,8 +339,8 @@ TEST(HfModel, MatchesLlamaCppOnGgufTwinsWithRealTokenizers) {
       logits = s.append(std::span<const int32_t>(&ref, 1));
     }
     EXPECT_LE(worst, 2e-3f) << name;
-    std::printf("%s: max |p_kvik - p_llama.cpp| over top-5 of %zu steps = %.2e\n", name.c_str(),
-                c["generated"].size(), worst);
+    std::printf("%s: max |p_kvik - p_llama.cpp| over top-5 of %zu steps = %.2e\n", name.c_str(), c["generated"].size(),
+                worst);
   }
 }
 

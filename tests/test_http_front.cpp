@@ -78,7 +78,8 @@ TEST(Router, CorsAnyOriginListedOriginsAndPreflight) {
   ServerConfig off;
   off.allowed_origins = {""};
   Router o(off);
-  EXPECT_EQ(header(o.handle(request("GET", "/health", "https://app.example"), nullptr), "Access-Control-Allow-Origin"), "");
+  EXPECT_EQ(header(o.handle(request("GET", "/health", "https://app.example"), nullptr), "Access-Control-Allow-Origin"),
+            "");
 }
 
 TEST(GenerationConfig, SamplingDefaultsAsVllmAppliesThem) {

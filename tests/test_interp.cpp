@@ -133,19 +133,22 @@ TEST(Intervention, SteeringWithAlphaZeroIsBitIdentical) {
 TEST(Intervention, ValidationNamesWhatIsWrong) {
   auto m = LlamaModel::load(kStories);
   const auto r = random_direction(m->config().dim, 1);
-  EXPECT_THROW(one(*m, Intervention::Op::kSteer, r, 1, {6}), Error);   // L = 5
+  EXPECT_THROW(one(*m, Intervention::Op::kSteer, r, 1, {6}), Error);  // L = 5
   EXPECT_THROW(one(*m, Intervention::Op::kSteer, r, 1, {-1}), Error);
   EXPECT_THROW(one(*m, Intervention::Op::kSteer, r, 1, {}), Error);
   EXPECT_THROW(one(*m, Intervention::Op::kSteer, random_direction(10, 1), 1, {1}), Error);
   EXPECT_THROW(one(*m, Intervention::Op::kSteer, std::make_shared<std::vector<float>>(64, 0.0f), 1, {1}), Error);
   EXPECT_EQ(parse_layer_list("3,1-2", "x"), (std::vector<int32_t>{3, 1, 2}));
-  for (const char* bad : {"", "a", "1,", "3-1", "1-2-3", "-1", "1.5"}) EXPECT_THROW(parse_layer_list(bad, "x"), Error) << bad;
+  for (const char* bad : {"", "a", "1,", "3-1", "1-2-3", "-1", "1.5"})
+    EXPECT_THROW(parse_layer_list(bad, "x"), Error) << bad;
   EXPECT_THROW(load_direction("/nonexistent.json"), Error);
   EXPECT_THROW(load_direction(kFixtures + "loop_direction.json", 65), Error);
   EXPECT_EQ(load_direction(kFixtures + "loop_direction.json", 64).vector.size(), 64u);
   // The cache key tells steering strengths apart.
-  EXPECT_NE(one(*m, Intervention::Op::kSteer, r, 1, {1})->cache_key, one(*m, Intervention::Op::kSteer, r, 2, {1})->cache_key);
-  EXPECT_NE(one(*m, Intervention::Op::kSteer, r, 1, {1})->cache_key, one(*m, Intervention::Op::kAblate, r, 1, {1})->cache_key);
+  EXPECT_NE(one(*m, Intervention::Op::kSteer, r, 1, {1})->cache_key,
+            one(*m, Intervention::Op::kSteer, r, 2, {1})->cache_key);
+  EXPECT_NE(one(*m, Intervention::Op::kSteer, r, 1, {1})->cache_key,
+            one(*m, Intervention::Op::kAblate, r, 1, {1})->cache_key);
 }
 
 // Bakes `direction` into `model` (all layers unless given) and compares greedy tokens and logits with run-time
@@ -164,7 +167,8 @@ void expect_baked_equals_runtime(const std::string& model, const std::vector<flo
   auto baked = LlamaModel::load(o.out_path);
   if (layers.empty()) layers = all_layers(*orig);
   const auto iv = one(*orig, Intervention::Op::kAblate, std::make_shared<std::vector<float>>(direction), 0, layers);
-  for (const std::vector<int32_t>& prompt : {std::vector<int32_t>{1, 403, 407, 261, 378}, std::vector<int32_t>{1, 326, 269, 301}}) {
+  for (const std::vector<int32_t>& prompt :
+       {std::vector<int32_t>{1, 403, 407, 261, 378}, std::vector<int32_t>{1, 326, 269, 301}}) {
     const Greedy rt = greedy(*orig, prompt, 32, iv);
     const Greedy bk = greedy(*baked, prompt, 32);
     EXPECT_EQ(bk.tokens, rt.tokens);
@@ -210,8 +214,7 @@ TEST(Bake, BakedGgufMatchesLlamaCpp) {
   for (const auto& c : ref["cases"]) {
     const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
     const auto want = c["generated"].get<std::vector<int32_t>>();
-    EXPECT_EQ(greedy(*baked, prompt, static_cast<int>(want.size()), nullptr, DType::F16).tokens, want)
-        << c["prompt"];
+    EXPECT_EQ(greedy(*baked, prompt, static_cast<int>(want.size()), nullptr, DType::F16).tokens, want) << c["prompt"];
   }
 }
 
@@ -229,7 +232,8 @@ std::map<std::string, std::vector<int32_t>> run_engine(EngineCore& e, const std:
   }
   std::map<std::string, std::vector<int32_t>> out;
   while (e.has_unfinished())
-    for (auto& o : e.step()) out[o.request_id].insert(out[o.request_id].end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    for (auto& o : e.step())
+      out[o.request_id].insert(out[o.request_id].end(), o.new_token_ids.begin(), o.new_token_ids.end());
   return out;
 }
 
@@ -275,7 +279,8 @@ TEST(InterventionEngine, OneSteeredRequestInABatchOf16LeavesThePlainOnesIdentica
   EXPECT_EQ(again["b15"], greedy(*m, prompts[3], 24, iv[15]).tokens);
   EXPECT_EQ(again["b3"], alone["r3"]);
   SamplingParams sp;
-  sp.interventions = make_interventions({Intervention{Intervention::Op::kSteer, random_direction(32, 1), 1, {1}}}, 8, 32);
+  sp.interventions =
+      make_interventions({Intervention{Intervention::Op::kSteer, random_direction(32, 1), 1, {1}}}, 8, 32);
   EXPECT_NE(e.add_request("other-model", prompts[0], sp), std::nullopt) << "a list built for another shape is refused";
   for (size_t i = 0; i < 15; ++i) EXPECT_EQ(again["b" + std::to_string(i)], alone["r" + std::to_string(i)]) << i;
 }
@@ -287,12 +292,13 @@ TEST(InterventionEngine, OneSteeredRequestInABatchOf16LeavesThePlainOnesIdentica
 TEST(Looping, RepetitionRateWithAndWithoutTheDirection) {
   auto m = LlamaModel::load(kStories);
   auto tok = load_tokenizer(kStories);
-  const std::vector<std::string> loops = {"Tim and Sue", "The cat sat", "The sun was shining", "Ben liked to",
-                                          "He saw a", "It was a sunny day", "The toy car", "They played all day"};
-  const std::vector<std::string> fine = {"Once upon a time", "Once upon a time, there was a big dog",
-                                         "Max was a happy dog", "Once there was a kind old man",
+  const std::vector<std::string> loops = {"Tim and Sue",  "The cat sat",        "The sun was shining",
+                                          "Ben liked to", "He saw a",           "It was a sunny day",
+                                          "The toy car",  "They played all day"};
+  const std::vector<std::string> fine = {"Once upon a time",        "Once upon a time, there was a big dog",
+                                         "Max was a happy dog",     "Once there was a kind old man",
                                          "There was a little girl", "One day, a little boy named Tom",
-                                         "The little fish", "Lily wanted to play"};
+                                         "The little fish",         "Lily wanted to play"};
   const auto enc = [&](const std::string& s) { return tok->encode(s, true, false); };
   std::vector<std::vector<int32_t>> pos, neg, held;
   for (size_t i = 0; i < loops.size(); ++i) (i % 2 ? held : pos).push_back(enc(loops[i]));
@@ -307,7 +313,8 @@ TEST(Looping, RepetitionRateWithAndWithoutTheDirection) {
   const double base_train = rate(nullptr, pos), base_held = rate(nullptr, held);
   const double abl_held = rate(one(*m, Intervention::Op::kAblate, r, 0, all_layers(*m)), held);
   const double steer_held = rate(one(*m, Intervention::Op::kSteer, r, -2.0f, {3}), held);
-  std::printf("  looping prompts (train) repetition rate %.3f; non-looping (train) %.3f\n", base_train, rate(nullptr, neg));
+  std::printf("  looping prompts (train) repetition rate %.3f; non-looping (train) %.3f\n", base_train,
+              rate(nullptr, neg));
   std::printf("  held-out prompts: plain %.3f, ablated (all layers) %.3f, steered away (alpha -2 at layer 3) %.3f\n",
               base_held, abl_held, steer_held);
   EXPECT_GT(base_train, rate(nullptr, neg)) << "the looping prompts were chosen because they loop";
@@ -341,9 +348,12 @@ TEST(ServerInterventions, ParsedResolvedAndBadOnesAre400NamingTheField) {
       {R"({"prompt": "x", "interventions": [{"op": "steer", "alpha": 1}]})", "interventions[0].direction"},
       {R"({"prompt": "x", "interventions": [{"direction": "loop", "op": "boost"}]})", "interventions[0].op"},
       {R"({"prompt": "x", "interventions": [{"direction": "loop", "op": "steer"}]})", "interventions[0].alpha"},
-      {R"({"prompt": "x", "interventions": [{"direction": "loop", "op": "ablate", "alpha": 1}]})", "interventions[0].alpha"},
-      {R"({"prompt": "x", "interventions": [{"direction": "loop", "op": "ablate", "layers": [-1]}]})", "interventions[0].layers"},
-      {R"({"prompt": "x", "interventions": [{"direction": "loop", "op": "ablate", "extra": 1}]})", "interventions[0].extra"},
+      {R"({"prompt": "x", "interventions": [{"direction": "loop", "op": "ablate", "alpha": 1}]})",
+       "interventions[0].alpha"},
+      {R"({"prompt": "x", "interventions": [{"direction": "loop", "op": "ablate", "layers": [-1]}]})",
+       "interventions[0].layers"},
+      {R"({"prompt": "x", "interventions": [{"direction": "loop", "op": "ablate", "extra": 1}]})",
+       "interventions[0].extra"},
   };
   for (const auto& [json, field] : bad) {
     auto r = server::parse_generate_request(nlohmann::json::parse(json), false);
@@ -361,7 +371,8 @@ TEST(ServerInterventions, ParsedResolvedAndBadOnesAre400NamingTheField) {
   };
   EXPECT_EQ(resolve_error(R"({"prompt": "x", "interventions": [{"direction": "nope", "op": "ablate"}]})", &reg),
             "interventions[0].direction");
-  EXPECT_EQ(resolve_error(R"({"prompt": "x", "interventions": [{"direction": "loop", "op": "ablate", "layers": [6]}]})", &reg),
+  EXPECT_EQ(resolve_error(R"({"prompt": "x", "interventions": [{"direction": "loop", "op": "ablate", "layers": [6]}]})",
+                          &reg),
             "interventions[0].layers");
   EXPECT_EQ(resolve_error(R"({"prompt": "x", "interventions": [{"direction": "loop", "op": "ablate"}]})", nullptr),
             "interventions");

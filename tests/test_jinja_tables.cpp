@@ -28,8 +28,8 @@ bool is_identifier(std::string_view s) {
 }
 
 // Values of every kind, as template expressions (`nothing` is undefined, `m` a macro: callable).
-const char* const kValues[] = {"nothing", "none", "true", "false", "0", "1", "2", "-3", "1.5", "'abc'",
-                               "'ABC'", "''", "[1, 2]", "{'k': 1}", "m"};
+const char* const kValues[] = {"nothing", "none",  "true",  "false", "0",      "1",        "2", "-3",
+                               "1.5",     "'abc'", "'ABC'", "''",    "[1, 2]", "{'k': 1}", "m"};
 const char* const kArgs[] = {"1", "'abc'", "[1, 2]", "none", "{'k': 1}"};
 
 // For one test and value (and argument): `is`, selectattr, rejectattr, select and reject must agree, or all fail.
@@ -65,7 +65,8 @@ TEST(JinjaTables, IsAndSelectattrAgreeForEveryTestName) {
     const TestDef* t = find_test(n);
     ASSERT_NE(t, nullptr) << n;
     for (const char* v : kValues) {
-      if (!t->needs_arg) expect_agreement(std::string(n), v, nullptr);
+      if (!t->needs_arg)
+        expect_agreement(std::string(n), v, nullptr);
       else
         for (const char* a : kArgs) expect_agreement(std::string(n), v, a);
     }
@@ -87,9 +88,10 @@ TEST(JinjaTables, SelectAndRejectApplyTestsToTheItems) {
 }
 
 TEST(JinjaTables, EveryFilterNameIsInTheTable) {
-  for (const char* f : {"trim", "length", "count", "default", "d", "join", "selectattr", "rejectattr", "select",
-                        "reject", "map", "upper", "lower", "replace", "first", "last", "tojson", "list", "string",
-                        "int", "float", "abs", "capitalize", "title", "items", "reverse", "unique", "indent", "sum"})
+  for (const char* f :
+       {"trim",  "length", "count",      "default", "d",     "join",    "selectattr", "rejectattr", "select", "reject",
+        "map",   "upper",  "lower",      "replace", "first", "last",    "tojson",     "list",       "string", "int",
+        "float", "abs",    "capitalize", "title",   "items", "reverse", "unique",     "indent",     "sum"})
     EXPECT_NE(find_filter(f), nullptr) << f;
   EXPECT_EQ(find_filter("frobnicate"), nullptr);
   EXPECT_EQ(try_render("{{ ['a', 'b'] | map('upper') | join }}"), "AB");

@@ -2,7 +2,8 @@
 // blocks whose values are worked out from the layout by hand, random blocks, and the reference dot products.
 //
 // tests/data/kquants_llamacpp.bin comes from llama.cpp itself (libggml-base.so of node-llama-cpp 3.21.1):
-//   bash ../shared/peer/setup.sh && ninja -C build kvik_peer_tool && build/kvik_peer_tool kquant-fixture tests/data/kquants_llamacpp.bin
+//   bash ../shared/peer/setup.sh && ninja -C build kvik_peer_tool && build/kvik_peer_tool kquant-fixture
+//   tests/data/kquants_llamacpp.bin
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,7 +33,9 @@ struct LlamaCppFixture {
 
 LlamaCppFixture read_fixture() {
   std::ifstream in(KVIK_SOURCE_DIR "/tests/data/kquants_llamacpp.bin", std::ios::binary);
-  if (!in) throw std::runtime_error("tests/data/kquants_llamacpp.bin missing (kvik_peer_tool kquant-fixture makes it, tools/peer_tool.cpp)");
+  if (!in)
+    throw std::runtime_error(
+        "tests/data/kquants_llamacpp.bin missing (kvik_peer_tool kquant-fixture makes it, tools/peer_tool.cpp)");
   auto u32 = [&] {
     uint32_t v;
     in.read(reinterpret_cast<char*>(&v), 4);
@@ -73,7 +76,8 @@ TEST(KQuants, ReferenceQuantizersAreBitExactWithLlamaCpp) {
       // llama.cpp leaves bsums of an all-zero block unwritten; kvik writes zeros. Compare d and qs everywhere.
       for (size_t b = 0; b < q.size() / sizeof(BlockQ8_K); ++b)
         EXPECT_EQ(0, std::memcmp(q.data() + b * sizeof(BlockQ8_K), c.quantized.data() + b * sizeof(BlockQ8_K),
-                                 offsetof(BlockQ8_K, bsums))) << "q8_K block " << b;
+                                 offsetof(BlockQ8_K, bsums)))
+            << "q8_K block " << b;
     } else {
       for (size_t b = 0; b < q.size() / traits(c.type).block_bytes; ++b) {
         const size_t bb = traits(c.type).block_bytes;
@@ -136,7 +140,8 @@ TEST(KQuants, HandMadeQ6KBlockDequantizesAsTheLayoutSays) {
   for (int j = 0; j < 16; ++j) b.scales[j] = static_cast<int8_t>(j % 2 ? -8 * j - 1 : 8 * j);
   int q[256];
   for (int e = 0; e < 256; ++e) q[e] = (e * 5 + 3) % 64;
-  // Element 128h + 32k + l: low 4 bits in ql[64h + l + 32(k%2)] (low nibble for k < 2), high 2 bits at 2k of qh[32h + l].
+  // Element 128h + 32k + l: low 4 bits in ql[64h + l + 32(k%2)] (low nibble for k < 2), high 2 bits at 2k of qh[32h +
+  // l].
   for (int e = 0; e < 256; ++e) {
     const int h = e / 128, k = (e % 128) / 32, l = e % 32;
     uint8_t& lo = b.ql[64 * h + l + 32 * (k % 2)];
@@ -155,7 +160,8 @@ TEST(KQuants, RandomBlocksRoundTripWithinTheFormatsError) {
   std::vector<float> x(n), y(n);
   for (auto& v : x) v = g(rng);
   // RMS error relative to RMS(x) = 1: ~ step/√12 with step ≈ range/levels per sub-block.
-  const std::pair<DType, double> bounds[] = {{DType::Q4_K, 0.12}, {DType::Q5_K, 0.06}, {DType::Q6_K, 0.03}, {DType::Q8_K, 0.01}};
+  const std::pair<DType, double> bounds[] = {
+      {DType::Q4_K, 0.12}, {DType::Q5_K, 0.06}, {DType::Q6_K, 0.03}, {DType::Q8_K, 0.01}};
   for (auto [t, bound] : bounds) {
     std::vector<uint8_t> q(*row_bytes(t, n));
     quantize_row(t, x.data(), q.data(), n);

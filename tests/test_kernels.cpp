@@ -82,10 +82,14 @@ TEST_P(KernelTable, DotF16AndBf16MatchReferenceWithinSummationBound) {
       abs_h += std::fabs(static_cast<double>(fp16_to_f32(wh[i])) * fp16_to_f32(xh[i]));
       abs_b += std::fabs(static_cast<double>(bf16_to_f32(wb[i])) * bf16_to_f32(xb[i]));
     }
-    EXPECT_LE(std::fabs(static_cast<double>(fast().dot_f16(wh.data(), xh.data(), n)) - ref().dot_f16(wh.data(), xh.data(), n)),
-              gamma(n) * abs_h) << "n=" << n;
-    EXPECT_LE(std::fabs(static_cast<double>(fast().dot_bf16(wb.data(), xb.data(), n)) - ref().dot_bf16(wb.data(), xb.data(), n)),
-              gamma(n) * abs_b) << "n=" << n;
+    EXPECT_LE(std::fabs(static_cast<double>(fast().dot_f16(wh.data(), xh.data(), n)) -
+                        ref().dot_f16(wh.data(), xh.data(), n)),
+              gamma(n) * abs_h)
+        << "n=" << n;
+    EXPECT_LE(std::fabs(static_cast<double>(fast().dot_bf16(wb.data(), xb.data(), n)) -
+                        ref().dot_bf16(wb.data(), xb.data(), n)),
+              gamma(n) * abs_b)
+        << "n=" << n;
   }
 }
 
@@ -99,7 +103,8 @@ TEST_P(KernelTable, AttentionKernelsMatchReference) {
       abs_dot += std::fabs(double(x[i]) * fp16_to_f32(h[i]));
     }
     EXPECT_LE(std::fabs(double(fast().dot_f32_f16(x.data(), h.data(), n)) - ref().dot_f32_f16(x.data(), h.data(), n)),
-              gamma(n) * abs_dot) << "n=" << n;
+              gamma(n) * abs_dot)
+        << "n=" << n;
   }
   // Scores of one query row against scattered key rows (f32 and f16 cache): |fast − ref| ≤ γ(d)·Σ|q·k|·scale, for
   // key counts below, at and past the 16-row tree and head dims with a partial last vector.
@@ -114,12 +119,18 @@ TEST_P(KernelTable, AttentionKernelsMatchReference) {
       for (int64_t j = 0; j < keys; ++j) off[j] = ((j * 5) % rows) * d;
       const float scale = 0.125f;
       for (int f16 = 0; f16 < 2; ++f16) {
-        if (f16) ref().scores_f16(q.data(), kh.data(), off.data(), keys, d, scale, s0.data()), fast().scores_f16(q.data(), kh.data(), off.data(), keys, d, scale, s1.data());
-        else ref().scores_f32(q.data(), kf.data(), off.data(), keys, d, scale, s0.data()), fast().scores_f32(q.data(), kf.data(), off.data(), keys, d, scale, s1.data());
+        if (f16)
+          ref().scores_f16(q.data(), kh.data(), off.data(), keys, d, scale, s0.data()),
+              fast().scores_f16(q.data(), kh.data(), off.data(), keys, d, scale, s1.data());
+        else
+          ref().scores_f32(q.data(), kf.data(), off.data(), keys, d, scale, s0.data()),
+              fast().scores_f32(q.data(), kf.data(), off.data(), keys, d, scale, s1.data());
         for (int64_t j = 0; j < keys; ++j) {
           double mag = 0;
-          for (int64_t i = 0; i < d; ++i) mag += std::fabs(double(q[i]) * (f16 ? fp16_to_f32(kh[off[j] + i]) : kf[off[j] + i]));
-          EXPECT_LE(std::fabs(double(s0[j]) - s1[j]), gamma(d) * mag * scale) << "f16=" << f16 << " d=" << d << " keys=" << keys << " j=" << j;
+          for (int64_t i = 0; i < d; ++i)
+            mag += std::fabs(double(q[i]) * (f16 ? fp16_to_f32(kh[off[j] + i]) : kf[off[j] + i]));
+          EXPECT_LE(std::fabs(double(s0[j]) - s1[j]), gamma(d) * mag * scale)
+              << "f16=" << f16 << " d=" << d << " keys=" << keys << " j=" << j;
         }
       }
     }
@@ -135,11 +146,16 @@ TEST_P(KernelTable, AttentionKernelsMatchReference) {
       std::vector<int64_t> off(keys);
       for (int64_t j = 0; j < keys; ++j) off[j] = ((j * 5) % rows) * d;  // scattered, like paged blocks
       for (int f16 = 0; f16 < 2; ++f16) {
-        if (f16) ref().wsum_f16(p.data(), vh.data(), off.data(), keys, d, o0.data()), fast().wsum_f16(p.data(), vh.data(), off.data(), keys, d, o1.data());
-        else ref().wsum_f32(p.data(), v.data(), off.data(), keys, d, o0.data()), fast().wsum_f32(p.data(), v.data(), off.data(), keys, d, o1.data());
+        if (f16)
+          ref().wsum_f16(p.data(), vh.data(), off.data(), keys, d, o0.data()),
+              fast().wsum_f16(p.data(), vh.data(), off.data(), keys, d, o1.data());
+        else
+          ref().wsum_f32(p.data(), v.data(), off.data(), keys, d, o0.data()),
+              fast().wsum_f32(p.data(), v.data(), off.data(), keys, d, o1.data());
         for (int64_t i = 0; i < d; ++i) {
           double mag = 0;
-          for (int64_t j = 0; j < keys; ++j) mag += std::fabs(double(p[j]) * (f16 ? fp16_to_f32(vh[off[j] + i]) : v[off[j] + i]));
+          for (int64_t j = 0; j < keys; ++j)
+            mag += std::fabs(double(p[j]) * (f16 ? fp16_to_f32(vh[off[j] + i]) : v[off[j] + i]));
           EXPECT_LE(std::fabs(double(o0[i]) - o1[i]), gamma(keys) * mag) << "d=" << d << " keys=" << keys << " i=" << i;
         }
       }
@@ -203,7 +219,8 @@ Act to_act(const std::vector<BlockQ8_0>& x, int64_t rows, int64_t nb) {
     for (int64_t b = 0; b < nb; ++b) {
       const BlockQ8_0& blk = x[r * nb + b];
       a.d[r * nb + b] = fp16_to_f32(blk.d);
-      for (int j = 0; j < kQK8_0; ++j) a.qs[r * nb * kQK8_0 + act_q8_offset(nb, b, j)] = static_cast<uint8_t>(blk.qs[j] + 128);
+      for (int j = 0; j < kQK8_0; ++j)
+        a.qs[r * nb * kQK8_0 + act_q8_offset(nb, b, j)] = static_cast<uint8_t>(blk.qs[j] + 128);
     }
   return a;
 }
@@ -216,8 +233,10 @@ double abs_terms(const std::vector<Block>& w, const std::vector<BlockQ8_0>& x, i
     const BlockQ8_0& xb = x[row * nb + b];
     for (int j = 0; j < kQK8_0; ++j) {
       int q;
-      if constexpr (std::is_same_v<Block, BlockQ8_0>) q = w[b].qs[j];
-      else q = (j < 16 ? (w[b].qs[j] & 15) : (w[b].qs[j - 16] >> 4)) - 8;
+      if constexpr (std::is_same_v<Block, BlockQ8_0>)
+        q = w[b].qs[j];
+      else
+        q = (j < 16 ? (w[b].qs[j] & 15) : (w[b].qs[j - 16] >> 4)) - 8;
       s += std::fabs(double(q) * xb.qs[j] * fp16_to_f32(w[b].d) * fp16_to_f32(xb.d));
     }
   }
@@ -245,9 +264,11 @@ void check_gemv(std::mt19937& rng, const CpuKernels& fast, const CpuKernels& ref
       for (int64_t R = 1; R <= kActQ8MaxRows; ++R) {
         (fast.*entry)(w.data(), a.view(), R, got);
         for (int64_t r = 0; r < R; ++r) {
-          if (unit) EXPECT_EQ(got[r], want[r]) << "nb=" << nb << " R=" << R << " r=" << r;
-          else EXPECT_LE(std::fabs(double(got[r]) - want[r]), gamma(nb * kQK8_0) * abs_terms(w, x, r, nb))
-                   << "nb=" << nb << " R=" << R << " r=" << r;
+          if (unit)
+            EXPECT_EQ(got[r], want[r]) << "nb=" << nb << " R=" << R << " r=" << r;
+          else
+            EXPECT_LE(std::fabs(double(got[r]) - want[r]), gamma(nb * kQK8_0) * abs_terms(w, x, r, nb))
+                << "nb=" << nb << " R=" << R << " r=" << r;
           EXPECT_EQ(got[r], alone[r]) << "batch invariance: nb=" << nb << " R=" << R << " r=" << r;
         }
       }
@@ -342,11 +363,14 @@ TEST_P(KernelTable, KQuantDotsMatchReferenceWithinSummationBound) {
     const auto w6 = random_k_blocks<BlockQ6_K>(rng, nb);
     const double bound = gamma(nb * kQK_K);
     EXPECT_LE(std::fabs(double(fast().dot_q4_k(w4.data(), x.data(), nb)) - ref().dot_q4_k(w4.data(), x.data(), nb)),
-              bound * k_abs_terms(DType::Q4_K, w4, x, nb)) << "q4_K nb=" << nb;
+              bound * k_abs_terms(DType::Q4_K, w4, x, nb))
+        << "q4_K nb=" << nb;
     EXPECT_LE(std::fabs(double(fast().dot_q5_k(w5.data(), x.data(), nb)) - ref().dot_q5_k(w5.data(), x.data(), nb)),
-              bound * k_abs_terms(DType::Q5_K, w5, x, nb)) << "q5_K nb=" << nb;
+              bound * k_abs_terms(DType::Q5_K, w5, x, nb))
+        << "q5_K nb=" << nb;
     EXPECT_LE(std::fabs(double(fast().dot_q6_k(w6.data(), x.data(), nb)) - ref().dot_q6_k(w6.data(), x.data(), nb)),
-              bound * k_abs_terms(DType::Q6_K, w6, x, nb)) << "q6_K nb=" << nb;
+              bound * k_abs_terms(DType::Q6_K, w6, x, nb))
+        << "q6_K nb=" << nb;
   }
 }
 
@@ -364,7 +388,8 @@ TEST_P(KernelTable, F32TilesAreShapeInvariantAndMatchReference) {
         fast().tile_f32(w.data() + m * n, 1, x.data() + t * xs, xs, 1, n, &one[t][m], 1);
         double abs_sum = 0;
         for (int64_t i = 0; i < n; ++i) abs_sum += std::fabs(double(w[m * n + i]) * x[t * xs + i]);
-        EXPECT_LE(std::fabs(double(one[t][m]) - ref().dot_f32(w.data() + m * n, x.data() + t * xs, n)), gamma(n) * abs_sum);
+        EXPECT_LE(std::fabs(double(one[t][m]) - ref().dot_f32(w.data() + m * n, x.data() + t * xs, n)),
+                  gamma(n) * abs_sum);
       }
     for (int64_t M = 1; M <= 4; ++M)
       for (int64_t R = 1; R <= 4; ++R) {

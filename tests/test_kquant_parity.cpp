@@ -9,15 +9,15 @@
 // tools/make_kquant_ref_fixture.sh. KQ_F16=1 runs kvik with an f16 KV cache (llama.cpp's default).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "engine/single_sequence.h"
@@ -111,10 +111,11 @@ void expect_parity(const char* fixture) {
         EXPECT_TRUE(tok == top.at(i).at(0).at(0).get<int32_t>() || tok == top.at(i).at(1).at(0).get<int32_t>() ||
                     p[tok] - p[gen[i]] < kMaxDev)
             << "position " << i << ": kvik's token " << tok << " is not in llama.cpp's top 2 and not a near-tie";
-        std::printf("  pos %lld: kvik %d (p %.4f) vs llama.cpp %d (p %.4f; llama.cpp top-2 %s)\n", static_cast<long long>(i),
-                    tok, p[tok], gen[i], p[gen[i]], top.at(i).dump().c_str());
+        std::printf("  pos %lld: kvik %d (p %.4f) vs llama.cpp %d (p %.4f; llama.cpp top-2 %s)\n",
+                    static_cast<long long>(i), tok, p[tok], gen[i], p[gen[i]], top.at(i).dump().c_str());
       }
-      for (const auto& e : top.at(i)) max_dev = std::max(max_dev, std::fabs(p[e.at(0).get<int32_t>()] - e.at(1).get<double>()));
+      for (const auto& e : top.at(i))
+        max_dev = std::max(max_dev, std::fabs(p[e.at(0).get<int32_t>()] - e.at(1).get<double>()));
     }
     const double rate = static_cast<double>(agree) / static_cast<double>(N);
     std::printf("%-18s agreement with llama.cpp: %lld/%lld = %.2f%%, top-2 |dp| max %.3g\n", name.c_str(),

@@ -3,14 +3,13 @@
 // On stories260K (real weights) and on a random-weight F32 GQA model written by synth_llama_gguf.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
-#include <unistd.h>
 #include <vector>
-
 
 #include "engine/sample/sampler.h"
 #include "engine/single_sequence.h"
@@ -85,65 +84,67 @@ constexpr DType kAllKv[] = {DType::F32, DType::F16, DType::Q8_0, DType::F8_E4M3}
 // 40 greedy steps with the cache (one token per append); at every step the logits equal a fresh sequence that
 // runs all tokens so far in one append.
 TEST(KvCacheConsistency, CachedDecodeEqualsRecompute) {
-  for (auto& sub : subjects()) for (DType kv : kAllKv) {
-    SCOPED_TRACE(sub.name + ", KV " + std::string(dtype_name(kv)).c_str());
-    constexpr int kSteps = 40;
-    const int64_t max_len = static_cast<int64_t>(sub.prompt.size()) + kSteps + 1;
-    SingleSequence cached(*sub.model, max_len, kv);
-    std::vector<int32_t> tokens = sub.prompt;
-    auto logits = cached.append(tokens);
-    float worst = 0;
-    for (int step = 0; step < kSteps; ++step) {
-      SingleSequence fresh(*sub.model, max_len, kv);
-      const auto ref = fresh.append(tokens, 1);
-      const float d = max_abs_diff(logits, ref);
-      worst = std::max(worst, d);
-      EXPECT_LE(d, kTol) << "step " << step << " (length " << tokens.size() << ")";
-      const int32_t tok = argmax(logits);
-      tokens.push_back(tok);
-      const int32_t one[1] = {tok};
-      logits = cached.append(one);
+  for (auto& sub : subjects())
+    for (DType kv : kAllKv) {
+      SCOPED_TRACE(sub.name + ", KV " + std::string(dtype_name(kv)).c_str());
+      constexpr int kSteps = 40;
+      const int64_t max_len = static_cast<int64_t>(sub.prompt.size()) + kSteps + 1;
+      SingleSequence cached(*sub.model, max_len, kv);
+      std::vector<int32_t> tokens = sub.prompt;
+      auto logits = cached.append(tokens);
+      float worst = 0;
+      for (int step = 0; step < kSteps; ++step) {
+        SingleSequence fresh(*sub.model, max_len, kv);
+        const auto ref = fresh.append(tokens, 1);
+        const float d = max_abs_diff(logits, ref);
+        worst = std::max(worst, d);
+        EXPECT_LE(d, kTol) << "step " << step << " (length " << tokens.size() << ")";
+        const int32_t tok = argmax(logits);
+        tokens.push_back(tok);
+        const int32_t one[1] = {tok};
+        logits = cached.append(one);
+      }
+      std::printf("%s, %s KV: cached decode vs recompute, max |Δlogit| over %d steps = %.3g\n", sub.name.c_str(),
+                  std::string(dtype_name(kv)).c_str(), kSteps, worst);
     }
-    std::printf("%s, %s KV: cached decode vs recompute, max |Δlogit| over %d steps = %.3g\n", sub.name.c_str(),
-                std::string(dtype_name(kv)).c_str(), kSteps, worst);
-  }
 }
 
 // The same sequence prefilled in one append and in chunks of 1, 3 and 7 tokens: every position's logits agree.
 TEST(KvCacheConsistency, ChunkedPrefillEqualsOneAppend) {
-  for (auto& sub : subjects()) for (DType kv : kAllKv) {
-    SCOPED_TRACE(sub.name + ", KV " + std::string(dtype_name(kv)).c_str());
-    // A 40-token sequence: the prompt, then greedy continuation.
-    std::vector<int32_t> tokens = sub.prompt;
-    {
-      SingleSequence g(*sub.model, 64);
-      auto l = g.append(tokens);
-      while (tokens.size() < 40) {
-        tokens.push_back(argmax(l));
-        const int32_t one[1] = {tokens.back()};
-        l = g.append(one);
-      }
-    }
-    const int64_t n = static_cast<int64_t>(tokens.size());
-    const int64_t V = sub.model->config().vocab_size;
-    SingleSequence whole(*sub.model, n, kv);
-    const auto all = whole.append(tokens, n);
-    for (int chunk : {1, 3, 7}) {
-      SingleSequence s(*sub.model, n, kv);
-      float worst = 0;
-      for (int64_t start = 0; start < n; start += chunk) {
-        const int64_t len = std::min<int64_t>(chunk, n - start);
-        const auto part = s.append(std::span<const int32_t>(tokens).subspan(start, len), len);
-        for (int64_t i = 0; i < len; ++i) {
-          const float d = max_abs_diff(row(part, i, V), row(all, start + i, V));
-          worst = std::max(worst, d);
-          EXPECT_LE(d, kTol) << "chunk " << chunk << ", position " << start + i;
+  for (auto& sub : subjects())
+    for (DType kv : kAllKv) {
+      SCOPED_TRACE(sub.name + ", KV " + std::string(dtype_name(kv)).c_str());
+      // A 40-token sequence: the prompt, then greedy continuation.
+      std::vector<int32_t> tokens = sub.prompt;
+      {
+        SingleSequence g(*sub.model, 64);
+        auto l = g.append(tokens);
+        while (tokens.size() < 40) {
+          tokens.push_back(argmax(l));
+          const int32_t one[1] = {tokens.back()};
+          l = g.append(one);
         }
       }
-      std::printf("%s, %s KV: prefill in chunks of %d vs one append, max |Δlogit| = %.3g\n", sub.name.c_str(),
-                  std::string(dtype_name(kv)).c_str(), chunk, worst);
+      const int64_t n = static_cast<int64_t>(tokens.size());
+      const int64_t V = sub.model->config().vocab_size;
+      SingleSequence whole(*sub.model, n, kv);
+      const auto all = whole.append(tokens, n);
+      for (int chunk : {1, 3, 7}) {
+        SingleSequence s(*sub.model, n, kv);
+        float worst = 0;
+        for (int64_t start = 0; start < n; start += chunk) {
+          const int64_t len = std::min<int64_t>(chunk, n - start);
+          const auto part = s.append(std::span<const int32_t>(tokens).subspan(start, len), len);
+          for (int64_t i = 0; i < len; ++i) {
+            const float d = max_abs_diff(row(part, i, V), row(all, start + i, V));
+            worst = std::max(worst, d);
+            EXPECT_LE(d, kTol) << "chunk " << chunk << ", position " << start + i;
+          }
+        }
+        std::printf("%s, %s KV: prefill in chunks of %d vs one append, max |Δlogit| = %.3g\n", sub.name.c_str(),
+                    std::string(dtype_name(kv)).c_str(), chunk, worst);
+      }
     }
-  }
 }
 
 // Block size 16 (the default), 1 and 32: identical logits, prefill and decode.

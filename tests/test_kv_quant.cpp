@@ -51,10 +51,10 @@ TEST(KvQuant, Fp8E4M3Conversions) {
   }
   EXPECT_EQ(fp8_e4m3_to_f32(0x7E), 448.0f);
   EXPECT_EQ(fp8_e4m3_to_f32(0x01), std::ldexp(1.0f, -9));
-  EXPECT_EQ(f32_to_fp8_e4m3(1e6f), 0x7E);    // saturates
+  EXPECT_EQ(f32_to_fp8_e4m3(1e6f), 0x7E);  // saturates
   EXPECT_EQ(f32_to_fp8_e4m3(-1e6f), 0xFE);
   EXPECT_EQ(f32_to_fp8_e4m3(NAN), 0x7F);
-  EXPECT_EQ(f32_to_fp8_e4m3(1.0625f), f32_to_fp8_e4m3(1.0f));  // halfway to 1.125: ties to even (1.0)
+  EXPECT_EQ(f32_to_fp8_e4m3(1.0625f), f32_to_fp8_e4m3(1.0f));   // halfway to 1.125: ties to even (1.0)
   EXPECT_EQ(f32_to_fp8_e4m3(1.1875f), f32_to_fp8_e4m3(1.25f));  // halfway 1.125..1.25: even is 1.25
   // Round to nearest: the error is at most half a step (relative 2^-4 for normals).
   std::mt19937 rng(3);
@@ -92,15 +92,26 @@ TEST(KvQuant, AttentionKernelsMatchReference) {
         const CpuKernels& ref = generic_kernels();
         for (int fp8 = 0; fp8 < 2; ++fp8) {
           std::vector<float> deq(x.size());
-          if (fp8) for (size_t i = 0; i < x.size(); ++i) deq[i] = fp8_e4m3_to_f32(f8[i]);
-          else dequantize_row(DType::Q8_0, q8.data(), deq.data(), rows * row);
-          if (fp8) ref.scores_fp8(q.data(), f8.data(), off.data(), keys, d, 0.5f, s0.data()), k->scores_fp8(q.data(), f8.data(), off.data(), keys, d, 0.5f, s1.data());
-          else ref.scores_q8_0(q.data(), q8.data(), off.data(), keys, d, 0.5f, s0.data()), k->scores_q8_0(q.data(), q8.data(), off.data(), keys, d, 0.5f, s1.data());
-          if (fp8) ref.wsum_fp8(p.data(), f8.data(), off.data(), keys, d, o0.data()), k->wsum_fp8(p.data(), f8.data(), off.data(), keys, d, o1.data());
-          else ref.wsum_q8_0(p.data(), q8.data(), off.data(), keys, d, o0.data()), k->wsum_q8_0(p.data(), q8.data(), off.data(), keys, d, o1.data());
+          if (fp8)
+            for (size_t i = 0; i < x.size(); ++i) deq[i] = fp8_e4m3_to_f32(f8[i]);
+          else
+            dequantize_row(DType::Q8_0, q8.data(), deq.data(), rows * row);
+          if (fp8)
+            ref.scores_fp8(q.data(), f8.data(), off.data(), keys, d, 0.5f, s0.data()),
+                k->scores_fp8(q.data(), f8.data(), off.data(), keys, d, 0.5f, s1.data());
+          else
+            ref.scores_q8_0(q.data(), q8.data(), off.data(), keys, d, 0.5f, s0.data()),
+                k->scores_q8_0(q.data(), q8.data(), off.data(), keys, d, 0.5f, s1.data());
+          if (fp8)
+            ref.wsum_fp8(p.data(), f8.data(), off.data(), keys, d, o0.data()),
+                k->wsum_fp8(p.data(), f8.data(), off.data(), keys, d, o1.data());
+          else
+            ref.wsum_q8_0(p.data(), q8.data(), off.data(), keys, d, o0.data()),
+                k->wsum_q8_0(p.data(), q8.data(), off.data(), keys, d, o1.data());
           for (int64_t j = 0; j < keys; ++j) {
             double mag = 0, exact = 0;
-            for (int64_t i = 0; i < d; ++i) mag += std::fabs(q[i] * deq[off[j] + i]), exact += double(q[i]) * deq[off[j] + i];
+            for (int64_t i = 0; i < d; ++i)
+              mag += std::fabs(q[i] * deq[off[j] + i]), exact += double(q[i]) * deq[off[j] + i];
             EXPECT_NEAR(s1[j], s0[j], gamma(d) * mag * 0.5) << "fp8=" << fp8 << " scores j=" << j;
             EXPECT_NEAR(s0[j], exact * 0.5, gamma(d) * mag * 0.5) << "reference vs the dequantized rows";
           }
@@ -136,7 +147,8 @@ TEST(KvQuant, Stories260kGreedyQ8MatchesF32) {
           std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
           worst_gap = std::max(worst_gap, sorted[0] - sorted[1]);
           if (kv == DType::Q8_0)
-            EXPECT_LT(sorted[0] - sorted[1], std::log(1.25f)) << c.at("prompt") << " step " << step << ": not a near tie";
+            EXPECT_LT(sorted[0] - sorted[1], std::log(1.25f))
+                << c.at("prompt") << " step " << step << ": not a near tie";
           same = false;
           break;
         }
@@ -145,8 +157,10 @@ TEST(KvQuant, Stories260kGreedyQ8MatchesF32) {
       }
       identical += same, ++cases;
     }
-    std::printf("stories260K, %s KV: %d of %d prompts give f32's 64 greedy tokens; largest f32 top-2 logit gap where "
-                "they part: %.3f\n", std::string(dtype_name(kv)).c_str(), identical, cases, worst_gap);
+    std::printf(
+        "stories260K, %s KV: %d of %d prompts give f32's 64 greedy tokens; largest f32 top-2 logit gap where "
+        "they part: %.3f\n",
+        std::string(dtype_name(kv)).c_str(), identical, cases, worst_gap);
     if (kv == DType::Q8_0) EXPECT_GE(identical * 2, cases);
   }
 }

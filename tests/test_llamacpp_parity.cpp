@@ -3,6 +3,7 @@
 // cache, greedy); see tools/README.md. Prompts enter as the fixture's token ids, so the tokenizer plays no part.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -11,9 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <unistd.h>
 #include <vector>
-
 
 #include "engine/sample/sampler.h"
 #include "engine/single_sequence.h"
@@ -38,19 +37,20 @@ nlohmann::json read_json(const char* path) {
 // SHA-256 (FIPS 180-4), enough to fingerprint a model file the way `sha256sum` does.
 std::string sha256_file(const std::string& path) {
   static constexpr std::array<uint32_t, 64> K = {
-      0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98,
-      0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
-      0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8,
-      0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
-      0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819,
-      0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
-      0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
-      0xc67178f2};
+      0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+      0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+      0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+      0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+      0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+      0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+      0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+      0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
   uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
   auto rotr = [](uint32_t x, int n) { return (x >> n) | (x << (32 - n)); };
   auto block = [&](const uint8_t* p) {
     uint32_t w[64];
-    for (int i = 0; i < 16; ++i) w[i] = uint32_t(p[4 * i]) << 24 | uint32_t(p[4 * i + 1]) << 16 | uint32_t(p[4 * i + 2]) << 8 | p[4 * i + 3];
+    for (int i = 0; i < 16; ++i)
+      w[i] = uint32_t(p[4 * i]) << 24 | uint32_t(p[4 * i + 1]) << 16 | uint32_t(p[4 * i + 2]) << 8 | p[4 * i + 3];
     for (int i = 16; i < 64; ++i) {
       const uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
       const uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
@@ -76,7 +76,8 @@ std::string sha256_file(const std::string& path) {
     have += got;
     const size_t full = have / 64 * 64;
     for (size_t off = 0; off < full; off += 64) block(buf.data() + off);
-    std::copy(buf.begin() + static_cast<std::ptrdiff_t>(full), buf.begin() + static_cast<std::ptrdiff_t>(have), buf.begin());
+    std::copy(buf.begin() + static_cast<std::ptrdiff_t>(full), buf.begin() + static_cast<std::ptrdiff_t>(have),
+              buf.begin());
     have -= full;
     if (got == 0) break;
   }
@@ -127,10 +128,10 @@ TEST(LlamaCppParity, Sha256MatchesKnownVectors) {
 // f16 K/V, f16 V accumulator) brought the max down only to 1.75e-3, so 1e-3 is out of reach of an f32 attention,
 // and the bound is set from the measurement (tools/README.md has the numbers).
 TEST(LlamaCppParity, Stories260KGreedyAndTop5) {
-  constexpr int kMinIdentical = 10;     // prompts whose 64 greedy ids must equal llama.cpp's
-  constexpr double kTieGap = 3e-3;      // a divergence is allowed where llama.cpp's top-2 are this close
-  constexpr double kMaxDev = 2.5e-3;    // max |Δp| over llama.cpp's top-5 ids
-  constexpr double kMeanDev = 2e-4;     // mean |Δp| over the same values
+  constexpr int kMinIdentical = 10;   // prompts whose 64 greedy ids must equal llama.cpp's
+  constexpr double kTieGap = 3e-3;    // a divergence is allowed where llama.cpp's top-2 are this close
+  constexpr double kMaxDev = 2.5e-3;  // max |Δp| over llama.cpp's top-5 ids
+  constexpr double kMeanDev = 2e-4;   // mean |Δp| over the same values
   const auto fx = read_json(kStoriesFixture);
   auto model = LlamaModel::load(kStories);
   const auto& cases = fx.at("cases");
@@ -183,10 +184,11 @@ TEST(LlamaCppParity, Stories260KGreedyAndTop5) {
       identical += same;
     }
     const double mean_dev = sum_dev / static_cast<double>(std::max<int64_t>(n_dev, 1));
-    std::printf("stories260K, %s KV cache: %d of %zu prompts give llama.cpp's 64 greedy ids; top-5 probability "
-                "|dp| max %.3g, mean %.3g (%lld values)%s%s\n",
-                kv_name(kv), identical, cases.size(), max_dev, mean_dev, static_cast<long long>(n_dev),
-                divergences.empty() ? "" : "; divergences:", divergences.c_str());
+    std::printf(
+        "stories260K, %s KV cache: %d of %zu prompts give llama.cpp's 64 greedy ids; top-5 probability "
+        "|dp| max %.3g, mean %.3g (%lld values)%s%s\n",
+        kv_name(kv), identical, cases.size(), max_dev, mean_dev, static_cast<long long>(n_dev),
+        divergences.empty() ? "" : "; divergences:", divergences.c_str());
     if (strict) {
       EXPECT_GE(identical, kMinIdentical);
       EXPECT_LE(max_dev, kMaxDev);
@@ -292,8 +294,9 @@ TEST(LlamaCppParity, SynthModelsTeacherForced) {
     std::vector<double> top1;  // how peaked the model is: llama.cpp's top-1 probability per position
     for (int64_t i = 0; i < N; ++i) top1.push_back(top.at(i).at(0).at(1).get<double>());
     std::nth_element(top1.begin(), top1.begin() + N / 2, top1.end());
-    std::printf("%-16s (llama.cpp median top-1 p %.2f) agreement with llama.cpp over %lld teacher-forced positions:%s\n",
-                name.c_str(), top1[static_cast<size_t>(N / 2)], static_cast<long long>(N), line.c_str());
+    std::printf(
+        "%-16s (llama.cpp median top-1 p %.2f) agreement with llama.cpp over %lld teacher-forced positions:%s\n",
+        name.c_str(), top1[static_cast<size_t>(N / 2)], static_cast<long long>(N), line.c_str());
     fs::remove(o.out_path);
   }
   fs::remove_all(dir);

@@ -29,7 +29,8 @@ TEST_P(MatmulTypes, BatchedRowsEqualSingleRowsBitForBit) {
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 512}, {300, 1024}}) {
     const Weights w = random_weights(t, rows, cols, rng);
     for (int64_t T : {1, 2, 3, 4, 5, 7, 8, 9, 13, 70, 137}) {  // 70, 137: several token blocks
-      std::vector<float> x(static_cast<size_t>(T * cols)), y(static_cast<size_t>(T * rows)), y1(static_cast<size_t>(rows));
+      std::vector<float> x(static_cast<size_t>(T * cols)), y(static_cast<size_t>(T * rows)),
+          y1(static_cast<size_t>(rows));
       for (auto& v : x) v = g(rng);
       matmul(x.data(), T, w.m, y.data());
       for (int64_t i = 0; i < T; ++i) {
@@ -47,7 +48,8 @@ TEST_P(MatmulTypes, SharedInputOutputsEqualSeparateCallsBitForBit) {
   std::normal_distribution<float> g(0.0f, 1.0f);
   const DType t = GetParam();
   const int64_t cols = 512;
-  const Weights a = random_weights(t, 300, cols, rng), b = random_weights(t, 37, cols, rng), c = random_weights(t, 64, cols, rng);
+  const Weights a = random_weights(t, 300, cols, rng), b = random_weights(t, 37, cols, rng),
+                c = random_weights(t, 64, cols, rng);
   for (int64_t T : {1, 9, 100}) {
     std::vector<float> x(T * cols);
     for (auto& v : x) v = g(rng);
@@ -73,7 +75,8 @@ TEST_P(MatmulTypes, AgreesWithDequantizedFloatReference) {
     dequantize_row(t, w.m.row(r), wf.data(), cols);
     for (int64_t i = 0; i < T; ++i) {
       double ref = 0, mag = 0;
-      for (int64_t c = 0; c < cols; ++c) ref += double(wf[c]) * x[i * cols + c], mag += std::fabs(double(wf[c]) * x[i * cols + c]);
+      for (int64_t c = 0; c < cols; ++c)
+        ref += double(wf[c]) * x[i * cols + c], mag += std::fabs(double(wf[c]) * x[i * cols + c]);
       // Activations are rounded to the partner type (8-bit: ~1% per element; f16/bf16 less; f32 none).
       const double tol = t == DType::F32 ? 1e-5 : t == DType::F16 ? 2e-3 : 2e-2;
       EXPECT_NEAR(y[i * rows + r], ref, tol * mag) << dtype_name(t) << " row " << r << " token " << i;
@@ -83,7 +86,8 @@ TEST_P(MatmulTypes, AgreesWithDequantizedFloatReference) {
 
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTypes,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                                           DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                                           DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q4_K, DType::Q5_K,
+                                           DType::Q6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace

@@ -18,8 +18,8 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/packed.h"
-#include "tensor/quantize.h"
 #include "random_weights.h"
+#include "tensor/quantize.h"
 
 using namespace kvik;
 using kvik::test::random_weights;
@@ -57,7 +57,8 @@ Acts random_acts(int64_t R, int64_t n, std::mt19937& rng, bool unit) {
   a.xf = x;
   a.qs.resize(R * n), a.d.resize(R * n / kQK8_0), a.sums.resize(R * n / kQK8_0);
   for (int64_t t = 0; t < R; ++t)
-    quantize_act_q8s_ref(x.data() + t * n, a.qs.data() + t * n, a.d.data() + t * n / kQK8_0, a.sums.data() + t * n / kQK8_0, n);
+    quantize_act_q8s_ref(x.data() + t * n, a.qs.data() + t * n, a.d.data() + t * n / kQK8_0,
+                         a.sums.data() + t * n / kQK8_0, n);
   if (unit) std::fill(a.d.begin(), a.d.end(), 1.0f);
   if (n % kQK_K == 0) {
     a.q8k.resize(R * n / kQK_K), a.sums32.resize(R * n / kQK_K * 8);
@@ -90,10 +91,12 @@ Exact exact(const WeightMatrix& w, int64_t r, const Acts& a, int64_t t) {
         k_scale_min(j, q5 ? b5.scales : b4.scales, sc, m);
         int64_t p = 0, s = 0;
         for (int l = 0; l < 32; ++l)
-          p += (q5 ? q5_k_quant(b5, 32 * j + l) : q4_k_quant(b4, 32 * j + l)) * xb.qs[32 * j + l], s += xb.qs[32 * j + l];
+          p += (q5 ? q5_k_quant(b5, 32 * j + l) : q4_k_quant(b4, 32 * j + l)) * xb.qs[32 * j + l],
+              s += xb.qs[32 * j + l];
         isum += sc * p, msum += m * s;
       }
-      const double dd = double(fp16_to_f32(q5 ? b5.d : b4.d)) * xb.d, dm = double(fp16_to_f32(q5 ? b5.dmin : b4.dmin)) * xb.d;
+      const double dd = double(fp16_to_f32(q5 ? b5.d : b4.d)) * xb.d,
+                   dm = double(fp16_to_f32(q5 ? b5.dmin : b4.dmin)) * xb.d;
       e.value += dd * isum - dm * msum;
       e.mag += std::fabs(dd * isum) + std::fabs(dm * msum);
     }
@@ -129,8 +132,10 @@ Exact exact(const WeightMatrix& w, int64_t r, const Acts& a, int64_t t) {
     float dw;
     for (int j = 0; j < kQK8_0; ++j) {
       int q;
-      if (w.dtype == DType::Q8_0) q = reinterpret_cast<const BlockQ8_0*>(row)[b].qs[j];
-      else if (w.dtype == DType::IQ4_NL) q = iq4_nl_quant(reinterpret_cast<const BlockIQ4_NL*>(row)[b], j);
+      if (w.dtype == DType::Q8_0)
+        q = reinterpret_cast<const BlockQ8_0*>(row)[b].qs[j];
+      else if (w.dtype == DType::IQ4_NL)
+        q = iq4_nl_quant(reinterpret_cast<const BlockIQ4_NL*>(row)[b], j);
       else {
         const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
         q = (j < 16 ? (blk.qs[j] & 15) : (blk.qs[j - 16] >> 4)) - 8;
@@ -152,16 +157,29 @@ void run_packed(const WeightMatrix& w, const uint8_t* packed, const Acts& a, int
   for (int64_t g = 0; g * kPackRows < w.rows; ++g) {
     const uint8_t* grp = packed + gb * g;
     switch (w.dtype) {
-      case DType::F32: (k ? k->gemm_f32_x16 : gemm_f32_x16_ref)(grp, w.cols, a.xf.data(), w.cols, R, tmp, kPackRows); break;
-      case DType::Q8_0: (k ? k->gemm_q8_0_x16 : gemm_q8_0_x16_ref)(grp, w.cols / kQK8_0, a.s8(), R, tmp, kPackRows); break;
-      case DType::Q4_0: (k ? k->gemm_q4_0_x16 : gemm_q4_0_x16_ref)(grp, w.cols / kQK8_0, a.s8(), R, tmp, kPackRows); break;
-      case DType::IQ4_NL: (k ? k->gemm_iq4_nl_x16 : gemm_iq4_nl_x16_ref)(grp, w.cols / kQK8_0, a.s8(), R, tmp, kPackRows); break;
-      case DType::Q4_K: (k ? k->gemm_q4_k_x16 : gemm_q4_k_x16_ref)(grp, w.cols / kQK_K, a.k(), R, tmp, kPackRows); break;
-      case DType::Q5_K: (k ? k->gemm_q5_k_x16 : gemm_q5_k_x16_ref)(grp, w.cols / kQK_K, a.k(), R, tmp, kPackRows); break;
+      case DType::F32:
+        (k ? k->gemm_f32_x16 : gemm_f32_x16_ref)(grp, w.cols, a.xf.data(), w.cols, R, tmp, kPackRows);
+        break;
+      case DType::Q8_0:
+        (k ? k->gemm_q8_0_x16 : gemm_q8_0_x16_ref)(grp, w.cols / kQK8_0, a.s8(), R, tmp, kPackRows);
+        break;
+      case DType::Q4_0:
+        (k ? k->gemm_q4_0_x16 : gemm_q4_0_x16_ref)(grp, w.cols / kQK8_0, a.s8(), R, tmp, kPackRows);
+        break;
+      case DType::IQ4_NL:
+        (k ? k->gemm_iq4_nl_x16 : gemm_iq4_nl_x16_ref)(grp, w.cols / kQK8_0, a.s8(), R, tmp, kPackRows);
+        break;
+      case DType::Q4_K:
+        (k ? k->gemm_q4_k_x16 : gemm_q4_k_x16_ref)(grp, w.cols / kQK_K, a.k(), R, tmp, kPackRows);
+        break;
+      case DType::Q5_K:
+        (k ? k->gemm_q5_k_x16 : gemm_q5_k_x16_ref)(grp, w.cols / kQK_K, a.k(), R, tmp, kPackRows);
+        break;
       default: (k ? k->gemm_q6_k_x16 : gemm_q6_k_x16_ref)(grp, w.cols / kQK_K, a.k(), R, tmp, kPackRows); break;
     }
     for (int64_t t = 0; t < R; ++t)
-      for (int64_t i = 0; i < kPackRows && g * kPackRows + i < w.rows; ++i) y[t * w.rows + g * kPackRows + i] = tmp[t * kPackRows + i];
+      for (int64_t i = 0; i < kPackRows && g * kPackRows + i < w.rows; ++i)
+        y[t * w.rows + g * kPackRows + i] = tmp[t * kPackRows + i];
   }
 }
 
@@ -182,8 +200,11 @@ TEST_P(PackedTypes, ReferenceEqualsExactDotWithinRoundingBound) {
       for (int64_t tok = 0; tok < R; ++tok)
         for (int64_t r = 0; r < rows; ++r) {
           const Exact e = exact(w.m, r, a, tok);
-          if (unit) EXPECT_EQ(double(y[tok * rows + r]), e.value) << dtype_name(t) << " cols " << cols << " row " << r;
-          else EXPECT_LE(std::fabs(y[tok * rows + r] - e.value), gamma(cols) * e.mag) << dtype_name(t) << " cols " << cols << " row " << r;
+          if (unit)
+            EXPECT_EQ(double(y[tok * rows + r]), e.value) << dtype_name(t) << " cols " << cols << " row " << r;
+          else
+            EXPECT_LE(std::fabs(y[tok * rows + r] - e.value), gamma(cols) * e.mag)
+                << dtype_name(t) << " cols " << cols << " row " << r;
         }
     }
 }
@@ -199,13 +220,13 @@ TEST_P(PackedTypes, EveryTableKernelEqualsReferenceBitForBitForEveryTokenCount) 
     tables.push_back(avx512_kernels());
   int tested = 0;
   for (const CpuKernels* k : tables) {
-    const bool has = t == DType::F32    ? k->gemm_f32_x16 != nullptr
-                     : t == DType::Q8_0 ? k->gemm_q8_0_x16 != nullptr
-                     : t == DType::Q4_0 ? k->gemm_q4_0_x16 != nullptr
+    const bool has = t == DType::F32      ? k->gemm_f32_x16 != nullptr
+                     : t == DType::Q8_0   ? k->gemm_q8_0_x16 != nullptr
+                     : t == DType::Q4_0   ? k->gemm_q4_0_x16 != nullptr
                      : t == DType::IQ4_NL ? k->gemm_iq4_nl_x16 != nullptr
-                     : t == DType::Q4_K ? k->gemm_q4_k_x16 != nullptr
-                     : t == DType::Q5_K ? k->gemm_q5_k_x16 != nullptr
-                                        : k->gemm_q6_k_x16 != nullptr;
+                     : t == DType::Q4_K   ? k->gemm_q4_k_x16 != nullptr
+                     : t == DType::Q5_K   ? k->gemm_q5_k_x16 != nullptr
+                                          : k->gemm_q6_k_x16 != nullptr;
     if (!has) continue;
     ++tested;
     for (int64_t cols : {t == DType::F32 ? int64_t{257} : int64_t{256}, int64_t{768}, int64_t{2048}}) {
@@ -250,12 +271,14 @@ TEST_P(PackedTypes, MatmulOnPackedWeightsIsBatchInvariantAndAgreesWithUnpacked) 
       matmul(x.data(), T, plain.m, yu.data());
       for (int64_t i = 0; i < T; ++i) {
         matmul(x.data() + i * cols, 1, packed, y1.data());
-        ASSERT_EQ(0, std::memcmp(y1.data(), y.data() + i * rows, sizeof(float) * rows)) << "rows " << rows << " T " << T << " token " << i;
+        ASSERT_EQ(0, std::memcmp(y1.data(), y.data() + i * rows, sizeof(float) * rows))
+            << "rows " << rows << " T " << T << " token " << i;
       }
       for (int64_t i = 0; i < T * rows; ++i) EXPECT_NEAR(y[i], yu[i], 1e-4 * (1 + std::fabs(yu[i]))) << i;
       std::vector<float> ys(T * rows), y6(T * 32), r6(T * 32), yk(T * 64), rk(T * 64);
       matmul(x.data(), T, {{&pk.m, yk.data()}, {&packed, ys.data()}, {&q6.m, y6.data()}, {&other.m, yo.data()}});
-      matmul(x.data(), T, other.m, ro.data()), matmul(x.data(), T, q6.m, r6.data()), matmul(x.data(), T, pk.m, rk.data());
+      matmul(x.data(), T, other.m, ro.data()), matmul(x.data(), T, q6.m, r6.data()),
+          matmul(x.data(), T, pk.m, rk.data());
       EXPECT_EQ(ys, y);
       EXPECT_EQ(yo, ro);
       EXPECT_EQ(y6, r6);
@@ -265,7 +288,8 @@ TEST_P(PackedTypes, MatmulOnPackedWeightsIsBatchInvariantAndAgreesWithUnpacked) 
 }
 
 INSTANTIATE_TEST_SUITE_P(PackedWeightTypes, PackedTypes,
-                         ::testing::Values(DType::F32, DType::Q8_0, DType::Q4_0, DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                         ::testing::Values(DType::F32, DType::Q8_0, DType::Q4_0, DType::IQ4_NL, DType::Q4_K,
+                                           DType::Q5_K, DType::Q6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(Packed, QuantizeActQ8SIsBitExactIncludingTiesAndZeroBlocks) {

@@ -206,8 +206,10 @@ TEST(ParallelSampling, PromptBlocksSharedAndPartialBlockCopiedOnWrite) {
       for (size_t b = full; b < ids.size(); ++b) EXPECT_EQ(kv.pool().block(ids[b]).ref_cnt, 1) << what;
       if (c.copies > 0) {
         // The last sequence to write kept the original partial block; the others hold private copies.
-        if (i == n - 1) EXPECT_EQ(ids[full], shared[full]) << what;
-        else EXPECT_NE(ids[full], shared[full]) << what;
+        if (i == n - 1)
+          EXPECT_EQ(ids[full], shared[full]) << what;
+        else
+          EXPECT_NE(ids[full], shared[full]) << what;
       }
     }
     got = drain(e, got);
@@ -254,9 +256,11 @@ TEST(ParallelSampling, KvBlocksAndPrefillSavedForEightSequences) {
   EXPECT_EQ(peak_sep, 8 * 13);  // every request its own prompt blocks
   EXPECT_EQ(tokens_n, 200 + 7 * 8);
   EXPECT_EQ(tokens_sep, 8 * 200 + 7 * 8);
-  std::printf("n=8, 200-token prompt: peak KV blocks %lld (parallel) vs %lld (separate); "
-              "tokens computed %lld vs %lld\n", static_cast<long long>(peak_n), static_cast<long long>(peak_sep),
-              static_cast<long long>(tokens_n), static_cast<long long>(tokens_sep));
+  std::printf(
+      "n=8, 200-token prompt: peak KV blocks %lld (parallel) vs %lld (separate); "
+      "tokens computed %lld vs %lld\n",
+      static_cast<long long>(peak_n), static_cast<long long>(peak_sep), static_cast<long long>(tokens_n),
+      static_cast<long long>(tokens_sep));
 }
 
 TEST(ParallelSampling, AbortOneSequenceOthersContinueIdentically) {

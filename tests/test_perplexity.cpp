@@ -1,6 +1,6 @@
 // kvik perplexity against llama.cpp (tests/fixtures/perplexity_llamacpp.json, made by tools/make_perplexity_fixture.sh:
-// llama-perplexity's computation on llama.cpp's own tokens and probabilities through node-llama-cpp) and the batching equalities: windows batched together, one at a time and
-// cut into chunks give the same number bit for bit.
+// llama-perplexity's computation on llama.cpp's own tokens and probabilities through node-llama-cpp) and the batching
+// equalities: windows batched together, one at a time and cut into chunks give the same number bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -2,7 +2,8 @@
 //
 // tests/data/quants_llamacpp.bin comes from llama.cpp itself (libggml-base.so / libggml-cpu-x64.so of
 // node-llama-cpp 3.21.1):
-//   bash ../shared/peer/setup.sh && ninja -C build kvik_peer_tool && build/kvik_peer_tool quant-fixture tests/data/quants_llamacpp.bin
+//   bash ../shared/peer/setup.sh && ninja -C build kvik_peer_tool && build/kvik_peer_tool quant-fixture
+//   tests/data/quants_llamacpp.bin
 // It holds 16 rows of 256 floats (zeros, constants, spikes, denormals, outliers past fp16's range, exact ties, ...),
 // what ggml_quantize_chunk (llama-quantize's call, no importance matrix) makes of them for every type, what ggml's
 // dequantizers make of that, and ggml's reference dot products against Q8_0 / Q8_1 activations.
@@ -42,7 +43,9 @@ struct Fixture {
 const Fixture& fixture() {
   static const Fixture f = [] {
     std::ifstream in(KVIK_SOURCE_DIR "/tests/data/quants_llamacpp.bin", std::ios::binary);
-    if (!in) throw std::runtime_error("tests/data/quants_llamacpp.bin missing (kvik_peer_tool quant-fixture makes it, tools/peer_tool.cpp)");
+    if (!in)
+      throw std::runtime_error(
+          "tests/data/quants_llamacpp.bin missing (kvik_peer_tool quant-fixture makes it, tools/peer_tool.cpp)");
     auto u32 = [&] {
       uint32_t v = 0;
       in.read(reinterpret_cast<char*>(&v), 4);
@@ -81,12 +84,13 @@ std::vector<uint32_t> bits(const float* v, size_t n) {
   return b;
 }
 
-const char* kRowNames[] = {"gaussian", "gaussian x1000", "uniform", "zeros", "constant", "spike", "all negative",
-                           "heavy tail", "denormals", "huge outliers", "tiny values", "half zeros", "mixed magnitudes",
-                           "integer ties", "near fp16 max", "positive + one negative"};
+const char* kRowNames[] = {"gaussian",         "gaussian x1000", "uniform",       "zeros",
+                           "constant",         "spike",          "all negative",  "heavy tail",
+                           "denormals",        "huge outliers",  "tiny values",   "half zeros",
+                           "mixed magnitudes", "integer ties",   "near fp16 max", "positive + one negative"};
 
 TEST(Quantize, FixtureCoversEveryTypeKvikQuantizeWrites) {
-  std::vector<DType> want = {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+  std::vector<DType> want = {DType::F16,  DType::BF16,   DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
                              DType::Q5_1, DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K};
   ASSERT_EQ(fixture().cases.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
@@ -157,9 +161,11 @@ TEST(Quantize, ReferenceDotProductsAreBitExactWithGgmlVecDot) {
       const Act a = make_act(generic_kernels(), f.act.data() + r * f.cols, 1, f.cols);
       float got = 0;
       gemv(generic_kernels(), c.type, c.quantized.data() + r * rb, a.view(), 1, &got);
-      if (std::isnan(c.dots[r])) EXPECT_TRUE(std::isnan(got)) << dtype_name(c.type) << " row " << r;
-      else EXPECT_EQ(bits(&got, 1), bits(&c.dots[r], 1)) << dtype_name(c.type) << " row " << r << " (" << kRowNames[r]
-                                                       << "): kvik " << got << ", ggml " << c.dots[r];
+      if (std::isnan(c.dots[r]))
+        EXPECT_TRUE(std::isnan(got)) << dtype_name(c.type) << " row " << r;
+      else
+        EXPECT_EQ(bits(&got, 1), bits(&c.dots[r], 1)) << dtype_name(c.type) << " row " << r << " (" << kRowNames[r]
+                                                      << "): kvik " << got << ", ggml " << c.dots[r];
       ++checked;
     }
   }
@@ -208,7 +214,8 @@ TEST(Quantize, ErrorShrinksWithBitsAndIq4NlBeatsQ4_0) {
   };
   const double q4_0 = rmse(DType::Q4_0), q4_1 = rmse(DType::Q4_1), iq4 = rmse(DType::IQ4_NL), q5_0 = rmse(DType::Q5_0),
                q5_1 = rmse(DType::Q5_1), q8 = rmse(DType::Q8_0), f16 = rmse(DType::F16);
-  std::printf("rmse: q4_0 %.4f q4_1 %.4f iq4_nl %.4f q5_0 %.4f q5_1 %.4f q8_0 %.5f f16 %.6f\n", q4_0, q4_1, iq4, q5_0, q5_1, q8, f16);
+  std::printf("rmse: q4_0 %.4f q4_1 %.4f iq4_nl %.4f q5_0 %.4f q5_1 %.4f q8_0 %.5f f16 %.6f\n", q4_0, q4_1, iq4, q5_0,
+              q5_1, q8, f16);
   EXPECT_LT(iq4, q4_0);
   EXPECT_LT(q5_0, q4_0);
   EXPECT_LT(q5_1, q4_1);
@@ -291,10 +298,13 @@ TEST_P(NewTypeKernels, GemvMatchesReferenceAndIsIndependentOfR) {
         for (int64_t R = 1; R <= kActQ8MaxRows; ++R) {
           gemv(fast, t, w.data(), a.view(), R, got);
           for (int64_t r = 0; r < R; ++r) {
-            const std::string where = std::string(dtype_name(t)) + " nb=" + std::to_string(nb) + " R=" + std::to_string(R) +
-                                      " r=" + std::to_string(r);
-            if (unit) EXPECT_EQ(got[r], want[r]) << where;
-            else EXPECT_LE(std::fabs(double(got[r]) - want[r]), (n + 64) * std::ldexp(1.0, -24) * abs_terms(t, w, a, r)) << where;
+            const std::string where = std::string(dtype_name(t)) + " nb=" + std::to_string(nb) +
+                                      " R=" + std::to_string(R) + " r=" + std::to_string(r);
+            if (unit)
+              EXPECT_EQ(got[r], want[r]) << where;
+            else
+              EXPECT_LE(std::fabs(double(got[r]) - want[r]), (n + 64) * std::ldexp(1.0, -24) * abs_terms(t, w, a, r))
+                  << where;
             EXPECT_EQ(got[r], alone[r]) << "batch invariance: " << where;
           }
         }

@@ -148,9 +148,9 @@ TEST(Sampler, FrequenciesMatchTheAnalyticDistributionForEachFilter) {
     float min_p;
   };
   const Setting settings[] = {
-      {"temperature 1", 1.0f, 0, 1.0f, 0.0f},  {"temperature 0.5", 0.5f, 0, 1.0f, 0.0f},
-      {"temperature 2", 2.0f, 0, 1.0f, 0.0f},  {"top-k 4", 1.0f, 4, 1.0f, 0.0f},
-      {"top-p 0.7", 1.0f, 0, 0.7f, 0.0f},      {"min-p 0.2", 1.0f, 0, 1.0f, 0.2f},
+      {"temperature 1", 1.0f, 0, 1.0f, 0.0f}, {"temperature 0.5", 0.5f, 0, 1.0f, 0.0f},
+      {"temperature 2", 2.0f, 0, 1.0f, 0.0f}, {"top-k 4", 1.0f, 4, 1.0f, 0.0f},
+      {"top-p 0.7", 1.0f, 0, 0.7f, 0.0f},     {"min-p 0.2", 1.0f, 0, 1.0f, 0.2f},
       {"all four", 0.8f, 6, 0.9f, 0.05f},
   };
   uint64_t seed = 100;

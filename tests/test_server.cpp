@@ -7,11 +7,11 @@
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "server/chat_prompt.h"
-#include "tokenizer/tokenizer.h"
 #include "server/metrics.h"
 #include "server/openai_schema.h"
 #include "server/stop_strings.h"
 #include "synth_models.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace kvik;
 using namespace kvik::server;
@@ -34,11 +34,23 @@ ApiError parse_err(const json& j, bool chat = false) {
 }  // namespace
 
 TEST(OpenAiSchema, CompletionFieldsReachSamplingParams) {
-  const GenerateRequest r = parse_ok({{"model", "m"}, {"prompt", "hi"}, {"max_tokens", 7}, {"temperature", 0.5},
-                                      {"top_p", 0.9}, {"top_k", 40}, {"min_p", 0.1}, {"seed", 3}, {"n", 2},
-                                      {"stop", {"a", "b"}}, {"presence_penalty", 0.5}, {"frequency_penalty", -0.5},
-                                      {"repetition_penalty", 1.2}, {"logprobs", 2}, {"ignore_eos", true},
-                                      {"stream", true}, {"stream_options", {{"include_usage", true}}},
+  const GenerateRequest r = parse_ok({{"model", "m"},
+                                      {"prompt", "hi"},
+                                      {"max_tokens", 7},
+                                      {"temperature", 0.5},
+                                      {"top_p", 0.9},
+                                      {"top_k", 40},
+                                      {"min_p", 0.1},
+                                      {"seed", 3},
+                                      {"n", 2},
+                                      {"stop", {"a", "b"}},
+                                      {"presence_penalty", 0.5},
+                                      {"frequency_penalty", -0.5},
+                                      {"repetition_penalty", 1.2},
+                                      {"logprobs", 2},
+                                      {"ignore_eos", true},
+                                      {"stream", true},
+                                      {"stream_options", {{"include_usage", true}}},
                                       {"some_unknown_field", {1, 2}}});
   EXPECT_EQ(r.model, "m");
   ASSERT_EQ(r.prompts.size(), 1u);
@@ -62,7 +74,8 @@ TEST(OpenAiSchema, CompletionFieldsReachSamplingParams) {
 }
 
 TEST(OpenAiSchema, PromptForms) {
-  EXPECT_EQ(std::get<std::vector<int32_t>>(parse_ok({{"prompt", {1, 2, 3}}}).prompts[0]), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(std::get<std::vector<int32_t>>(parse_ok({{"prompt", {1, 2, 3}}}).prompts[0]),
+            (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(parse_ok({{"prompt", {"a", "b"}}}).prompts.size(), 2u);
   EXPECT_EQ(parse_ok({{"prompt", {{1, 2}, {3}}}}).prompts.size(), 2u);
   EXPECT_FALSE(parse_ok({{"prompt", "x"}}).max_tokens_given);
@@ -71,23 +84,35 @@ TEST(OpenAiSchema, PromptForms) {
 TEST(OpenAiSchema, BadValuesAre400NamingTheField) {
   const json base = {{"prompt", "x"}};
   const std::vector<std::pair<json, std::string>> cases = {
-      {{{"max_tokens", -1}}, "max_tokens"},       {{{"max_tokens", "5"}}, "max_tokens"},
-      {{{"max_tokens", 2.5}}, "max_tokens"},      {{{"max_tokens", 1e300}}, "max_tokens"},
+      {{{"max_tokens", -1}}, "max_tokens"},
+      {{{"max_tokens", "5"}}, "max_tokens"},
+      {{{"max_tokens", 2.5}}, "max_tokens"},
+      {{{"max_tokens", 1e300}}, "max_tokens"},
       {{{"max_tokens", 99999999999LL}}, "max_tokens"},
-      {{{"temperature", -0.1}}, "temperature"},   {{{"temperature", "hot"}}, "temperature"},
-      {{{"top_p", 0}}, "top_p"},                  {{{"top_p", 1.01}}, "top_p"},
-      {{{"top_k", -2}}, "top_k"},                 {{{"min_p", 2}}, "min_p"},
-      {{{"n", 0}}, "n"},                          {{{"n", 17}}, "n"},
-      {{{"seed", "1"}}, "seed"},                  {{{"stop", 1}}, "stop"},
-      {{{"stop", {"a", 2}}}, "stop"},             {{{"stop", ""}}, "stop"},
+      {{{"temperature", -0.1}}, "temperature"},
+      {{{"temperature", "hot"}}, "temperature"},
+      {{{"top_p", 0}}, "top_p"},
+      {{{"top_p", 1.01}}, "top_p"},
+      {{{"top_k", -2}}, "top_k"},
+      {{{"min_p", 2}}, "min_p"},
+      {{{"n", 0}}, "n"},
+      {{{"n", 17}}, "n"},
+      {{{"seed", "1"}}, "seed"},
+      {{{"stop", 1}}, "stop"},
+      {{{"stop", {"a", 2}}}, "stop"},
+      {{{"stop", ""}}, "stop"},
       {{{"presence_penalty", 2.5}}, "presence_penalty"},
       {{{"frequency_penalty", true}}, "frequency_penalty"},
       {{{"repetition_penalty", 0}}, "repetition_penalty"},
-      {{{"logprobs", 21}}, "logprobs"},           {{{"logprobs", true}}, "logprobs"},
-      {{{"ignore_eos", 1}}, "ignore_eos"},        {{{"stream", "yes"}}, "stream"},
+      {{{"logprobs", 21}}, "logprobs"},
+      {{{"logprobs", true}}, "logprobs"},
+      {{{"ignore_eos", 1}}, "ignore_eos"},
+      {{{"stream", "yes"}}, "stream"},
       {{{"stream_options", {{"include_usage", true}}}}, "stream_options"},
-      {{{"model", 3}}, "model"},                  {{{"prompt", 3}}, "prompt"},
-      {{{"prompt", json::array()}}, "prompt"},    {{{"prompt", {1, -1}}}, "prompt"},
+      {{{"model", 3}}, "model"},
+      {{{"prompt", 3}}, "prompt"},
+      {{{"prompt", json::array()}}, "prompt"},
+      {{{"prompt", {1, -1}}}, "prompt"},
       {{{"echo", true}}, "echo"},
   };
   for (const auto& [patch, field] : cases) {
@@ -107,7 +132,9 @@ TEST(OpenAiSchema, BadValuesAre400NamingTheField) {
 
 TEST(OpenAiSchema, ChatMessagesAndLogprobs) {
   const GenerateRequest r = parse_ok({{"messages", {{{"role", "user"}, {"content", "hi"}}}},
-                                      {"logprobs", true}, {"top_logprobs", 3}, {"max_completion_tokens", 9}},
+                                      {"logprobs", true},
+                                      {"top_logprobs", 3},
+                                      {"max_completion_tokens", 9}},
                                      true);
   EXPECT_EQ(r.params.logprobs, 3);
   EXPECT_EQ(r.params.max_tokens, 9);
@@ -122,7 +149,8 @@ TEST(OpenAiSchema, ChatMessagesAndLogprobs) {
 TEST(OpenAiSchema, TokenizeAndDetokenize) {
   EXPECT_TRUE(std::holds_alternative<TokenizeRequest>(parse_tokenize_request({{"prompt", "x"}})));
   EXPECT_TRUE(std::holds_alternative<ApiError>(parse_tokenize_request({{"prompt", 1}})));
-  EXPECT_EQ(std::get<std::vector<int32_t>>(parse_detokenize_request({{"tokens", {5, 6}}})), (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(std::get<std::vector<int32_t>>(parse_detokenize_request({{"tokens", {5, 6}}})),
+            (std::vector<int32_t>{5, 6}));
   EXPECT_TRUE(std::holds_alternative<ApiError>(parse_detokenize_request({{"tokens", {-1}}})));
   EXPECT_TRUE(std::holds_alternative<ApiError>(parse_detokenize_request({{"tokens", "x"}})));
 }
@@ -187,15 +215,21 @@ TEST(Metrics, HistogramBucketsAreCumulative) {
 TEST(Metrics, EveryCourseMetricHasHelpAndType) {
   ServerMetrics m("my \"model\"");
   const std::string text = m.render();
-  const std::vector<std::pair<std::string, std::string>> names = {
-      {"time_to_first_token_seconds", "histogram"}, {"inter_token_latency_seconds", "histogram"},
-      {"request_queue_time_seconds", "histogram"},  {"request_prefill_time_seconds", "histogram"},
-      {"request_decode_time_seconds", "histogram"}, {"num_requests_running", "gauge"},
-      {"num_requests_waiting", "gauge"},            {"kv_cache_usage_perc", "gauge"},
-      {"prefix_cache_queries_total", "counter"},    {"prefix_cache_hits_total", "counter"},
-      {"num_preemptions_total", "counter"},         {"iteration_tokens_total", "counter"},
-      {"prompt_tokens_total", "counter"},           {"generation_tokens_total", "counter"},
-      {"request_success_total", "counter"}};
+  const std::vector<std::pair<std::string, std::string>> names = {{"time_to_first_token_seconds", "histogram"},
+                                                                  {"inter_token_latency_seconds", "histogram"},
+                                                                  {"request_queue_time_seconds", "histogram"},
+                                                                  {"request_prefill_time_seconds", "histogram"},
+                                                                  {"request_decode_time_seconds", "histogram"},
+                                                                  {"num_requests_running", "gauge"},
+                                                                  {"num_requests_waiting", "gauge"},
+                                                                  {"kv_cache_usage_perc", "gauge"},
+                                                                  {"prefix_cache_queries_total", "counter"},
+                                                                  {"prefix_cache_hits_total", "counter"},
+                                                                  {"num_preemptions_total", "counter"},
+                                                                  {"iteration_tokens_total", "counter"},
+                                                                  {"prompt_tokens_total", "counter"},
+                                                                  {"generation_tokens_total", "counter"},
+                                                                  {"request_success_total", "counter"}};
   for (const auto& [name, type] : names) {
     EXPECT_NE(text.find("# HELP kvik:" + name + " "), std::string::npos) << name;
     EXPECT_NE(text.find("# TYPE kvik:" + name + " " + type + "\n"), std::string::npos) << name;
@@ -205,7 +239,6 @@ TEST(Metrics, EveryCourseMetricHasHelpAndType) {
       << text;
   EXPECT_EQ(escape_label_value("a\\b\nc"), "a\\\\b\\nc");
 }
-
 
 TEST(ChatTemplate, FallbackRendersRolesAndGenerationPrompt) {
   const json messages = {{{"role", "system"}, {"content", "Be brief."}},
@@ -225,7 +258,7 @@ TEST(ChatTemplate, ModelTemplateIsUsedWithBosAndSpecialTokensParsed) {
   EXPECT_EQ(render_chat(chat_format(*tok), messages, true).text, "<s>[user] Hi</s>[assistant]");
   const auto ids = chat_prompt_ids(*tok, messages, true);
   ASSERT_FALSE(ids.empty());
-  EXPECT_EQ(ids[0], tok->bos_id());                                      // once, from the template
+  EXPECT_EQ(ids[0], tok->bos_id());  // once, from the template
   EXPECT_NE(ids[1], tok->bos_id());
   EXPECT_NE(std::find(ids.begin(), ids.end(), tok->eos_id()), ids.end());  // "</s>" became the EOS id
   auto broken = test_models::stories_tokenizer("{% for m in messages %}{{ m.role }");

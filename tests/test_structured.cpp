@@ -29,8 +29,12 @@ bool matches_gbnf(const std::string& gbnf, std::string_view text) {
   DfaCursor c = dfa.start();
   return dfa.advance(c, text) && dfa.accepting(c);
 }
-bool matches_regex(const std::string& re, std::string_view text) { return matches_gbnf("root ::= " + regex_to_gbnf(re) + "\n", text); }
-bool matches_schema(const std::string& schema, std::string_view text) { return matches_gbnf(json_schema_to_gbnf(schema), text); }
+bool matches_regex(const std::string& re, std::string_view text) {
+  return matches_gbnf("root ::= " + regex_to_gbnf(re) + "\n", text);
+}
+bool matches_schema(const std::string& schema, std::string_view text) {
+  return matches_gbnf(json_schema_to_gbnf(schema), text);
+}
 
 const char* kArithmetic = R"GBNF(# arithmetic with precedence
 root   ::= expr
@@ -147,14 +151,18 @@ TEST(JsonSchema, PropertiesRequiredAndOptionalInOrder) {
 }
 
 TEST(JsonSchema, ArraysEnumsConstAnyOfRefsAndPatterns) {
-  EXPECT_TRUE(matches_schema(R"({"type":"array","items":{"enum":["x",1,null]},"minItems":1,"maxItems":2})", R"(["x", null])"));
+  EXPECT_TRUE(
+      matches_schema(R"({"type":"array","items":{"enum":["x",1,null]},"minItems":1,"maxItems":2})", R"(["x", null])"));
   EXPECT_FALSE(matches_schema(R"({"type":"array","items":{"enum":["x",1,null]},"minItems":1,"maxItems":2})", "[]"));
-  EXPECT_FALSE(matches_schema(R"({"type":"array","items":{"enum":["x",1,null]},"minItems":1,"maxItems":2})", "[1,1,1]"));
+  EXPECT_FALSE(
+      matches_schema(R"({"type":"array","items":{"enum":["x",1,null]},"minItems":1,"maxItems":2})", "[1,1,1]"));
   EXPECT_TRUE(matches_schema(R"({"const":{"k":[1,2]}})", R"({"k":[1,2]})"));
   EXPECT_TRUE(matches_schema(R"({"anyOf":[{"type":"number"},{"type":"null"}]})", "-1.5e3"));
   EXPECT_TRUE(matches_schema(R"({"type":["string","null"]})", "null"));
-  EXPECT_TRUE(matches_schema(R"({"$defs":{"n":{"type":"object","properties":{"next":{"anyOf":[{"$ref":"#/$defs/n"},{"type":"null"}]}},
-      "required":["next"]}},"$ref":"#/$defs/n"})", R"({"next":{"next":null}})"));
+  EXPECT_TRUE(matches_schema(
+      R"({"$defs":{"n":{"type":"object","properties":{"next":{"anyOf":[{"$ref":"#/$defs/n"},{"type":"null"}]}},
+      "required":["next"]}},"$ref":"#/$defs/n"})",
+      R"({"next":{"next":null}})"));
   const std::string pat = R"({"type":"string","pattern":"^\\d{3}-[a-z\"]+$"})";
   EXPECT_TRUE(matches_schema(pat, R"("123-ab\"c")"));
   EXPECT_FALSE(matches_schema(pat, R"("123-ab"c")"));

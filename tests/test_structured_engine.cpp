@@ -77,7 +77,8 @@ struct SchemaGen {
   explicit SchemaGen(uint32_t seed) : rng(seed) {}
   int pick(int n) { return static_cast<int>(rng() % static_cast<uint32_t>(n)); }
   std::string word() {
-    static const char* words[] = {"name", "age", "id", "tags", "kind", "value", "items", "ok", "score", "note", "x", "é"};
+    static const char* words[] = {"name",  "age", "id",    "tags", "kind", "value",
+                                  "items", "ok",  "score", "note", "x",    "é"};
     return words[pick(12)] + std::to_string(pick(10));
   }
   json scalar_value() {
@@ -98,8 +99,12 @@ struct SchemaGen {
         return s;
       }
       case 1: {
-        static const char* patterns[] = {"^[a-z]{1,6}$", "^\\d{3}-\\d{4}$", "^(yes|no|maybe)$", "^[A-Z][a-z]{0,4}( [A-Z][a-z]{0,4})?$",
-                                         "^\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])$", "^\"?[^\"\\\\]{0,3}\\\\?$"};
+        static const char* patterns[] = {"^[a-z]{1,6}$",
+                                         "^\\d{3}-\\d{4}$",
+                                         "^(yes|no|maybe)$",
+                                         "^[A-Z][a-z]{0,4}( [A-Z][a-z]{0,4})?$",
+                                         "^\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])$",
+                                         "^\"?[^\"\\\\]{0,3}\\\\?$"};
         return {{"type", "string"}, {"pattern", patterns[pick(6)]}};
       }
       case 2: return {{"type", "integer"}};
@@ -179,8 +184,12 @@ TEST(StructuredEngine, TwoHundredRandomSchemasAllFinishedOutputsValidate) {
   for (int i = 0; i < 200; ++i) {
     const Result& r = res["s" + std::to_string(i)];
     EXPECT_NE(r.finish_reason, "error") << r.error;
-    out << json{{"id", i}, {"check", "json_schema"}, {"schema", schemas[i]}, {"text", r.text}, {"finish_reason", r.finish_reason}}.dump(
-               -1, ' ', false, json::error_handler_t::replace)
+    out << json{{"id", i},
+                {"check", "json_schema"},
+                {"schema", schemas[i]},
+                {"text", r.text},
+                {"finish_reason", r.finish_reason}}
+               .dump(-1, ' ', false, json::error_handler_t::replace)
         << "\n";
   }
   out.close();
@@ -196,9 +205,10 @@ TEST(StructuredEngine, RegexAndGrammarOutputsAlwaysMatch) {
   };
   const std::string date = R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))";
   const std::string email = R"([a-z0-9._%+-]{1,12}@[a-z0-9-]{1,10}(\.[a-z0-9-]{1,8}){0,2}\.[a-z]{2,4})";
-  const std::string arithmetic = "root ::= expr\nexpr ::= term ((\"+\" | \"-\") term){0,3}\n"
-                                 "term ::= factor ((\"*\" | \"/\") factor){0,2}\n"
-                                 "factor ::= number | \"(\" expr \")\" | \"-\" factor\nnumber ::= [0-9]{1,3} (\".\" [0-9]{1,2})?\n";
+  const std::string arithmetic =
+      "root ::= expr\nexpr ::= term ((\"+\" | \"-\") term){0,3}\n"
+      "term ::= factor ((\"*\" | \"/\") factor){0,2}\n"
+      "factor ::= number | \"(\" expr \")\" | \"-\" factor\nnumber ::= [0-9]{1,3} (\".\" [0-9]{1,2})?\n";
   const std::string json_gbnf = R"GBNF(root ::= object
 value ::= object | array | string | number | ("true" | "false" | "null") ws
 object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value){0,3} )? "}" ws
@@ -231,7 +241,10 @@ ws ::= | " " | "\n" [ \t]{0,4}
   for (size_t c = 0; c < cases.size(); ++c)
     for (int k = 0; k < per_case; ++k) {
       const Result& r = res[fmt::format("c{}-{}", c, k)];
-      json j = {{"id", fmt::format("c{}-{}", c, k)}, {"check", cases[c].check}, {"text", r.text}, {"finish_reason", r.finish_reason}};
+      json j = {{"id", fmt::format("c{}-{}", c, k)},
+                {"check", cases[c].check},
+                {"text", r.text},
+                {"finish_reason", r.finish_reason}};
       if (cases[c].check == "regex") j["pattern"] = cases[c].pattern;
       if (cases[c].check == "choice") j["choices"] = cases[c].spec.choices;
       out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
@@ -247,12 +260,14 @@ TEST(StructuredEngine, MaxTokensCutsWithLengthAndBadSpecsAreRefusedByName) {
   p.structured_output = StructuredOutputSpec::json_schema(
       R"({"type":"object","properties":{"a":{"type":"string","minLength":20,"maxLength":30}},"required":["a"]})");
   ASSERT_EQ(msg(e->add_request("cut", prompt("Lily"), p)), "");
-  p.structured_output = StructuredOutputSpec::json_schema(R"({"type":"object","properties":{"n":{"type":"integer","maximum":3}}})");
+  p.structured_output =
+      StructuredOutputSpec::json_schema(R"({"type":"object","properties":{"n":{"type":"integer","maximum":3}}})");
   const std::string err = msg(e->add_request("bad", prompt("Lily"), p));
   EXPECT_NE(err.find("/properties/n"), std::string::npos) << err;
   EXPECT_NE(err.find("'maximum'"), std::string::npos) << err;
   p.structured_output = StructuredOutputSpec::grammar("root ::= undefined-rule\n");
-  EXPECT_NE(msg(e->add_request("bad2", prompt("Lily"), p)).find("'undefined-rule' is used but not defined"), std::string::npos);
+  EXPECT_NE(msg(e->add_request("bad2", prompt("Lily"), p)).find("'undefined-rule' is used but not defined"),
+            std::string::npos);
   p.structured_output = StructuredOutputSpec::regex("(a");
   EXPECT_NE(msg(e->add_request("bad3", prompt("Lily"), p)).find("regex:"), std::string::npos);
   auto res = run_all(*e);

@@ -3,8 +3,8 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
-#include <set>
 #include <numeric>
+#include <set>
 #include <thread>
 
 #include "core/thread_pool.h"

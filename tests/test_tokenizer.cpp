@@ -98,10 +98,14 @@ bool is_valid_utf8(std::string_view s) {
 std::string printable(std::string_view s) {
   std::string out;
   for (char c : s) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\r') out += "\\r";
-    else out += c;
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c == '\r')
+      out += "\\r";
+    else
+      out += c;
   }
   return out;
 }
@@ -156,8 +160,15 @@ TEST(SpmTokenizer, DecodeOfEncodeIsIdentity) {
 TEST(SpmTokenizer, LiteralSpaceMarkerDecodesAsSpace) {
   // Same as llama.cpp (and SentencePiece): "a▁b" and "a b" encode alike.
   const Tokenizer& tok = stories();
-  EXPECT_EQ(tok.encode("a\xE2\x96\x81" "b", true, false), tok.encode("a b", true, false));
-  EXPECT_EQ(tok.decode(tok.encode("a\xE2\x96\x81" "b", true, false), true), "a b");
+  EXPECT_EQ(tok.encode("a\xE2\x96\x81"
+                       "b",
+                       true, false),
+            tok.encode("a b", true, false));
+  EXPECT_EQ(tok.decode(tok.encode("a\xE2\x96\x81"
+                                  "b",
+                                  true, false),
+                       true),
+            "a b");
 }
 
 TEST(SpmTokenizer, DecodeKeepsSpecialTextUnlessSkipped) {
@@ -171,8 +182,15 @@ TEST(SpmTokenizer, DecodeKeepsSpecialTextUnlessSkipped) {
 
 TEST(SpmTokenizer, InvalidUtf8GoesThroughByteFallback) {
   const Tokenizer& tok = stories();
-  const std::vector<std::string> inputs = {"\xFF", "\xC3", "a\xC3(b", "\xE2\x82", "\x80\x80\x80", "\xF0\x9F\x98",
-                                           "\xED\xA0\x80", "ok \xF8\x88\x80\x80\x80 ok", std::string("nul\0byte", 8)};
+  const std::vector<std::string> inputs = {"\xFF",
+                                           "\xC3",
+                                           "a\xC3(b",
+                                           "\xE2\x82",
+                                           "\x80\x80\x80",
+                                           "\xF0\x9F\x98",
+                                           "\xED\xA0\x80",
+                                           "ok \xF8\x88\x80\x80\x80 ok",
+                                           std::string("nul\0byte", 8)};
   for (const std::string& s : inputs) {
     const auto ids = tok.encode(s, true, false);
     for (int32_t id : ids) EXPECT_TRUE(id >= 0 && id < tok.vocab_size());
@@ -188,7 +206,10 @@ TEST(SpmTokenizer, InvalidUtf8GoesThroughByteFallback) {
 TEST(SpmTokenizer, RandomBytesRoundTripAndStreamValidUtf8) {
   const Tokenizer& tok = stories();
   uint64_t state = 0x9E3779B97F4A7C15ull;
-  auto next = [&] { state = state * 6364136223846793005ull + 1442695040888963407ull; return state >> 33; };
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return state >> 33;
+  };
   for (int iter = 0; iter < 300; ++iter) {
     std::string s(next() % 40, '\0');
     for (char& c : s) c = static_cast<char>(next() % 4 == 0 ? "a \xC3\xE2\xF0\x80\xBF\xFF"[next() % 8] : next());
@@ -400,9 +421,7 @@ TEST(SpmTokenizerLoad, EosIdPastTheVocabNamesTheKey) {
   expect_load_error(w, "tokenizer.ggml.eos_token_id");
 }
 
-TEST(SpmTokenizerLoad, EmptyVocabNamesTheKey) {
-  expect_load_error(writer_for(VocabSpec{}), "tokenizer.ggml.tokens");
-}
+TEST(SpmTokenizerLoad, EmptyVocabNamesTheKey) { expect_load_error(writer_for(VocabSpec{}), "tokenizer.ggml.tokens"); }
 
 TEST(SpmTokenizerLoad, MissingTokensNamesTheKey) {
   GgufWriter w;

@@ -53,10 +53,14 @@ ChatPrompt render_in(const ChatFormat& format, const Json& messages, bool add_ge
   if (!extra.is_null() && !extra.is_object()) fail("chat template: extra variables must be a JSON object");
   Json vars = extra.is_object() ? extra : Json::object();
   vars["add_generation_prompt"] = add_generation_prompt;
-  if (!format.bos_token.empty()) vars["bos_token"] = format.bos_token;
-  else vars.erase("bos_token");
-  if (!format.eos_token.empty()) vars["eos_token"] = format.eos_token;
-  else vars.erase("eos_token");
+  if (!format.bos_token.empty())
+    vars["bos_token"] = format.bos_token;
+  else
+    vars.erase("bos_token");
+  if (!format.eos_token.empty())
+    vars["eos_token"] = format.eos_token;
+  else
+    vars.erase("eos_token");
   return {render(format.jinja, messages, vars, jinja::Limits{}), true};
 }
 

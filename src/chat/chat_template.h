@@ -42,8 +42,7 @@ ChatPrompt render_chat(const ChatFormat& format, const nlohmann::ordered_json& m
 
 // The template engine under render_chat(): renders `tmpl` with `messages` and the top-level variables in
 // `extra` exactly as given (absent ones stay undefined). Throws jinja::TemplateError with line and column.
-std::string render_chat_template(const std::string& tmpl, const nlohmann::json& messages,
-                                 const nlohmann::json& extra);
+std::string render_chat_template(const std::string& tmpl, const nlohmann::json& messages, const nlohmann::json& extra);
 std::string render_chat_template(const std::string& tmpl, const nlohmann::ordered_json& messages,
                                  const nlohmann::ordered_json& extra, const jinja::Limits& limits = {});
 

@@ -39,20 +39,42 @@ using NodePtr = std::unique_ptr<Node>;
 struct Node {
   enum class Kind {
     // statements
-    kText, kOutput, kIf, kFor, kSet, kSetBlock, kMacro, kCallBlock, kBreak, kContinue,
+    kText,
+    kOutput,
+    kIf,
+    kFor,
+    kSet,
+    kSetBlock,
+    kMacro,
+    kCallBlock,
+    kBreak,
+    kContinue,
     // expressions
-    kLiteral, kName, kAttr, kIndex, kSlice, kCall, kFilter, kTest, kUnary, kBinary, kTernary, kList, kDict, kTuple,
+    kLiteral,
+    kName,
+    kAttr,
+    kIndex,
+    kSlice,
+    kCall,
+    kFilter,
+    kTest,
+    kUnary,
+    kBinary,
+    kTernary,
+    kList,
+    kDict,
+    kTuple,
   };
   Kind kind;
   int line = 1, column = 1;
-  std::string str;                // text, name, operator, attribute, filter/test name
-  Value value;                    // literal
-  std::vector<NodePtr> kids;      // operands / positional args / list items / dict keys+values alternating
+  std::string str;            // text, name, operator, attribute, filter/test name
+  Value value;                // literal
+  std::vector<NodePtr> kids;  // operands / positional args / list items / dict keys+values alternating
   std::vector<std::pair<std::string, NodePtr>> kwargs;
   std::vector<std::string> names;  // for-loop targets, macro params, set targets
   std::vector<NodePtr> body, orelse;
-  bool negated = false;            // `is not`
-  int height = 1;                  // of an expression's tree: evaluating it recurses this deep
+  bool negated = false;  // `is not`
+  int height = 1;        // of an expression's tree: evaluating it recurses this deep
 };
 
 // Parses the token stream into statements; throws TemplateError at the offending token.

@@ -110,8 +110,10 @@ Value Renderer::range(const Node& n, const CallArgs& a) {
     if (!v) error(n, "range() needs integers");
     return *v;
   };
-  if (a.positional.size() == 1) stop = num(0);
-  else if (a.positional.size() >= 2) start = num(0), stop = num(1);
+  if (a.positional.size() == 1)
+    stop = num(0);
+  else if (a.positional.size() >= 2)
+    start = num(0), stop = num(1);
   if (a.positional.size() >= 3) step = num(2);
   if (step == 0) error(n, "range() step must not be zero");
   Array out;
@@ -180,8 +182,10 @@ Value Renderer::slice(const Node& n, const ScopePtr& scope) {
   Array items;
   std::string str;
   for (__int128 i = start; step > 0 ? i < stop : i > stop; i += step) {
-    if (obj.is_array()) items.push_back((*obj.a)[static_cast<size_t>(i)]);
-    else str += obj.str()[static_cast<size_t>(i)];
+    if (obj.is_array())
+      items.push_back((*obj.a)[static_cast<size_t>(i)]);
+    else
+      str += obj.str()[static_cast<size_t>(i)];
   }
   return obj.is_array() ? Value::array(std::move(items)) : Value::string(std::move(str));
 }

@@ -17,7 +17,9 @@ Value trim(Renderer& r, const FilterCall& c) {
 }
 Value upper(Renderer& r, const FilterCall& c) { return Value::string(ascii_upper(r.text(c.value))); }
 Value lower(Renderer& r, const FilterCall& c) { return Value::string(ascii_lower(r.text(c.value))); }
-Value string(Renderer& r, const FilterCall& c) { return c.value.is_string() ? c.value : Value::string(r.text(c.value)); }
+Value string(Renderer& r, const FilterCall& c) {
+  return c.value.is_string() ? c.value : Value::string(r.text(c.value));
+}
 Value capitalize(Renderer& r, const FilterCall& c) { return Value::string(title_case(r.text(c.value), false)); }
 Value title(Renderer& r, const FilterCall& c) { return Value::string(title_case(r.text(c.value), true)); }
 
@@ -229,13 +231,34 @@ Value map(Renderer& r, const FilterCall& c) {
 
 FilterFn find_filter(std::string_view name) {
   static const std::unordered_map<std::string_view, FilterFn> table = {
-      {"trim", trim},         {"upper", upper},         {"lower", lower},         {"string", string},
-      {"capitalize", capitalize}, {"title", title},     {"replace", replace},     {"tojson", tojson},
-      {"indent", indent},     {"length", length},       {"count", length},        {"default", default_value},
-      {"d", default_value},   {"int", to_int},          {"float", to_float},      {"abs", abs},
-      {"items", items},       {"list", list},           {"first", first},         {"last", last},
-      {"reverse", reverse},   {"join", join},           {"unique", unique},       {"sum", sum},
-      {"selectattr", selectattr}, {"rejectattr", rejectattr}, {"select", select}, {"reject", reject},
+      {"trim", trim},
+      {"upper", upper},
+      {"lower", lower},
+      {"string", string},
+      {"capitalize", capitalize},
+      {"title", title},
+      {"replace", replace},
+      {"tojson", tojson},
+      {"indent", indent},
+      {"length", length},
+      {"count", length},
+      {"default", default_value},
+      {"d", default_value},
+      {"int", to_int},
+      {"float", to_float},
+      {"abs", abs},
+      {"items", items},
+      {"list", list},
+      {"first", first},
+      {"last", last},
+      {"reverse", reverse},
+      {"join", join},
+      {"unique", unique},
+      {"sum", sum},
+      {"selectattr", selectattr},
+      {"rejectattr", rejectattr},
+      {"select", select},
+      {"reject", reject},
       {"map", map},
   };
   auto it = table.find(name);

@@ -157,8 +157,8 @@ class Lexer {
       advance();
       push(Token::Kind::kString, std::move(s), line, col);
     } else {
-      static constexpr std::string_view kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~",
-                                                  "<",  ">",  "=",  ".",  ",",  ":",  "|", "(", ")", "[", "]", "{", "}"};
+      static constexpr std::string_view kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
+                                                  ">",  "=",  ".",  ",",  ":",  "|",  "(", ")", "[", "]", "{", "}"};
       for (std::string_view op : kOps)
         if (at(op)) {
           advance(op.size());

@@ -14,9 +14,12 @@ Value Renderer::dict_method(const Value& obj, const std::string& name) {
       Array out;
       if (const auto o = weak.lock()) {
         for (const auto& [k, v] : *o) {
-          if (name == "items") out.push_back(Value::array({Value::string(k), v}));
-          else if (name == "keys") out.push_back(Value::string(k));
-          else out.push_back(v);
+          if (name == "items")
+            out.push_back(Value::array({Value::string(k), v}));
+          else if (name == "keys")
+            out.push_back(Value::string(k));
+          else
+            out.push_back(v);
         }
       }
       return Value::array(std::move(out));
@@ -80,14 +83,22 @@ using StrMethodFn = Value (*)(const StrMethod& m, const CallArgs& a);
 
 StrMethodFn find_str_method(const std::string& name) {
   static const std::unordered_map<std::string, StrMethodFn> table = {
-      {"startswith", [](const StrMethod& m, const CallArgs& a) { return Value::boolean(m.s->starts_with(m.arg_string(a, 0))); }},
-      {"endswith", [](const StrMethod& m, const CallArgs& a) { return Value::boolean(m.s->ends_with(m.arg_string(a, 0))); }},
-      {"strip", [](const StrMethod& m, const CallArgs& a) {
-         return Value::string(strip_chars(*m.s, a.positional.empty() ? nullptr : &a.positional[0], true, true)); }},
-      {"lstrip", [](const StrMethod& m, const CallArgs& a) {
-         return Value::string(strip_chars(*m.s, a.positional.empty() ? nullptr : &a.positional[0], true, false)); }},
-      {"rstrip", [](const StrMethod& m, const CallArgs& a) {
-         return Value::string(strip_chars(*m.s, a.positional.empty() ? nullptr : &a.positional[0], false, true)); }},
+      {"startswith",
+       [](const StrMethod& m, const CallArgs& a) { return Value::boolean(m.s->starts_with(m.arg_string(a, 0))); }},
+      {"endswith",
+       [](const StrMethod& m, const CallArgs& a) { return Value::boolean(m.s->ends_with(m.arg_string(a, 0))); }},
+      {"strip",
+       [](const StrMethod& m, const CallArgs& a) {
+         return Value::string(strip_chars(*m.s, a.positional.empty() ? nullptr : &a.positional[0], true, true));
+       }},
+      {"lstrip",
+       [](const StrMethod& m, const CallArgs& a) {
+         return Value::string(strip_chars(*m.s, a.positional.empty() ? nullptr : &a.positional[0], true, false));
+       }},
+      {"rstrip",
+       [](const StrMethod& m, const CallArgs& a) {
+         return Value::string(strip_chars(*m.s, a.positional.empty() ? nullptr : &a.positional[0], false, true));
+       }},
       {"upper", [](const StrMethod& m, const CallArgs&) { return Value::string(ascii_upper(*m.s)); }},
       {"lower", [](const StrMethod& m, const CallArgs&) { return Value::string(ascii_lower(*m.s)); }},
       {"title", [](const StrMethod& m, const CallArgs&) { return Value::string(title_case(*m.s, true)); }},

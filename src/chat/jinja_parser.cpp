@@ -297,8 +297,8 @@ class Parser {
     NodePtr l = additive();
     for (;;) {
       const Token& t = peek();
-      if (t.kind == K::kOp && (t.text == "==" || t.text == "!=" || t.text == "<" || t.text == ">" || t.text == "<=" ||
-                               t.text == ">=")) {
+      if (t.kind == K::kOp &&
+          (t.text == "==" || t.text == "!=" || t.text == "<" || t.text == ">" || t.text == "<=" || t.text == ">=")) {
         ++p_;
         l = binary(std::move(l), t, additive());
       } else if (is_name("in")) {
@@ -478,9 +478,12 @@ class Parser {
       case K::kName: {
         ++p_;
         auto n = node(Node::Kind::kLiteral, t);
-        if (t.text == "true" || t.text == "True") n->value = Value::boolean(true);
-        else if (t.text == "false" || t.text == "False") n->value = Value::boolean(false);
-        else if (t.text == "none" || t.text == "None") n->value = Value::none();
+        if (t.text == "true" || t.text == "True")
+          n->value = Value::boolean(true);
+        else if (t.text == "false" || t.text == "False")
+          n->value = Value::boolean(false);
+        else if (t.text == "none" || t.text == "None")
+          n->value = Value::none();
         else {
           n->kind = Node::Kind::kName;
           n->str = t.text;
@@ -491,8 +494,7 @@ class Parser {
         if (t.text == "(") return parenthesized(t);
         if (t.text == "[" || t.text == "{") return list_or_dict(t);
         break;
-      default:
-        break;
+      default: break;
     }
     error(t, "expected an expression");
   }

@@ -22,9 +22,12 @@ void Renderer::charge(const Node& at, size_t bytes) {
 }
 
 void Renderer::charge(const Node& at, const Value& v) {
-  if (v.is_string()) charge(at, v.str().size());
-  else if (v.is_array()) charge(at, v.a->size() * sizeof(Value));
-  else if (v.kind == K::kObject) charge(at, v.o->size() * sizeof(Value));
+  if (v.is_string())
+    charge(at, v.str().size());
+  else if (v.is_array())
+    charge(at, v.a->size() * sizeof(Value));
+  else if (v.kind == K::kObject)
+    charge(at, v.o->size() * sizeof(Value));
 }
 
 void Renderer::count_iteration(const Node& n) {
@@ -33,7 +36,8 @@ void Renderer::count_iteration(const Node& n) {
 }
 
 Value Renderer::make_string(const Node& at, std::string s) {
-  if (s.size() > limits_.max_output_bytes) error(at, fmt::format("a string longer than {} bytes", limits_.max_output_bytes));
+  if (s.size() > limits_.max_output_bytes)
+    error(at, fmt::format("a string longer than {} bytes", limits_.max_output_bytes));
   return Value::string(std::move(s));
 }
 
@@ -163,9 +167,12 @@ Array Renderer::loop_items(const Node& n, const Value& seq) {
         count_iteration(n);
         size_t len = 1;
         const auto c = static_cast<unsigned char>(seq.str()[i]);
-        if (c >= 0xF0) len = 4;
-        else if (c >= 0xE0) len = 3;
-        else if (c >= 0xC0) len = 2;
+        if (c >= 0xF0)
+          len = 4;
+        else if (c >= 0xE0)
+          len = 3;
+        else if (c >= 0xC0)
+          len = 2;
         items.push_back(Value::string(seq.str().substr(i, len)));
         i += len;
       }

@@ -36,7 +36,9 @@ class Renderer {
  public:
   explicit Renderer(const Limits& limits) : limits_(limits) {}
 
-  [[noreturn]] static void error(const Node& n, const std::string& what) { throw TemplateError(what, n.line, n.column); }
+  [[noreturn]] static void error(const Node& n, const std::string& what) {
+    throw TemplateError(what, n.line, n.column);
+  }
   const Limits& limits() const { return limits_; }
 
   // Statements (jinja_renderer.cpp).

@@ -32,8 +32,10 @@ std::string title_case(const std::string& s, bool title) {
   std::string out = title ? s : ascii_lower(s);
   bool start = true;
   for (char& c : out) {
-    if (start) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    else if (title) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (start)
+      c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    else if (title)
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     start = title ? is_ws(c) : false;
   }
   return out;
@@ -79,9 +81,8 @@ Value split(const std::string& s, const Value* sep, int64_t maxsplit) {
   const std::string& d = sep->str();
   size_t pos = 0;
   for (;;) {
-    const size_t at = (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) || d.empty()
-                          ? std::string::npos
-                          : s.find(d, pos);
+    const size_t at = (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) || d.empty() ? std::string::npos
+                                                                                                     : s.find(d, pos);
     if (at == std::string::npos) {
       parts.push_back(Value::string(s.substr(pos)));
       break;

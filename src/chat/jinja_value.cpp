@@ -117,7 +117,10 @@ struct JsonWriter {
       case K::kBool: out += v.b ? "true" : "false"; return;
       case K::kInt: out += std::to_string(v.i); return;
       case K::kFloat: out += js_number(v.f); return;
-      case K::kString: json_string(*v.s, out); check(); return;
+      case K::kString:
+        json_string(*v.s, out);
+        check();
+        return;
       case K::kFunction: out += "null"; return;
       default: break;
     }

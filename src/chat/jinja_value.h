@@ -38,23 +38,57 @@ struct Value {
   int64_t i = 0;
   double f = 0;
   std::shared_ptr<const std::string> s;  // kString
-  std::shared_ptr<Array> a;   // shared: lists and dicts have reference semantics, as in Python
-  std::shared_ptr<Object> o;  // kObject and kNamespace; for a bound dict method (kFunction), its dict
+  std::shared_ptr<Array> a;              // shared: lists and dicts have reference semantics, as in Python
+  std::shared_ptr<Object> o;             // kObject and kNamespace; for a bound dict method (kFunction), its dict
   std::shared_ptr<Function> fn;
 
-  static Value none() { Value v; v.kind = Kind::kNone; return v; }
-  static Value boolean(bool x) { Value v; v.kind = Kind::kBool; v.b = x; return v; }
-  static Value integer(int64_t x) { Value v; v.kind = Kind::kInt; v.i = x; return v; }
-  static Value number(double x) { Value v; v.kind = Kind::kFloat; v.f = x; return v; }
+  static Value none() {
+    Value v;
+    v.kind = Kind::kNone;
+    return v;
+  }
+  static Value boolean(bool x) {
+    Value v;
+    v.kind = Kind::kBool;
+    v.b = x;
+    return v;
+  }
+  static Value integer(int64_t x) {
+    Value v;
+    v.kind = Kind::kInt;
+    v.i = x;
+    return v;
+  }
+  static Value number(double x) {
+    Value v;
+    v.kind = Kind::kFloat;
+    v.f = x;
+    return v;
+  }
   static Value string(std::string x) {
     Value v;
     v.kind = Kind::kString;
     v.s = std::make_shared<const std::string>(std::move(x));
     return v;
   }
-  static Value array(Array x = {}) { Value v; v.kind = Kind::kArray; v.a = std::make_shared<Array>(std::move(x)); return v; }
-  static Value object(Object x = {}, Kind k = Kind::kObject) { Value v; v.kind = k; v.o = std::make_shared<Object>(std::move(x)); return v; }
-  static Value function(Function f) { Value v; v.kind = Kind::kFunction; v.fn = std::make_shared<Function>(std::move(f)); return v; }
+  static Value array(Array x = {}) {
+    Value v;
+    v.kind = Kind::kArray;
+    v.a = std::make_shared<Array>(std::move(x));
+    return v;
+  }
+  static Value object(Object x = {}, Kind k = Kind::kObject) {
+    Value v;
+    v.kind = k;
+    v.o = std::make_shared<Object>(std::move(x));
+    return v;
+  }
+  static Value function(Function f) {
+    Value v;
+    v.kind = Kind::kFunction;
+    v.fn = std::make_shared<Function>(std::move(f));
+    return v;
+  }
 
   const std::string& str() const;  // the text of a kString, "" for any other kind
 

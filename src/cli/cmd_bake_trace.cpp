@@ -96,12 +96,13 @@ Run add_trace(CLI::App& app) {
     const std::vector<float> logits = seq.append(step);
     std::vector<int64_t> slots;
     for (int64_t t = n_ctx - T; t < n_ctx; ++t) slots.push_back(t);  // contiguous blocks: slot = position
-    std::printf("%s step of %s: T = %ld, ctx = %ld, d = %ld, n_h = %ld, n_kv = %ld, d_h = %ld, d_ff = %ld, V = %ld, "
-                "L = %ld\n",
-                o->decode ? "decode" : "prefill", interp::model_id(*model).c_str(), static_cast<long>(T),
-                static_cast<long>(n_ctx), static_cast<long>(cfg.dim), static_cast<long>(cfg.n_heads),
-                static_cast<long>(cfg.n_kv_heads), static_cast<long>(cfg.head_dim), static_cast<long>(cfg.ff_dim),
-                static_cast<long>(cfg.vocab_size), static_cast<long>(cfg.n_layers));
+    std::printf(
+        "%s step of %s: T = %ld, ctx = %ld, d = %ld, n_h = %ld, n_kv = %ld, d_h = %ld, d_ff = %ld, V = %ld, "
+        "L = %ld\n",
+        o->decode ? "decode" : "prefill", interp::model_id(*model).c_str(), static_cast<long>(T),
+        static_cast<long>(n_ctx), static_cast<long>(cfg.dim), static_cast<long>(cfg.n_heads),
+        static_cast<long>(cfg.n_kv_heads), static_cast<long>(cfg.head_dim), static_cast<long>(cfg.ff_dim),
+        static_cast<long>(cfg.vocab_size), static_cast<long>(cfg.n_layers));
     print_trace(cfg, T, n_ctx, slots, rms);
     const auto top = interp::top_k(interp::softmax(logits.data(), cfg.vocab_size), 1)[0];
     std::printf("  next token: %d '%s' (p = %.3f)\n", top.id, tok->token_to_piece(top.id).c_str(), top.prob);
@@ -117,8 +118,9 @@ Run add_bake_ablation(CLI::App& app) {
   auto* c = app.add_subcommand("bake-ablation", "Remove a direction from the weights that write the residual stream");
   c->add_option("--model,-m", o->model, "GGUF model file")->required();
   c->add_option("--direction", o->direction, "Direction JSON (kvik direction)")->required();
-  c->add_option("--layers", o->layers, "Stream layers, e.g. 0-8 (0 = embedding rows, l = block l-1's o_proj and "
-                                       "down; default: all)");
+  c->add_option("--layers", o->layers,
+                "Stream layers, e.g. 0-8 (0 = embedding rows, l = block l-1's o_proj and "
+                "down; default: all)");
   c->add_option("--type", o->type, "Type of the rewritten matrices (default: each one's own type)");
   c->add_option("--out,-o", o->out, "GGUF file to write")->required();
   return [o]() {

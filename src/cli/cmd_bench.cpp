@@ -60,10 +60,11 @@ void print_text(const nlohmann::json& j) {
               j["ttft_ms"]["p99"].get<double>(), j["itl_ms"]["p50"].get<double>(), j["itl_ms"]["p99"].get<double>());
   const double roofline = j["decode_roofline_tok_s"].get<double>();
   if (roofline > 0)
-    std::printf("memory bandwidth %.1f GB/s, %.1f MB read per token: decode roofline %.1f tok/s; "
-                "decode at the median ITL %.1f tok/s = %.0f%% of it\n",
-                j["memory_bandwidth_gbs"].get<double>(), j["bytes_read_per_token"].get<double>() / 1e6, roofline,
-                j["decode_tok_s"].get<double>(), 100 * j["roofline_fraction"].get<double>());
+    std::printf(
+        "memory bandwidth %.1f GB/s, %.1f MB read per token: decode roofline %.1f tok/s; "
+        "decode at the median ITL %.1f tok/s = %.0f%% of it\n",
+        j["memory_bandwidth_gbs"].get<double>(), j["bytes_read_per_token"].get<double>() / 1e6, roofline,
+        j["decode_tok_s"].get<double>(), 100 * j["roofline_fraction"].get<double>());
   std::printf("prefix cache hit rate %.1f%%, preemptions %lld, peak KV usage %.1f%%\n",
               100 * j["prefix_cache_hit_rate"].get<double>(), j["preemptions"].get<long long>(),
               100 * j["kv_usage_peak"].get<double>());
@@ -80,8 +81,10 @@ int run(const BenchOpts& o) {
   const BenchLoadResult r = run_bench_load(engine, model->config().vocab_size, o.load);
   const double bandwidth = o.bandwidth ? std::max(bandwidth_before, measure_memory_bandwidth_gbs()) : 0.0;
   const nlohmann::json j = report(o, r, *model, bandwidth);
-  if (o.json) std::printf("%s\n", j.dump().c_str());
-  else print_text(j);
+  if (o.json)
+    std::printf("%s\n", j.dump().c_str());
+  else
+    print_text(j);
   return 0;
 }
 

@@ -34,7 +34,7 @@ struct BenchServeOptions {
   std::string base_url = "http://127.0.0.1:8000";
   std::string model, api_key, request_rate = "inf";
   DatasetOptions data;
-  int64_t max_concurrency = 0;  // 0 = no limit
+  int64_t max_concurrency = 0;       // 0 = no limit
   std::vector<std::string> goodput;  // "ttft:MS", "tpot:MS", "e2el:MS"
   bool json = false;
 };
@@ -133,18 +133,29 @@ json summarize(const BenchServeOptions& o, const std::vector<RequestResult>& res
     if (r.output_tokens > 1) tpot.push_back(tpot_of(r));
     itl.insert(itl.end(), r.itl.begin(), r.itl.end());
     e2el.push_back(r.latency);
-    const bool ok = (!slo.count("ttft") || r.ttft <= slo.at("ttft")) && (!slo.count("tpot") || tpot_of(r) <= slo.at("tpot")) &&
+    const bool ok = (!slo.count("ttft") || r.ttft <= slo.at("ttft")) &&
+                    (!slo.count("tpot") || tpot_of(r) <= slo.at("tpot")) &&
                     (!slo.count("e2el") || r.latency <= slo.at("e2el"));
     good += ok;
   }
-  json j = {{"base_url", o.base_url},      {"dataset", o.data.name},      {"num_prompts", o.data.num_prompts},
-            {"request_rate", o.request_rate}, {"max_concurrency", o.max_concurrency},
-            {"duration_s", duration},       {"completed", completed},      {"failed", failed},
-            {"total_input_tokens", input},  {"total_output_tokens", output},
-            {"request_throughput", completed / duration}, {"output_throughput", output / duration},
+  json j = {{"base_url", o.base_url},
+            {"dataset", o.data.name},
+            {"num_prompts", o.data.num_prompts},
+            {"request_rate", o.request_rate},
+            {"max_concurrency", o.max_concurrency},
+            {"duration_s", duration},
+            {"completed", completed},
+            {"failed", failed},
+            {"total_input_tokens", input},
+            {"total_output_tokens", output},
+            {"request_throughput", completed / duration},
+            {"output_throughput", output / duration},
             {"total_token_throughput", (input + output) / duration},
-            {"ttft", latency_block(ttft)},  {"tpot", latency_block(tpot)}, {"itl", latency_block(itl)},
-            {"e2el", latency_block(e2el)},  {"errors", errors}};
+            {"ttft", latency_block(ttft)},
+            {"tpot", latency_block(tpot)},
+            {"itl", latency_block(itl)},
+            {"e2el", latency_block(e2el)},
+            {"errors", errors}};
   if (!slo.empty()) j["goodput"] = good / duration;
   return j;
 }
@@ -163,15 +174,22 @@ void print_table(const json& j) {
   if (j.contains("goodput")) line("Request goodput (req/s):", num(j["goodput"]));
   line("Output token throughput (tok/s):", num(j["output_throughput"]));
   line("Total token throughput (tok/s):", num(j["total_token_throughput"]));
-  const std::pair<const char*, const char*> blocks[] = {
-      {"ttft", "Time to First Token"}, {"tpot", "Time per Output Token (excl. 1st token)"},
-      {"itl", "Inter-token Latency"}, {"e2el", "End-to-end Latency"}};
+  const std::pair<const char*, const char*> blocks[] = {{"ttft", "Time to First Token"},
+                                                        {"tpot", "Time per Output Token (excl. 1st token)"},
+                                                        {"itl", "Inter-token Latency"},
+                                                        {"e2el", "End-to-end Latency"}};
   for (const auto& [key, title] : blocks) {
     std::printf("%s\n", fmt::format("{:-^50}", title).c_str());
     const std::string k = key;
     for (const char* stat : {"mean", "median", "p99"}) {
-      const std::string label = fmt::format("{} {} (ms):", stat == std::string("median") ? "Median" : stat == std::string("mean") ? "Mean" : "P99",
-                                            k == "e2el" ? "E2EL" : k == "ttft" ? "TTFT" : k == "tpot" ? "TPOT" : "ITL");
+      const std::string label = fmt::format("{} {} (ms):",
+                                            stat == std::string("median") ? "Median"
+                                            : stat == std::string("mean") ? "Mean"
+                                                                          : "P99",
+                                            k == "e2el"   ? "E2EL"
+                                            : k == "ttft" ? "TTFT"
+                                            : k == "tpot" ? "TPOT"
+                                                          : "ITL");
       line(label.c_str(), num(j[k][std::string(stat) + "_ms"]));
     }
   }
@@ -219,8 +237,10 @@ int run_bench_serve(BenchServeOptions& o) {
   const double duration = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   json j = summarize(o, results, duration);
   j["model"] = o.model;
-  if (o.json) std::printf("%s\n", j.dump().c_str());
-  else print_table(j);
+  if (o.json)
+    std::printf("%s\n", j.dump().c_str());
+  else
+    print_table(j);
   return j["completed"].get<int64_t>() > 0 ? 0 : 1;
 }
 
@@ -228,22 +248,28 @@ int run_bench_serve(BenchServeOptions& o) {
 
 Run add_bench_serve(CLI::App& app) {
   auto o = std::make_shared<BenchServeOptions>();
-  auto* c = app.add_subcommand("bench-serve", "Serving benchmark against an OpenAI-compatible server (vLLM's "
-                                              "benchmark_serving.py): throughput, TTFT, TPOT, ITL, E2E, goodput");
+  auto* c = app.add_subcommand("bench-serve",
+                               "Serving benchmark against an OpenAI-compatible server (vLLM's "
+                               "benchmark_serving.py): throughput, TTFT, TPOT, ITL, E2E, goodput");
   c->add_option("--base-url", o->base_url, "Server to benchmark: http://HOST:PORT[/PREFIX]")->capture_default_str();
   c->add_option("--model", o->model, "Model name to request (default: the first one /v1/models lists)");
   c->add_option("--api-key", o->api_key, "Sent as 'Authorization: Bearer KEY'");
-  c->add_option("--num-prompts", o->data.num_prompts, "Requests to send")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--num-prompts", o->data.num_prompts, "Requests to send")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   c->add_option("--request-rate", o->request_rate, "Poisson arrival rate in requests/s, or inf (all at once)")
       ->capture_default_str();
   c->add_option("--max-concurrency", o->max_concurrency, "Most requests in flight at once (0 = no limit)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   c->add_option("--dataset", o->data.name, "random (completions) or synthetic-chat (chat completions)")
       ->capture_default_str();
   c->add_option("--input-len", o->data.input_len, "Prompt length in words (about one token each)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   c->add_option("--output-len", o->data.output_len, "max_tokens per request (sent with ignore_eos)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   c->add_option("--seed", o->data.seed, "Seed for prompts and arrival times")->capture_default_str();
   c->add_option("--goodput", o->goodput, "SLOs for goodput: ttft:MS tpot:MS e2el:MS (all must hold)");
   c->add_flag("--json", o->json, "Print one JSON object instead of the table");

@@ -17,15 +17,21 @@ namespace {
 nlohmann::json to_json(const QuantErrorReport& r) {
   nlohmann::json rows = nlohmann::json::array(), layers = nlohmann::json::array();
   for (const QuantErrorRow& q : r.rows)
-    rows.push_back({{"scheme", q.scheme}, {"description", q.description}, {"bits_per_weight", q.bits_per_weight},
-                    {"weight_rmse", q.weight_rmse}, {"ppl", q.ppl}, {"top1_agreement", q.top1_agreement},
-                    {"matrices", q.matrices}, {"skipped_matrices", q.skipped_matrices}});
+    rows.push_back({{"scheme", q.scheme},
+                    {"description", q.description},
+                    {"bits_per_weight", q.bits_per_weight},
+                    {"weight_rmse", q.weight_rmse},
+                    {"ppl", q.ppl},
+                    {"top1_agreement", q.top1_agreement},
+                    {"matrices", q.matrices},
+                    {"skipped_matrices", q.skipped_matrices}});
   for (const LayerOutliers& l : r.outliers) {
     nlohmann::json dims = nlohmann::json::array();
     for (const auto& [dim, ratio] : l.dims) dims.push_back({{"dim", dim}, {"max_over_rms", ratio}});
     layers.push_back({{"layer", l.layer}, {"rms", l.rms}, {"outlier_dims", dims}});
   }
-  return {{"base_ppl", r.base_ppl}, {"schemes", rows},
+  return {{"base_ppl", r.base_ppl},
+          {"schemes", rows},
           {"outliers", {{"threshold_x_rms", r.outlier_threshold}, {"layers", layers}}}};
 }
 
@@ -38,11 +44,12 @@ void print_table(const QuantErrorReport& r) {
                   q.bits_per_weight);
       continue;
     }
-    std::printf("%-16s %6.2f %11.3e %10.4f %+7.2f%% %6.2f%%  %s\n", q.scheme.c_str(), q.bits_per_weight, q.weight_rmse,
-                q.ppl, 100 * (q.ppl / r.base_ppl - 1), 100 * q.top1_agreement,
-                q.skipped_matrices ? fmt::format("({} of {} matrices kept unquantized: row length)", q.skipped_matrices,
-                                                 q.matrices).c_str()
-                                   : "");
+    std::printf(
+        "%-16s %6.2f %11.3e %10.4f %+7.2f%% %6.2f%%  %s\n", q.scheme.c_str(), q.bits_per_weight, q.weight_rmse, q.ppl,
+        100 * (q.ppl / r.base_ppl - 1), 100 * q.top1_agreement,
+        q.skipped_matrices
+            ? fmt::format("({} of {} matrices kept unquantized: row length)", q.skipped_matrices, q.matrices).c_str()
+            : "");
   }
   std::printf("\noutliers: residual-stream dimensions with |x| > %.0f x the layer's RMS (after each block)\n",
               r.outlier_threshold);
@@ -69,9 +76,10 @@ Run add_eval(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* e = app.add_subcommand("eval", "Evaluations of a model on a text (see: kvik eval quant-error --help)");
   e->require_subcommand(1);
-  auto* c = e->add_subcommand("quant-error",
-                              "The quantization chapter's table: weight RMSE, perplexity and top-1 agreement per scheme, "
-                              "and the outlier dimensions");
+  auto* c =
+      e->add_subcommand("quant-error",
+                        "The quantization chapter's table: weight RMSE, perplexity and top-1 agreement per scheme, "
+                        "and the outlier dimensions");
   c->add_option("--model,-m", o->model, "GGUF model file or Hugging Face directory")->required();
   c->add_option("--file,-f", o->file, "Text file to score")->required();
   c->add_option("--schemes", o->schemes, "Only these schemes (names as the table prints them)")->delimiter(',');
@@ -91,9 +99,12 @@ Run add_eval(CLI::App& app) {
     const PerplexityWindows w = make_windows(*tok, read_text_file(o->file), o->ppl.ctx, o->ppl.chunks);
     log_info("quant-error: {} windows of {} tokens", w.chunks, w.ctx);
     const std::string path = o->model;
-    const QuantErrorReport r = quant_error([&path, &load_cfg] { return load_model(path, load_cfg); }, w, o->ppl, o->schemes);
-    if (o->json) std::printf("%s\n", to_json(r).dump().c_str());
-    else print_table(r);
+    const QuantErrorReport r =
+        quant_error([&path, &load_cfg] { return load_model(path, load_cfg); }, w, o->ppl, o->schemes);
+    if (o->json)
+      std::printf("%s\n", to_json(r).dump().c_str());
+    else
+      print_table(r);
     return 0;
   };
 }

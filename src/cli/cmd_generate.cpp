@@ -27,8 +27,8 @@ struct Job {
 };
 
 SamplingParams params_from_json(const nlohmann::json& j, SamplingParams p, const std::string& where) {
-  static const std::set<std::string> known = {"prompt", "max_tokens", "temperature", "top_k", "top_p",
-                                              "min_p", "seed", "ignore_eos"};
+  static const std::set<std::string> known = {"prompt", "max_tokens", "temperature", "top_k",
+                                              "top_p",  "min_p",      "seed",        "ignore_eos"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!known.count(it.key())) fail("{}: unknown field '{}'", where, it.key());
   try {
@@ -169,7 +169,8 @@ void print_jobs(const std::vector<Job>& jobs, bool stream) {
     if (stream) {
       const nlohmann::json t = job_json(j)["timings"];
       std::printf("\n");
-      std::fprintf(stderr, "[%zu prompt tokens, %zu generated, prefill %.1f ms (%.1f tok/s), decode %.1f tok/s, finish: %s]\n",
+      std::fprintf(stderr,
+                   "[%zu prompt tokens, %zu generated, prefill %.1f ms (%.1f tok/s), decode %.1f tok/s, finish: %s]\n",
                    j.prompt_ids.size(), j.token_ids.size(), t["prefill_ms"].get<double>(),
                    t["prefill_tok_s"].get<double>(), t["decode_tok_s"].get<double>(), j.finish_reason.c_str());
     } else {
@@ -219,10 +220,12 @@ Run add_generate(CLI::App& app) {
   c->add_option("--min-p", o->params.min_p, "Drop tokens below min_p x the top probability")->capture_default_str();
   c->add_option("--seed", o->params.seed, "Random seed (default: random)");
   c->add_flag("--ignore-eos", o->params.ignore_eos, "Keep generating after EOS");
-  c->add_option("--steer", o->steer, "Steer every prompt: DIR.json:ALPHA[:LAYERS] adds ALPHA x r to the stream "
-                                     "(layers e.g. 3,5-7; default the direction's layer); repeatable");
-  c->add_option("--ablate", o->ablate, "Ablate: DIR.json[:LAYERS] removes r from the stream (default: every "
-                                       "layer); repeatable");
+  c->add_option("--steer", o->steer,
+                "Steer every prompt: DIR.json:ALPHA[:LAYERS] adds ALPHA x r to the stream "
+                "(layers e.g. 3,5-7; default the direction's layer); repeatable");
+  c->add_option("--ablate", o->ablate,
+                "Ablate: DIR.json[:LAYERS] removes r from the stream (default: every "
+                "layer); repeatable");
   c->add_flag("--json", o->json, "Print one JSON object with ids, text, finish_reason and timings");
   add_engine_flags(c, o->engine);
   return [o]() { return run(*o); };

@@ -27,14 +27,19 @@ std::string value_str(const GgufValue& v) {
         if (ch == '\n') ch = ' ';
       return "\"" + s + (v.str.size() > 80 ? "...\"" : "\"");
     }
-    case GgufType::F32: case GgufType::F64: return fmt::format("{}", v.f);
+    case GgufType::F32:
+    case GgufType::F64: return fmt::format("{}", v.f);
     case GgufType::BOOL: return v.u ? "true" : "false";
     case GgufType::ARRAY: {
       std::string s = fmt::format("[{} x {}]", v.count, gguf_type_name(v.elem_type));
-      if (v.elem_type == GgufType::STRING && !v.strings.empty()) s += fmt::format(" \"{}\", ...", v.strings[0].substr(0, 20));
+      if (v.elem_type == GgufType::STRING && !v.strings.empty())
+        s += fmt::format(" \"{}\", ...", v.strings[0].substr(0, 20));
       return s;
     }
-    case GgufType::I8: case GgufType::I16: case GgufType::I32: case GgufType::I64: return std::to_string(v.i);
+    case GgufType::I8:
+    case GgufType::I16:
+    case GgufType::I32:
+    case GgufType::I64: return std::to_string(v.i);
     default: return std::to_string(v.u);
   }
 }
@@ -66,26 +71,29 @@ Run add_inspect(CLI::App& app) {
       std::printf("  n_h   %8lld  query heads\n", (long long)c.n_heads);
       std::printf("  n_kv  %8lld  KV heads (%s)\n", (long long)c.n_kv_heads,
                   c.n_kv_heads == c.n_heads ? "MHA"
-                  : c.n_kv_heads == 1       ? "MQA"
-                                            : fmt::format("GQA, {} query heads share one KV head",
-                                                          c.n_heads / c.n_kv_heads).c_str());
+                  : c.n_kv_heads == 1
+                      ? "MQA"
+                      : fmt::format("GQA, {} query heads share one KV head", c.n_heads / c.n_kv_heads).c_str());
       std::printf("  d_h   %8lld  head dimension\n", (long long)c.head_dim);
       std::printf("  d_ff  %8lld  MLP width\n", (long long)c.ff_dim);
       std::printf("  V     %8lld  vocabulary\n", (long long)c.vocab_size);
-      std::printf("  context %lld, rope base %g over %lld dims, rms eps %g, %s LM head\n\n", (long long)c.context_length,
-                  c.rope_freq_base, (long long)c.rope_dim, c.rms_eps, c.tied_embeddings ? "tied" : "separate");
+      std::printf("  context %lld, rope base %g over %lld dims, rms eps %g, %s LM head\n\n",
+                  (long long)c.context_length, c.rope_freq_base, (long long)c.rope_dim, c.rms_eps,
+                  c.tied_embeddings ? "tied" : "separate");
       const int64_t kv32 = c.kv_bytes_per_token(4), kv16 = c.kv_bytes_per_token(2);
       std::printf("parameters: %s (%.3f M)\n", fmt::format("{:L}", params).c_str(), params / 1e6);
       std::printf("weight bytes: %s (%lld)\n", human_bytes(static_cast<double>(bytes)).c_str(), (long long)bytes);
-      std::printf("KV bytes per token: 2 x L x n_kv x d_h x bytes = 2 x %lld x %lld x %lld x 4 = %lld (f32), %lld (f16)\n",
-                  (long long)c.n_layers, (long long)c.n_kv_heads, (long long)c.head_dim, (long long)kv32, (long long)kv16);
+      std::printf(
+          "KV bytes per token: 2 x L x n_kv x d_h x bytes = 2 x %lld x %lld x %lld x 4 = %lld (f32), %lld (f16)\n",
+          (long long)c.n_layers, (long long)c.n_kv_heads, (long long)c.head_dim, (long long)kv32, (long long)kv16);
       std::printf("KV bytes for one full context of %lld tokens: %s (f32), %s (f16)\n\n", (long long)c.context_length,
                   human_bytes(static_cast<double>(kv32) * c.context_length).c_str(),
                   human_bytes(static_cast<double>(kv16) * c.context_length).c_str());
       if (*fit > 0) print_memory_fit(*g, c, *fit, *max_len);
     } catch (const Error& e) {
       std::printf("model: not runnable by kvik: %s\n\n", e.what());
-      std::printf("parameters: %lld\nweight bytes: %s\n\n", (long long)params, human_bytes(static_cast<double>(bytes)).c_str());
+      std::printf("parameters: %lld\nweight bytes: %s\n\n", (long long)params,
+                  human_bytes(static_cast<double>(bytes)).c_str());
     }
     std::printf("metadata\n");
     for (const auto& [k, v] : g->metadata()) std::printf("  %-44s %s\n", k.c_str(), value_str(v).c_str());

@@ -18,10 +18,14 @@ namespace {
 std::string shown(const Tokenizer& tok, int32_t id) {
   std::string s;
   for (char ch : tok.token_to_piece(id)) {
-    if (ch == '\n') s += "\\n";
-    else if (ch == '\t') s += "\\t";
-    else if (static_cast<unsigned char>(ch) < 0x20) s += fmt::format("\\x{:02x}", static_cast<unsigned char>(ch));
-    else s += ch;
+    if (ch == '\n')
+      s += "\\n";
+    else if (ch == '\t')
+      s += "\\t";
+    else if (static_cast<unsigned char>(ch) < 0x20)
+      s += fmt::format("\\x{:02x}", static_cast<unsigned char>(ch));
+    else
+      s += ch;
   }
   return "'" + s + "'";
 }
@@ -46,9 +50,13 @@ nlohmann::json lens_json(const Tokenizer& tok, const interp::Lens& lens, const s
       const interp::LensCell& c = lens.cells[l][t];
       nlohmann::json top = nlohmann::json::array();
       for (const auto& p : c.top) top.push_back({{"id", p.id}, {"token", tok.token_to_piece(p.id)}, {"prob", p.prob}});
-      positions.push_back({{"position", t}, {"input_token", tok.token_to_piece(ids[t])}, {"top", top},
-                           {"target", c.target}, {"target_token", tok.token_to_piece(c.target)},
-                           {"target_rank", c.target_rank}, {"target_prob", c.target_prob}});
+      positions.push_back({{"position", t},
+                           {"input_token", tok.token_to_piece(ids[t])},
+                           {"top", top},
+                           {"target", c.target},
+                           {"target_token", tok.token_to_piece(c.target)},
+                           {"target_rank", c.target_rank},
+                           {"target_prob", c.target_prob}});
     }
     layers.push_back({{"layer", l}, {"positions", positions}});
   }
@@ -88,7 +96,9 @@ Run add_lens(CLI::App& app) {
   c->add_option("--model,-m", o->model, "GGUF model file or Hugging Face directory")->required();
   c->add_option("--prompt,-p", o->prompt, "Prompt text")->required();
   c->add_option("--top-k", o->top_k, "Tokens shown per layer")->capture_default_str()->check(CLI::Range(1, 100));
-  c->add_option("--positions", o->positions, "all | last")->capture_default_str()->check(CLI::IsMember({"all", "last"}));
+  c->add_option("--positions", o->positions, "all | last")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"all", "last"}));
   c->add_flag("--json", o->json, "Print JSON instead of the table");
   return [o]() {
     auto model = LlamaModel::load(o->model);
@@ -101,7 +111,9 @@ Run add_lens(CLI::App& app) {
     const interp::Lens lens = interp::logit_lens(*model, s, ids, o->top_k);
     const int64_t first = o->positions == "all" ? 0 : lens.T - 1;
     if (o->json)
-      std::printf("%s\n", lens_json(*tok, lens, ids, first).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      std::printf(
+          "%s\n",
+          lens_json(*tok, lens, ids, first).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     else
       print_lens(*tok, lens, ids, first);
     return 0;
@@ -120,7 +132,8 @@ Run add_direction(CLI::App& app) {
   c->add_option("--negative", o->negative, "Prompts without it, one a line")->required();
   c->add_option("--layer", o->layer, "Stream layer (0 = after the embedding, L = the output)")->required();
   c->add_option("--position", o->position, "last | mean (pool each prompt's last position or all)")
-      ->capture_default_str()->check(CLI::IsMember({"last", "mean"}));
+      ->capture_default_str()
+      ->check(CLI::IsMember({"last", "mean"}));
   c->add_option("--out,-o", o->out, "Direction JSON to write")->required();
   return [o]() {
     auto model = LlamaModel::load(o->model);
@@ -129,7 +142,8 @@ Run add_direction(CLI::App& app) {
     for (const auto* group : {&pos, &neg})
       for (const auto& p : *group)
         if (static_cast<int64_t>(p.size()) > model->config().context_length)
-          fail("a prompt of {} tokens is longer than the model's context ({})", p.size(), model->config().context_length);
+          fail("a prompt of {} tokens is longer than the model's context ({})", p.size(),
+               model->config().context_length);
     const auto r = interp::find_direction(*model, pos, neg, o->layer,
                                           o->position == "last" ? interp::Pooling::kLast : interp::Pooling::kMean);
     interp::save_direction(r, model->config().dim, o->out);

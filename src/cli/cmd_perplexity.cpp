@@ -9,9 +9,9 @@
 #include "cli/engine_flags.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/thread_pool.h"
 #include "engine/engine_core.h"
 #include "eval/perplexity.h"
-#include "core/thread_pool.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvik::cli {
@@ -62,12 +62,14 @@ Run add_perplexity(CLI::App& app) {
     if (o->ppl.ctx > model->config().context_length)
       log_warn("--ctx {} is longer than the model's training context {}", o->ppl.ctx, model->config().context_length);
     log_info("perplexity: {} tokens, {} windows of {} ({} scored each), {} windows per pass, {} threads",
-             w.tokens.size(), w.chunks, w.ctx, w.scored(), windows_per_pass(o->ppl), ThreadPool::global().num_threads());
+             w.tokens.size(), w.chunks, w.ctx, w.scored(), windows_per_pass(o->ppl),
+             ThreadPool::global().num_threads());
     const PerplexityResult r = perplexity(*model, w, o->ppl, ref.get());
     const double tok_s = r.evaluated_tokens * (ref ? 2 : 1) / std::max(r.seconds, 1e-9);
     if (o->json) {
       nlohmann::json j = {{"ppl", r.ppl}, {"ppl_stderr", r.ppl_stderr}, {"tokens", r.tokens}, {"chunks", r.chunks}};
-      if (ref) j.update({{"kld_mean", *r.kld_mean}, {"top1_agreement", *r.top1_agreement}, {"delta_p_rms", *r.delta_p_rms}});
+      if (ref)
+        j.update({{"kld_mean", *r.kld_mean}, {"top1_agreement", *r.top1_agreement}, {"delta_p_rms", *r.delta_p_rms}});
       std::printf("%s\n", j.dump().c_str());
       return 0;
     }

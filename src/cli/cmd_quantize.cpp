@@ -27,8 +27,13 @@ DType tensor_type_flag(const std::string& flag, const std::string& name) {
 
 Run add_quantize(CLI::App& app) {
   auto f = std::make_shared<QuantizeFlags>();
-  auto* c = app.add_subcommand("quantize", "Quantize a GGUF model (F32/F16/BF16) or a Hugging Face directory as llama-quantize does, byte for byte");
-  c->add_option("input", f->input, "Input .gguf (F32, F16 or BF16 weights) or Hugging Face directory (config.json, safetensors, tokenizer.json)")->required();
+  auto* c = app.add_subcommand(
+      "quantize",
+      "Quantize a GGUF model (F32/F16/BF16) or a Hugging Face directory as llama-quantize does, byte for byte");
+  c->add_option(
+       "input", f->input,
+       "Input .gguf (F32, F16 or BF16 weights) or Hugging Face directory (config.json, safetensors, tokenizer.json)")
+      ->required();
   c->add_option("output", f->output, "Output .gguf")->required();
   c->add_option("type", f->type, "Mix: " + quant_mix_names())->required();
   c->add_option("--threads", f->threads, "Quantization threads (0 = all cores)")->capture_default_str();
@@ -43,7 +48,8 @@ Run add_quantize(CLI::App& app) {
     if (!mix) fail("quantize: unknown type '{}' (one of: {})", f->type, quant_mix_names());
     o.mix = *mix;
     o.recipe.leave_output_tensor = f->leave_output_tensor;
-    if (!f->output_tensor_type.empty()) o.recipe.output_tensor_type = tensor_type_flag("--output-tensor-type", f->output_tensor_type);
+    if (!f->output_tensor_type.empty())
+      o.recipe.output_tensor_type = tensor_type_flag("--output-tensor-type", f->output_tensor_type);
     if (!f->token_embedding_type.empty())
       o.recipe.token_embedding_type = tensor_type_flag("--token-embedding-type", f->token_embedding_type);
     o.progress = !f->quiet;

@@ -46,7 +46,8 @@ Run add_render_chat(CLI::App& app) {
     bool add_generation_prompt = false;
   };
   auto o = std::make_shared<Opts>();
-  auto* c = app.add_subcommand("render-chat", "Print the prompt a chat template makes of messages (exactly, no newline added)");
+  auto* c = app.add_subcommand("render-chat",
+                               "Print the prompt a chat template makes of messages (exactly, no newline added)");
   c->add_option("--model,-m", o->model, "GGUF file or Hugging Face directory (tokenizer_config.json chat_template)")
       ->required();
   c->add_option("--messages", o->messages,

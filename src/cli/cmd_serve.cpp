@@ -18,11 +18,11 @@
 #include "core/log.h"
 #include "engine/async_engine.h"
 #include "engine/engine_core.h"
+#include "engine/structured/vocab_trie.h"
 #include "model/llama.h"
 #include "server/generation_config.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
-#include "engine/structured/vocab_trie.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvik::cli {
@@ -48,31 +48,41 @@ std::string default_model_path() {
 // The front end's flags (connections, timeouts, TLS, CORS, logging), spelled as vLLM / llama-server spell them.
 void add_http_flags(CLI::App* c, server::ServerConfig& s) {
   c->add_option("--max-connections", s.max_connections, "Open connections served at once; beyond, 503 + Retry-After")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   c->add_option("--http-threads", s.num_http_threads, "I/O threads of the HTTP front end (any number of clients)")
-      ->check(CLI::Range(1, 64))->capture_default_str();
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   c->add_option("--timeout-keep-alive", s.keep_alive_timeout_s, "Seconds an idle keep-alive connection stays open")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   c->add_option("--header-timeout", s.header_timeout_s, "Seconds to receive a request's headers (408 beyond)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   c->add_option("--body-timeout", s.body_timeout_s, "Seconds to receive a request's body once its headers are in (408)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   c->add_option("--write-timeout", s.write_timeout_s, "Seconds one write to a client may take before it is dropped")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   c->add_option("--max-request-bytes", s.max_body_bytes, "Largest request body (413 beyond)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   c->add_option("--max-stream-buffer", s.max_stream_buffer,
                 "Bytes of output queued for a client that does not read before its request is aborted")
-      ->check(CLI::Range(size_t{1024}, size_t{1} << 30))->capture_default_str();
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30))
+      ->capture_default_str();
   c->add_option("--allowed-origins", s.allowed_origins,
                 "CORS: origins browsers may call from ('*' = any; '' = no CORS headers)")
-      ->delimiter(',')->capture_default_str();
+      ->delimiter(',')
+      ->capture_default_str();
   c->add_option("--ssl-keyfile", s.ssl_keyfile, "PEM private key: serve HTTPS (with --ssl-certfile)")
       ->check(CLI::ExistingFile);
   c->add_option("--ssl-certfile", s.ssl_certfile, "PEM certificate chain: serve HTTPS (with --ssl-keyfile)")
       ->check(CLI::ExistingFile);
   c->add_option("--max-logprobs", s.max_logprobs, "Most logprobs / top_logprobs a request may ask for")
-      ->check(CLI::Range(0, 20))->capture_default_str();
+      ->check(CLI::Range(0, 20))
+      ->capture_default_str();
   c->add_flag("--disable-log-requests{false}", s.log_requests, "No access-log line per request");
 }
 
@@ -83,8 +93,7 @@ server::DirectionRegistry load_directions(const std::vector<std::string>& specs,
   r.dim = c.dim;
   for (const std::string& s : specs) {
     const size_t eq = s.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
-      fail("--direction '{}': expected NAME=FILE", s);
+    if (eq == std::string::npos || eq == 0 || eq + 1 == s.size()) fail("--direction '{}': expected NAME=FILE", s);
     const std::string name = s.substr(0, eq);
     if (r.by_name.count(name)) fail("--direction: the name '{}' is given twice", name);
     Direction d = load_direction(s.substr(eq + 1), c.dim);
@@ -176,8 +185,8 @@ int run(ServeOpts& o) {
     int sig = 0;
     sigwait(&signals, &sig);
     if (stopping.exchange(true)) return;
-    log_info("{}: shutting down (no new connections; in-flight requests get {} s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
-             o.shutdown_grace_s);
+    log_info("{}: shutting down (no new connections; in-flight requests get {} s)",
+             sig == SIGINT ? "SIGINT" : "SIGTERM", o.shutdown_grace_s);
     http.stop();
   });
   auto shutdown_threads = [&] {

@@ -12,7 +12,8 @@ namespace kvik::cli {
 Run add_synth(CLI::App& app) {
   auto o = std::make_shared<SynthOptions>();
   auto type = std::make_shared<std::string>("f32");
-  auto* c = app.add_subcommand("synth", "Write a random-weight Llama GGUF model of any shape (loads in kvik and llama.cpp)");
+  auto* c =
+      app.add_subcommand("synth", "Write a random-weight Llama GGUF model of any shape (loads in kvik and llama.cpp)");
   c->add_option("out", o->out_path, "Output .gguf path (with --hf: optional, the same weights as GGUF)");
   c->add_option("--hf", o->hf_dir, "Write a Hugging Face directory (config.json + model.safetensors) here");
   c->add_option("--arch", o->arch, "With --hf: llama, qwen2 (attention biases) or qwen3 (q/k norm)")
@@ -35,14 +36,15 @@ Run add_synth(CLI::App& app) {
   c->add_option("--tokenizer-from", o->tokenizer_from, "Copy the tokenizer of this GGUF (padded to --vocab)");
   c->add_option("--seed", o->seed, "Random seed")->capture_default_str();
   c->add_option("--output-scale", o->output_scale,
-                 "Multiply the std of output.weight (3/sqrt(dim)) by this; above 1: peakier next-token distributions")
+                "Multiply the std of output.weight (3/sqrt(dim)) by this; above 1: peakier next-token distributions")
       ->capture_default_str();
   return [o, type]() {
     o->q4_k_m = *type == "q4_k_m";
     o->type = o->q4_k_m ? DType::Q4_K : *dtype_from_name(*type);
     if (!o->hf_dir.empty()) {
       synth_hf(*o);
-      std::fprintf(stderr, "wrote %s%s%s\n", o->hf_dir.c_str(), o->out_path.empty() ? "" : " and ", o->out_path.c_str());
+      std::fprintf(stderr, "wrote %s%s%s\n", o->hf_dir.c_str(), o->out_path.empty() ? "" : " and ",
+                   o->out_path.c_str());
       return 0;
     }
     if (o->out_path.empty()) fail("synth: give an output .gguf path, or --hf DIR");

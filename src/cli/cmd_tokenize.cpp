@@ -35,8 +35,8 @@ Run add_tokenize(CLI::App& app) {
       size_t n = 0;
       for (const std::string& l : lines) n += tok->encode(l, false, o->special).size();
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::printf("{\"lines\": %zu, \"tokens\": %zu, \"seconds\": %.3f, \"tokens_per_s\": %.0f}\n", lines.size(), n,
-                  s, n / std::max(s, 1e-9));
+      std::printf("{\"lines\": %zu, \"tokens\": %zu, \"seconds\": %.3f, \"tokens_per_s\": %.0f}\n", lines.size(), n, s,
+                  n / std::max(s, 1e-9));
       return 0;
     }
     const auto ids = tok->encode(o->text, tok->add_bos(), o->special);
@@ -64,7 +64,8 @@ Run add_detokenize(CLI::App& app) {
   return [o]() {
     auto tok = load_tokenizer(o->model);
     for (int32_t id : o->ids)
-      if (id < 0 || id >= tok->vocab_size()) fail("token id {} is outside the vocabulary (0..{})", id, tok->vocab_size() - 1);
+      if (id < 0 || id >= tok->vocab_size())
+        fail("token id {} is outside the vocabulary (0..{})", id, tok->vocab_size() - 1);
     const std::string text = tok->decode(o->ids, true);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::printf("\n");

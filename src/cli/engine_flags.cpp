@@ -20,7 +20,8 @@ void add_engine_flags(CLI::App* c, EngineFlags& f) {
   c->add_option("--max-num-batched-tokens", e.max_num_batched_tokens, "Token budget per step (chunked prefill)")
       ->capture_default_str();
   c->add_option("--block-size", e.block_size, "Tokens per KV block")->capture_default_str();
-  c->add_option("--kv-cache-memory", e.kv_cache_memory_gib, "KV cache size in GiB (default: from --memory-utilization)");
+  c->add_option("--kv-cache-memory", e.kv_cache_memory_gib,
+                "KV cache size in GiB (default: from --memory-utilization)");
   c->add_option("--memory-utilization", e.memory_utilization,
                 "Fraction of RAM for weights + KV cache when --kv-cache-memory is not given")
       ->capture_default_str();
@@ -33,8 +34,9 @@ void add_engine_flags(CLI::App* c, EngineFlags& f) {
   c->add_option("--long-prefill-token-threshold", e.long_prefill_token_threshold,
                 "Longest prompt chunk per step (0 = the token budget)");
   c->add_option("--threads,-t", e.num_threads, "Compute threads (default: all cores)");
-  c->add_flag("--repack,!--no-repack", e.repack_weights,
-              "Repack F32/Q8_0/Q4_0/IQ4_NL/Q4_K/Q5_K/Q6_K weights at load for the row-parallel AVX-512 kernels (default on)");
+  c->add_flag(
+      "--repack,!--no-repack", e.repack_weights,
+      "Repack F32/Q8_0/Q4_0/IQ4_NL/Q4_K/Q5_K/Q6_K weights at load for the row-parallel AVX-512 kernels (default on)");
 }
 
 EngineConfig EngineFlags::resolve() const {

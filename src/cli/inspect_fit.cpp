@@ -13,8 +13,8 @@ namespace {
 
 struct TypeSize {
   const char* name;
-  int64_t block;      // elements per block
-  int64_t bytes;      // bytes per block
+  int64_t block;  // elements per block
+  int64_t bytes;  // bytes per block
 };
 constexpr TypeSize kF16{"F16", 1, 2}, kQ8_0{"Q8_0", 32, 34}, kQ6_K{"Q6_K", 256, 210}, kQ4_K{"Q4_K", 256, 144},
     kQ5_0{"Q5_0", 32, 22}, kQ4_0{"Q4_0", 32, 18}, kIQ4_NL{"IQ4_NL", 32, 18};
@@ -25,8 +25,12 @@ bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 ||
 // The type llama-quantize gives a matrix under `ftype` (no imatrix): the output head (or the tied embedding)
 // Q6_K, Q4_K_M's extra bits for attn_v / ffn_down, and its fallbacks for rows that are not whole blocks.
 TypeSize matrix_type(const std::string& ftype, const std::string& name, int64_t cols, int64_t layers, bool has_output) {
-  TypeSize t = ftype == "F16" ? kF16 : ftype == "Q8_0" ? kQ8_0 : ftype == "Q6_K" ? kQ6_K
-             : ftype == "Q4_K_M" ? kQ4_K : ftype == "Q4_0" ? kQ4_0 : kIQ4_NL;
+  TypeSize t = ftype == "F16"      ? kF16
+               : ftype == "Q8_0"   ? kQ8_0
+               : ftype == "Q6_K"   ? kQ6_K
+               : ftype == "Q4_K_M" ? kQ4_K
+               : ftype == "Q4_0"   ? kQ4_0
+                                   : kIQ4_NL;
   const bool head = name == "output.weight" || (!has_output && name == "token_embd.weight");
   if (head && ftype != "F16" && ftype != "Q8_0") t = kQ6_K;
   if (ftype == "Q4_K_M" && (name.find("attn_v.") != std::string::npos || name.find("ffn_down.") != std::string::npos)) {
@@ -64,25 +68,28 @@ int64_t weight_bytes_as(const GgufFile& g, const ModelConfig& c, const std::stri
 void print_memory_fit(const GgufFile& g, const ModelConfig& c, double gib, int64_t max_model_len) {
   const int64_t len = max_model_len > 0 ? max_model_len : c.context_length;
   const double budget = gib * static_cast<double>(int64_t{1} << 30);
-  std::printf("memory fit in %.2f GiB, sequences of %lld tokens (weights as llama-quantize would type them, no "
-              "imatrix; KV as kvik stores it)\n", gib, (long long)len);
+  std::printf(
+      "memory fit in %.2f GiB, sequences of %lld tokens (weights as llama-quantize would type them, no "
+      "imatrix; KV as kvik stores it)\n",
+      gib, (long long)len);
   std::printf("  %-7s %11s  %-5s %9s %11s  %s\n", "weights", "size", "KV", "KV B/tok", "KV per seq", "fits");
   for (const char* ftype : {"F16", "Q8_0", "Q6_K", "Q4_K_M", "Q4_0", "IQ4_NL"}) {
     const int64_t wb = weight_bytes_as(g, c, ftype);
     for (DType kv : {DType::F16, DType::Q8_0}) {
       if (kv == DType::Q8_0 && c.kv_dim() % 32 != 0) {
         std::printf("  %-7s %11s  %-5s  n/a (n_kv x d_h = %lld is not a multiple of 32)\n", ftype,
-                    size_str(static_cast<double>(wb)).c_str(), std::string(dtype_name(kv)).c_str(), (long long)c.kv_dim());
+                    size_str(static_cast<double>(wb)).c_str(), std::string(dtype_name(kv)).c_str(),
+                    (long long)c.kv_dim());
         continue;
       }
       const int64_t per_tok = KvCacheTensors::bytes_per_token(c, kv);
       const double per_seq = static_cast<double>(per_tok) * static_cast<double>(len);
       const double left = budget - static_cast<double>(wb);
       const int64_t seqs = left > 0 ? static_cast<int64_t>(left / per_seq) : 0;
-      const std::string fits =
-          seqs > 0 ? fmt::format("{} sequence{} ({} tokens)", seqs, seqs == 1 ? "" : "s", static_cast<int64_t>(left / per_tok))
-                   : fmt::format("does not fit: {} short of one sequence",
-                                 size_str(static_cast<double>(wb) + per_seq - budget));
+      const std::string fits = seqs > 0 ? fmt::format("{} sequence{} ({} tokens)", seqs, seqs == 1 ? "" : "s",
+                                                      static_cast<int64_t>(left / per_tok))
+                                        : fmt::format("does not fit: {} short of one sequence",
+                                                      size_str(static_cast<double>(wb) + per_seq - budget));
       std::printf("  %-7s %11s  %-5s %9lld %11s  %s\n", ftype, size_str(static_cast<double>(wb)).c_str(),
                   std::string(dtype_name(kv)).c_str(), (long long)per_tok, size_str(per_seq).c_str(), fits.c_str());
     }

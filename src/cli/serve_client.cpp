@@ -55,12 +55,15 @@ void on_event(const json& ev, Clock::time_point start, Clock::time_point& last, 
   const json& c = ev["choices"][0];
   std::string text;
   if (c.contains("text") && c["text"].is_string()) text = c["text"];
-  if (c.contains("delta") && c["delta"].is_object() && c["delta"].contains("content") && c["delta"]["content"].is_string())
+  if (c.contains("delta") && c["delta"].is_object() && c["delta"].contains("content") &&
+      c["delta"]["content"].is_string())
     text = c["delta"]["content"];
   if (text.empty() && !(c.contains("logprobs") && !c["logprobs"].is_null())) return;
   const auto now = Clock::now();
-  if (chunks++ == 0) r.ttft = std::chrono::duration<double>(now - start).count();
-  else r.itl.push_back(std::chrono::duration<double>(now - last).count());
+  if (chunks++ == 0)
+    r.ttft = std::chrono::duration<double>(now - start).count();
+  else
+    r.itl.push_back(std::chrono::duration<double>(now - last).count());
   last = now;
 }
 
@@ -166,17 +169,21 @@ asio::awaitable<std::string> http_get(const Endpoint& ep, const std::string& pat
 namespace {
 
 const char* const kWords[] = {
-    "time", "year", "people", "way", "day", "man", "thing", "woman", "life", "child", "world", "school", "state",
-    "family", "student", "group", "country", "problem", "hand", "part", "place", "case", "week", "company", "system",
-    "program", "question", "work", "government", "number", "night", "point", "home", "water", "room", "mother",
-    "area", "money", "story", "fact", "month", "lot", "right", "study", "book", "eye", "job", "word", "business",
-    "issue", "side", "kind", "head", "house", "service", "friend", "father", "power", "hour", "game", "line", "end",
-    "member", "law", "car", "city", "community", "name", "president", "team", "minute", "idea", "kid", "body",
-    "information", "back", "parent", "face", "others", "level", "office", "door", "health", "person", "art", "war",
-    "history", "party", "result", "change", "morning", "reason", "research", "girl", "guy", "moment", "air",
-    "teacher", "force", "education", "the", "a", "and", "of", "to", "in", "is", "was", "little", "big", "happy",
-    "small", "old", "new", "good", "long", "great", "high", "tree", "dog", "cat", "bird", "sun", "sky", "ran",
-    "saw", "went", "played", "said", "looked", "found", "made", "wanted", "liked"};
+    "time",      "year",       "people",      "way",       "day",    "man",       "thing",  "woman",   "life",
+    "child",     "world",      "school",      "state",     "family", "student",   "group",  "country", "problem",
+    "hand",      "part",       "place",       "case",      "week",   "company",   "system", "program", "question",
+    "work",      "government", "number",      "night",     "point",  "home",      "water",  "room",    "mother",
+    "area",      "money",      "story",       "fact",      "month",  "lot",       "right",  "study",   "book",
+    "eye",       "job",        "word",        "business",  "issue",  "side",      "kind",   "head",    "house",
+    "service",   "friend",     "father",      "power",     "hour",   "game",      "line",   "end",     "member",
+    "law",       "car",        "city",        "community", "name",   "president", "team",   "minute",  "idea",
+    "kid",       "body",       "information", "back",      "parent", "face",      "others", "level",   "office",
+    "door",      "health",     "person",      "art",       "war",    "history",   "party",  "result",  "change",
+    "morning",   "reason",     "research",    "girl",      "guy",    "moment",    "air",    "teacher", "force",
+    "education", "the",        "a",           "and",       "of",     "to",        "in",     "is",      "was",
+    "little",    "big",        "happy",       "small",     "old",    "new",       "good",   "long",    "great",
+    "high",      "tree",       "dog",         "cat",       "bird",   "sun",       "sky",    "ran",     "saw",
+    "went",      "played",     "said",        "looked",    "found",  "made",      "wanted", "liked"};
 constexpr size_t kNumWords = sizeof(kWords) / sizeof(kWords[0]);
 
 std::string random_words(std::mt19937_64& rng, int64_t n) {
@@ -191,8 +198,7 @@ std::string random_words(std::mt19937_64& rng, int64_t n) {
 }  // namespace
 
 std::vector<BenchRequest> make_dataset(const DatasetOptions& o) {
-  if (o.name != "random" && o.name != "synthetic-chat")
-    fail("--dataset {}: expected random or synthetic-chat", o.name);
+  if (o.name != "random" && o.name != "synthetic-chat") fail("--dataset {}: expected random or synthetic-chat", o.name);
   std::mt19937_64 rng(o.seed);
   std::vector<BenchRequest> out;
   for (int64_t i = 0; i < o.num_prompts; ++i) {
@@ -207,7 +213,8 @@ std::vector<BenchRequest> make_dataset(const DatasetOptions& o) {
       r.path = "/v1/chat/completions";
       const int64_t turns = 1 + static_cast<int64_t>(rng() % 3);
       const int64_t per = std::max<int64_t>(1, o.input_len / (2 * turns + 1));
-      json messages = json::array({{{"role", "system"}, {"content", "You are a helpful assistant. " + random_words(rng, per)}}});
+      json messages =
+          json::array({{{"role", "system"}, {"content", "You are a helpful assistant. " + random_words(rng, per)}}});
       for (int64_t t = 0; t < turns; ++t) {
         messages.push_back({{"role", "user"}, {"content", random_words(rng, per)}});
         if (t + 1 < turns) messages.push_back({{"role", "assistant"}, {"content", random_words(rng, per)}});

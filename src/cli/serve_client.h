@@ -33,8 +33,8 @@ struct RequestResult {
   bool ok = false;
   std::string error;  // "HTTP 429: ...", "connect: ...", ...
   int status = 0;
-  double ttft = 0;     // seconds to the first content chunk
-  double latency = 0;  // seconds to the end of the stream
+  double ttft = 0;          // seconds to the first content chunk
+  double latency = 0;       // seconds to the end of the stream
   std::vector<double> itl;  // seconds between content chunks
   int64_t prompt_tokens = 0;
   int64_t output_tokens = 0;  // usage.completion_tokens when the server sends it, else content chunks

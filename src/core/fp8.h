@@ -28,9 +28,12 @@ inline uint8_t f32_to_fp8_e4m3(float x) {
 inline float fp8_e4m3_to_f32_slow(uint8_t b) {
   const int field = (b >> 3) & 0xF, m = b & 7;
   float v;
-  if (field == 15 && m == 7) v = NAN;
-  else if (field == 0) v = std::ldexp(static_cast<float>(m), -9);
-  else v = std::ldexp(1.0f + m / 8.0f, field - 7);
+  if (field == 15 && m == 7)
+    v = NAN;
+  else if (field == 0)
+    v = std::ldexp(static_cast<float>(m), -9);
+  else
+    v = std::ldexp(1.0f + m / 8.0f, field - 7);
   return b & 0x80 ? -v : v;
 }
 

@@ -17,8 +17,12 @@ void log_line(const char* level, fmt::format_string<Args...> f, Args&&... args) 
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 template <typename... Args>
-void log_info(fmt::format_string<Args...> f, Args&&... args) { log_line("INFO", f, std::forward<Args>(args)...); }
+void log_info(fmt::format_string<Args...> f, Args&&... args) {
+  log_line("INFO", f, std::forward<Args>(args)...);
+}
 template <typename... Args>
-void log_warn(fmt::format_string<Args...> f, Args&&... args) { log_line("WARN", f, std::forward<Args>(args)...); }
+void log_warn(fmt::format_string<Args...> f, Args&&... args) {
+  log_line("WARN", f, std::forward<Args>(args)...);
+}
 
 }  // namespace kvik

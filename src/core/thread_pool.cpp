@@ -140,7 +140,7 @@ void ThreadPool::parallel_for_balanced(int64_t n, const std::function<void(int64
     if (t >= nt) return;
     int64_t b, e;
     while (claim(ranges[t].fb, false, b, e)) fn(b, e);  // own range, front to back
-    for (int k = 1; k < nt; ++k)                         // then the others', from the back
+    for (int k = 1; k < nt; ++k)                        // then the others', from the back
       while (claim(ranges[(t + k) % nt].fb, true, b, e)) fn(b, e);
   });
 }

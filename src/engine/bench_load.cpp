@@ -11,9 +11,7 @@
 
 namespace kvik {
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 void validate_bench_options(const BenchLoadOptions& o) {
   if (o.num_prompts <= 0 || o.input_len <= 0 || o.output_len <= 0)
@@ -41,8 +39,10 @@ struct LoadState {
     for (const auto& out : outs) {
       const int i = std::stoi(out.request_id);
       for (size_t k = 0; k < out.new_token_ids.size(); ++k) {
-        if (last_token[i] < 0) result.ttft_s.push_back(t - sent[i]);
-        else result.itl_s.push_back(t - last_token[i]);
+        if (last_token[i] < 0)
+          result.ttft_s.push_back(t - sent[i]);
+        else
+          result.itl_s.push_back(t - last_token[i]);
         last_token[i] = t;
         ++result.output_tokens;
       }

@@ -13,12 +13,12 @@ namespace kvik {
 
 struct BenchLoadOptions {
   int32_t num_prompts = 64;
-  int32_t input_len = 128;   // prompt tokens per request, BOS (id 1) included
-  int32_t output_len = 64;   // generated tokens per request
-  int32_t concurrency = 0;   // most requests in flight, 0 = no limit
-  double request_rate = 0;   // Poisson arrivals per second, 0 = all at once
+  int32_t input_len = 128;        // prompt tokens per request, BOS (id 1) included
+  int32_t output_len = 64;        // generated tokens per request
+  int32_t concurrency = 0;        // most requests in flight, 0 = no limit
+  double request_rate = 0;        // Poisson arrivals per second, 0 = all at once
   int32_t shared_prefix_len = 0;  // leading prompt tokens (after BOS) every request shares
-  uint64_t seed = 0;         // prompts and arrivals
+  uint64_t seed = 0;              // prompts and arrivals
 };
 
 struct BenchLoadResult {
@@ -30,9 +30,9 @@ struct BenchLoadResult {
   std::vector<double> itl_s;   // every gap between two tokens of one request
   int64_t prefix_queries = 0;  // prompt tokens looked up in the prefix cache during the run
   int64_t prefix_hits = 0;
-  int64_t preemptions = 0;     // during the run
-  double kv_usage_peak = 0;    // largest fraction of KV blocks in use after a step
-  int32_t max_in_flight = 0;   // most requests in the engine at once
+  int64_t preemptions = 0;    // during the run
+  double kv_usage_peak = 0;   // largest fraction of KV blocks in use after a step
+  int32_t max_in_flight = 0;  // most requests in the engine at once
 };
 
 // What a run sends: input_len token ids per prompt, BOS first, random ids in [3, vocab_size) after it (the

@@ -36,8 +36,8 @@ void extend_block_hashes(std::vector<BlockHash>& hashes, std::span<const int32_t
     const auto i = static_cast<int64_t>(hashes.size());
     std::optional<BlockHash> parent;
     if (i > 0) parent = hashes[static_cast<size_t>(i - 1)];
-    hashes.push_back(hash_block_tokens(parent, tokens.subspan(static_cast<size_t>(i * block_size),
-                                                              static_cast<size_t>(block_size)), extra_keys));
+    hashes.push_back(hash_block_tokens(
+        parent, tokens.subspan(static_cast<size_t>(i * block_size), static_cast<size_t>(block_size)), extra_keys));
   }
 }
 

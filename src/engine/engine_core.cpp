@@ -28,11 +28,11 @@ void check_config(const EngineConfig& c, const ModelConfig& mc) {
     fail("--max-model-len {} is larger than the model's context length {}", c.max_model_len, mc.context_length);
   if (c.block_size <= 0 || c.block_size > 1024) fail("--block-size must be in 1..1024, got {}", c.block_size);
   if (c.max_num_seqs <= 0) fail("--max-num-seqs must be positive, got {}", c.max_num_seqs);
-  if (c.max_num_batched_tokens <= 0) fail("--max-num-batched-tokens must be positive, got {}", c.max_num_batched_tokens);
+  if (c.max_num_batched_tokens <= 0)
+    fail("--max-num-batched-tokens must be positive, got {}", c.max_num_batched_tokens);
   if (c.memory_utilization <= 0 || c.memory_utilization > 1)
     fail("--memory-utilization must be in (0, 1], got {}", c.memory_utilization);
-  if (!is_kv_cache_dtype(c.kv_cache_dtype))
-    fail("--kv-cache-dtype {} is not supported", dtype_name(c.kv_cache_dtype));
+  if (!is_kv_cache_dtype(c.kv_cache_dtype)) fail("--kv-cache-dtype {} is not supported", dtype_name(c.kv_cache_dtype));
   if (c.num_threads < 0) fail("--threads must not be negative, got {}", c.num_threads);
 }
 
@@ -80,7 +80,8 @@ std::optional<ValidationError> EngineCore::validate(const std::vector<int32_t>& 
   if (auto err = params.validate()) return err;
   if (params.n > config_.max_num_seqs)
     return ValidationError{"n", fmt::format("n is {}, but --max-num-seqs is {}: the n sequences of a request run "
-                                            "together", params.n, config_.max_num_seqs)};
+                                            "together",
+                                            params.n, config_.max_num_seqs)};
   if (prompt_ids.empty()) return ValidationError{"prompt", "the prompt is empty: at least one token is needed"};
   const int64_t V = model_.config().vocab_size;
   auto outside = [&](int32_t t) { return t < 0 || t >= V; };
@@ -97,14 +98,16 @@ std::optional<ValidationError> EngineCore::validate(const std::vector<int32_t>& 
                              fmt::format("stop_token_ids: token id {} is outside the vocabulary (0..{})", id, V - 1)};
   if (params.interventions)
     for (const Intervention& iv : params.interventions->items)
-      if (static_cast<int64_t>(iv.direction->size()) != model_.config().dim || iv.layers.back() > model_.config().n_layers)
+      if (static_cast<int64_t>(iv.direction->size()) != model_.config().dim ||
+          iv.layers.back() > model_.config().n_layers)
         return ValidationError{"interventions", fmt::format("an intervention has d = {} and layers up to {}; the "
-                                                            "model has d = {} and layers 0..{}", iv.direction->size(),
-                                                            iv.layers.back(), model_.config().dim,
+                                                            "model has d = {} and layers 0..{}",
+                                                            iv.direction->size(), iv.layers.back(), model_.config().dim,
                                                             model_.config().n_layers)};
   if (static_cast<int64_t>(prompt_ids.size()) >= config_.max_model_len)
     return ValidationError{"prompt", fmt::format("the prompt has {} tokens, but max_model_len is {}: no room to "
-                                                 "generate", prompt_ids.size(), config_.max_model_len)};
+                                                 "generate",
+                                                 prompt_ids.size(), config_.max_model_len)};
   return std::nullopt;
 }
 
@@ -114,8 +117,9 @@ std::optional<ValidationError> EngineCore::add_request(const std::string& id, st
   std::vector<std::unique_ptr<structured::GrammarMatcher>> grammars;  // one per sequence
   if (const auto& spec = params.structured_output) {
     if (!structured_)
-      return ValidationError{spec->source, "structured output is not available: the engine was started without "
-                                           "the tokenizer's vocabulary"};
+      return ValidationError{spec->source,
+                             "structured output is not available: the engine was started without "
+                             "the tokenizer's vocabulary"};
     for (int32_t i = 0; i < params.n; ++i) {
       std::string err;
       grammars.push_back(structured_->make_matcher(*spec, err));
@@ -131,8 +135,10 @@ std::optional<ValidationError> EngineCore::add_request(const std::string& id, st
   for (const std::string& s : ids) requests_.emplace(s, parent);
   auto req = std::make_unique<Request>(id, std::move(prompt_ids), params, eos_token_ids_, seed);
   req->parent = parent;
-  if (params.n == 1 && !grammars.empty()) req->grammar = std::move(grammars[0]);
-  else parent->grammars = std::move(grammars);
+  if (params.n == 1 && !grammars.empty())
+    req->grammar = std::move(grammars[0]);
+  else
+    parent->grammars = std::move(grammars);
   pending_adds_.push_back(std::move(req));
   return std::nullopt;
 }
@@ -276,8 +282,8 @@ void EngineCore::run_step(std::vector<RequestOutput>& outputs) {
   sample_inputs_.clear();
   for (const SampleSlot& s : slots) {
     Request& r = *s.request;
-    sample_inputs_.push_back({s.logits_row, &r.sampling_params, r.prompt_token_ids, r.output_token_ids,
-                              r.eos_token_ids, &r.rng, r.grammar.get()});
+    sample_inputs_.push_back({s.logits_row, &r.sampling_params, r.prompt_token_ids, r.output_token_ids, r.eos_token_ids,
+                              &r.rng, r.grammar.get()});
   }
   sampler_.sample(logits, sample_inputs_, sample_results_);
 

@@ -25,19 +25,19 @@
 namespace kvik {
 
 struct EngineConfig {
-  int64_t max_model_len = 0;            // 0 = the model's context length
+  int64_t max_model_len = 0;  // 0 = the model's context length
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
   int32_t block_size = 16;
-  double kv_cache_memory_gib = 0;       // 0 = memory_utilization × RAM − weights
+  double kv_cache_memory_gib = 0;  // 0 = memory_utilization × RAM − weights
   double memory_utilization = 0.9;
-  int64_t num_kv_blocks = 0;            // > 0 overrides both (tests)
+  int64_t num_kv_blocks = 0;  // > 0 overrides both (tests)
   bool enable_prefix_caching = true;
   DType kv_cache_dtype = DType::F16;  // --kv-cache-dtype auto: a 16-bit cache, as vLLM and llama.cpp
   int64_t long_prefill_token_threshold = 0;
-  bool log_stats = true;                // print the start-up capacity lines
-  int32_t num_threads = 0;              // compute threads (the kernels' process-wide pool); 0 = leave it as is
-  bool repack_weights = true;           // load_model(): LoadOptions::repack_weights
+  bool log_stats = true;       // print the start-up capacity lines
+  int32_t num_threads = 0;     // compute threads (the kernels' process-wide pool); 0 = leave it as is
+  bool repack_weights = true;  // load_model(): LoadOptions::repack_weights
 };
 
 // Applies config.num_threads to the kernels' thread pool and loads the model with config's load options
@@ -125,8 +125,8 @@ class EngineCore {
   std::unique_ptr<structured::StructuredOutputManager> structured_;
   int64_t last_step_tokens_ = 0;
   uint64_t seed_counter_;
-  std::vector<Request*> sample_reqs_;        // this step's requests that sample, in batch order
-  std::vector<SampleInput> sample_inputs_;   // reused across steps
+  std::vector<Request*> sample_reqs_;       // this step's requests that sample, in batch order
+  std::vector<SampleInput> sample_inputs_;  // reused across steps
   std::vector<SampleResult> sample_results_;
 
   mutable std::mutex mu_;  // guards the members below

@@ -108,8 +108,8 @@ void KVCacheManager::cache_computed_blocks(Request& req) {
   if (it == tables_.end()) return;
   update_block_hashes(req);
   BlockTable& table = it->second;
-  const int64_t full = std::min<int64_t>({req.num_computed_tokens / block_size_,
-                                          static_cast<int64_t>(req.block_hashes.size()), table.size()});
+  const int64_t full = std::min<int64_t>(
+      {req.num_computed_tokens / block_size_, static_cast<int64_t>(req.block_hashes.size()), table.size()});
   for (int64_t i = table.num_cached; i < full; ++i) pool_.cache_full_block(table.blocks[i], req.block_hashes[i]);
   table.num_cached = std::max(table.num_cached, full);
 }

@@ -6,8 +6,8 @@
 
 namespace kvik {
 
-ModelRunner::ModelRunner(LlamaModel& model, KvCacheTensors& cache, int64_t max_num_batched_tokens,
-                         int64_t max_num_seqs, int64_t max_model_len)
+ModelRunner::ModelRunner(LlamaModel& model, KvCacheTensors& cache, int64_t max_num_batched_tokens, int64_t max_num_seqs,
+                         int64_t max_model_len)
     : model_(model), cache_(cache), max_blocks_per_seq_((max_model_len + cache.block_size() - 1) / cache.block_size()) {
   token_ids_.resize(max_num_batched_tokens);
   positions_.resize(max_num_batched_tokens);

@@ -22,8 +22,8 @@ inline std::string sequence_id(const std::string& id, int32_t index, int32_t n) 
 struct ParentRequest {
   std::string request_id;
   int32_t n = 1;
-  uint64_t seed = 0;             // sequence i samples from RequestRng(seed + i)
-  std::vector<bool> finished;    // per sequence: its final output has been produced
+  uint64_t seed = 0;           // sequence i samples from RequestRng(seed + i)
+  std::vector<bool> finished;  // per sequence: its final output has been produced
   // Until the fork, one grammar matcher per sequence (structured output); each moves into its sequence.
   std::vector<std::unique_ptr<structured::GrammarMatcher>> grammars;
 

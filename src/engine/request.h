@@ -20,7 +20,13 @@ namespace kvik {
 
 // kFinishedError: the request cannot go on (structured output reached a state no token can continue).
 enum class RequestStatus {
-  kWaiting, kRunning, kPreempted, kFinishedStopped, kFinishedLength, kFinishedAborted, kFinishedError
+  kWaiting,
+  kRunning,
+  kPreempted,
+  kFinishedStopped,
+  kFinishedLength,
+  kFinishedAborted,
+  kFinishedError
 };
 
 inline bool is_finished(RequestStatus s) { return s >= RequestStatus::kFinishedStopped; }
@@ -43,10 +49,10 @@ struct RequestStats {
   std::optional<Clock::time_point> first_token;
   std::optional<Clock::time_point> last_token;
   std::vector<double> token_times_s;  // seconds since arrival of each output token
-  double prefill_time_s = 0;           // first scheduled → first token
-  double decode_time_s = 0;            // first token → last token
+  double prefill_time_s = 0;          // first scheduled → first token
+  double decode_time_s = 0;           // first token → last token
   int32_t num_preemptions = 0;
-  int64_t num_cached_tokens = 0;       // prompt tokens served from the prefix cache (first admission)
+  int64_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache (first admission)
 
   // An output token arrived at `now`.
   void record_token(Clock::time_point now) {
@@ -80,7 +86,7 @@ struct Request {
   std::vector<BlockHash> block_hashes;  // of each full block of all_token_ids, extended as tokens arrive
   RequestRng rng;
   RequestStats stats;
-  int64_t admission_seq = 0;  // order of admission to running, for preemption priority
+  int64_t admission_seq = 0;                            // order of admission to running, for preemption priority
   std::unique_ptr<structured::GrammarMatcher> grammar;  // set when sampling_params.structured_output is
 
   Request(std::string id, std::vector<int32_t> prompt, SamplingParams params, std::vector<int32_t> eos, uint64_t seed)

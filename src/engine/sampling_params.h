@@ -55,7 +55,9 @@ struct SamplingParams {
   // make_interventions). Its cache key goes into every block hash: steered KV is never shared with plain KV.
   std::shared_ptr<const InterventionList> interventions;
 
-  bool has_penalties() const { return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f; }
+  bool has_penalties() const {
+    return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;
+  }
 
   // What is wrong with the values themselves (ranges), or nullopt. Checks that need the model (token ids
   // inside the vocabulary, n against max_num_seqs, the grammar compiling) are EngineCore::add_request's.

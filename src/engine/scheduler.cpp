@@ -82,9 +82,8 @@ bool Scheduler::schedule_running(StepBuilder& st, Request* req, int64_t num_new)
       st.budget -= num_new;
       return true;
     }
-    Request* victim = *std::max_element(running_.begin(), running_.end(), [](Request* a, Request* b) {
-      return a->admission_seq < b->admission_seq;
-    });
+    Request* victim = *std::max_element(running_.begin(), running_.end(),
+                                        [](Request* a, Request* b) { return a->admission_seq < b->admission_seq; });
     if (auto it = st.index.find(victim); it != st.index.end()) {
       // Already scheduled this step: give its tokens back before preempting it.
       ScheduledRequest& s = st.out.scheduled[it->second];

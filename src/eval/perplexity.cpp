@@ -18,8 +18,7 @@ PerplexityWindows make_windows(const Tokenizer& tok, const std::string& text, in
   w.ctx = ctx;
   w.bos = tok.add_bos() ? tok.bos_id() : -1;
   const int64_t fit = static_cast<int64_t>(w.tokens.size()) / ctx;
-  if (fit == 0)
-    fail("perplexity: the text is {} tokens, fewer than one window of --ctx {}", w.tokens.size(), ctx);
+  if (fit == 0) fail("perplexity: the text is {} tokens, fewer than one window of --ctx {}", w.tokens.size(), ctx);
   w.chunks = static_cast<int32_t>(chunks < 0 ? fit : std::min<int64_t>(chunks, fit));
   if (w.chunks == 0) fail("perplexity: --chunks must be at least 1");
   return w;
@@ -122,7 +121,8 @@ double KlStats::delta_p_rms() const { return count ? std::sqrt(sum_dp2 / count) 
 // max − 16), scaled so that the largest is 65535; values below the floor become the floor.
 std::vector<uint16_t> encode_reference_row(const float* logits, int64_t n_vocab) {
   float max_logit = logits[0], min_logit = logits[0];
-  for (int64_t i = 1; i < n_vocab; ++i) max_logit = std::max(max_logit, logits[i]), min_logit = std::min(min_logit, logits[i]);
+  for (int64_t i = 1; i < n_vocab; ++i)
+    max_logit = std::max(max_logit, logits[i]), min_logit = std::min(min_logit, logits[i]);
   min_logit = std::max(min_logit, max_logit - 16);
   double sum_exp = 0.0;
   for (int64_t i = 0; i < n_vocab; ++i) sum_exp += std::exp(logits[i] - max_logit);

@@ -28,10 +28,10 @@ struct PerplexityOptions {
 struct PerplexityWindows {
   std::vector<int32_t> tokens;  // the whole text, BOS first when the tokenizer adds one
   int32_t ctx = 0, chunks = 0;
-  int32_t bos = -1;  // replaces each window's first token (-1: the tokenizer adds no BOS)
-  int32_t first() const { return ctx / 2; }                  // first position whose logits are scored
-  int32_t scored() const { return ctx - 1 - ctx / 2; }       // scored tokens per window
-  int32_t target(int32_t window, int32_t row) const {        // the token logits row `row` predicts
+  int32_t bos = -1;                          // replaces each window's first token (-1: the tokenizer adds no BOS)
+  int32_t first() const { return ctx / 2; }  // first position whose logits are scored
+  int32_t scored() const { return ctx - 1 - ctx / 2; }  // scored tokens per window
+  int32_t target(int32_t window, int32_t row) const {   // the token logits row `row` predicts
     return tokens[static_cast<size_t>(window) * ctx + first() + row + 1];
   }
 };
@@ -45,7 +45,9 @@ using WindowSink = std::function<void(int32_t window, const float* logits)>;
 void run_windows(LlamaModel& model, const PerplexityWindows& windows, const PerplexityOptions& opt, int32_t begin,
                  int32_t end, const WindowSink& sink);
 // Windows one forward pass holds.
-inline int32_t windows_per_pass(const PerplexityOptions& o) { return o.batch_tokens / o.ctx > 1 ? o.batch_tokens / o.ctx : 1; }
+inline int32_t windows_per_pass(const PerplexityOptions& o) {
+  return o.batch_tokens / o.ctx > 1 ? o.batch_tokens / o.ctx : 1;
+}
 
 // −log p(target) of one logits row, computed as llama.cpp does (float max, double Σ e^(l−max)).
 double token_nll(const float* logits, int64_t n_vocab, int32_t target);

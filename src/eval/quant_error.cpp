@@ -10,11 +10,22 @@
 
 namespace kvik {
 
-const float kNf4Codebook[16] = {
-    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f, -0.28444138169288635f,
-    -0.18477343022823334f, -0.09105003625154495f, 0.0f, 0.07958029955625534f, 0.16093020141124725f,
-    0.24611230194568634f, 0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f,
-    1.0f};
+const float kNf4Codebook[16] = {-1.0f,
+                                -0.6961928009986877f,
+                                -0.5250730514526367f,
+                                -0.39491748809814453f,
+                                -0.28444138169288635f,
+                                -0.18477343022823334f,
+                                -0.09105003625154495f,
+                                0.0f,
+                                0.07958029955625534f,
+                                0.16093020141124725f,
+                                0.24611230194568634f,
+                                0.33791524171829224f,
+                                0.44070982933044434f,
+                                0.5626170039176941f,
+                                0.7229568362236023f,
+                                1.0f};
 
 namespace {
 
@@ -54,8 +65,10 @@ FakeQuantScheme absmax_scheme(std::string name, std::string desc, int bits, int6
   const int qmax = (1 << (bits - 1)) - 1;
   const double bpw = bits + (group > 0 ? 16.0 / std::min<int64_t>(group, 4096) : 0.0);
   return {std::move(name), std::move(desc), bpw, 1, [qmax, group](float* w, int64_t rows, int64_t cols) {
-            if (group == 0) absmax_group(w, rows * cols, qmax);  // one scale for the whole tensor
-            else by_row_groups(w, rows, cols, group, [qmax](float* x, int64_t n) { absmax_group(x, n, qmax); });
+            if (group == 0)
+              absmax_group(w, rows * cols, qmax);  // one scale for the whole tensor
+            else
+              by_row_groups(w, rows, cols, group, [qmax](float* x, int64_t n) { absmax_group(x, n, qmax); });
           }};
 }
 

@@ -15,10 +15,10 @@
 namespace kvik {
 
 struct FakeQuantScheme {
-  std::string name;         // "int4 group-128", "q4_K"
+  std::string name;  // "int4 group-128", "q4_K"
   std::string description;
-  double bits_per_weight;   // for a row of 4096 (scales included, 16-bit scales)
-  int64_t block = 1;        // the row length must be a multiple of this, or the matrix stays unquantized
+  double bits_per_weight;  // for a row of 4096 (scales included, 16-bit scales)
+  int64_t block = 1;       // the row length must be a multiple of this, or the matrix stays unquantized
   // Quantizes and dequantizes rows × cols weights (row-major) in place.
   std::function<void(float* w, int64_t rows, int64_t cols)> apply;
 };
@@ -33,9 +33,9 @@ extern const float kNf4Codebook[16];
 struct QuantErrorRow {
   std::string scheme, description;
   double bits_per_weight = 0;
-  double weight_rmse = 0;       // over every fake-quantized weight
-  int64_t matrices = 0;         // linear weights of the layers
-  int64_t skipped_matrices = 0; // rows not a multiple of the scheme's block: left unquantized
+  double weight_rmse = 0;        // over every fake-quantized weight
+  int64_t matrices = 0;          // linear weights of the layers
+  int64_t skipped_matrices = 0;  // rows not a multiple of the scheme's block: left unquantized
   double ppl = 0, top1_agreement = 0;
 };
 

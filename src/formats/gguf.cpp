@@ -16,10 +16,17 @@ constexpr uint32_t kMaxDims = 4;
 
 size_t scalar_size(GgufType t) {
   switch (t) {
-    case GgufType::U8: case GgufType::I8: case GgufType::BOOL: return 1;
-    case GgufType::U16: case GgufType::I16: return 2;
-    case GgufType::U32: case GgufType::I32: case GgufType::F32: return 4;
-    case GgufType::U64: case GgufType::I64: case GgufType::F64: return 8;
+    case GgufType::U8:
+    case GgufType::I8:
+    case GgufType::BOOL: return 1;
+    case GgufType::U16:
+    case GgufType::I16: return 2;
+    case GgufType::U32:
+    case GgufType::I32:
+    case GgufType::F32: return 4;
+    case GgufType::U64:
+    case GgufType::I64:
+    case GgufType::F64: return 8;
     default: return 0;  // STRING, ARRAY: variable
   }
 }
@@ -75,14 +82,38 @@ class Cursor {
 
 void read_scalar(Cursor& c, GgufType t, GgufValue& v) {
   switch (t) {
-    case GgufType::U8: v.u = c.read<uint8_t>("u8"); v.i = static_cast<int64_t>(v.u); break;
-    case GgufType::I8: v.i = c.read<int8_t>("i8"); v.u = static_cast<uint64_t>(v.i); break;
-    case GgufType::U16: v.u = c.read<uint16_t>("u16"); v.i = static_cast<int64_t>(v.u); break;
-    case GgufType::I16: v.i = c.read<int16_t>("i16"); v.u = static_cast<uint64_t>(v.i); break;
-    case GgufType::U32: v.u = c.read<uint32_t>("u32"); v.i = static_cast<int64_t>(v.u); break;
-    case GgufType::I32: v.i = c.read<int32_t>("i32"); v.u = static_cast<uint64_t>(v.i); break;
-    case GgufType::U64: v.u = c.read<uint64_t>("u64"); v.i = static_cast<int64_t>(v.u); break;
-    case GgufType::I64: v.i = c.read<int64_t>("i64"); v.u = static_cast<uint64_t>(v.i); break;
+    case GgufType::U8:
+      v.u = c.read<uint8_t>("u8");
+      v.i = static_cast<int64_t>(v.u);
+      break;
+    case GgufType::I8:
+      v.i = c.read<int8_t>("i8");
+      v.u = static_cast<uint64_t>(v.i);
+      break;
+    case GgufType::U16:
+      v.u = c.read<uint16_t>("u16");
+      v.i = static_cast<int64_t>(v.u);
+      break;
+    case GgufType::I16:
+      v.i = c.read<int16_t>("i16");
+      v.u = static_cast<uint64_t>(v.i);
+      break;
+    case GgufType::U32:
+      v.u = c.read<uint32_t>("u32");
+      v.i = static_cast<int64_t>(v.u);
+      break;
+    case GgufType::I32:
+      v.i = c.read<int32_t>("i32");
+      v.u = static_cast<uint64_t>(v.i);
+      break;
+    case GgufType::U64:
+      v.u = c.read<uint64_t>("u64");
+      v.i = static_cast<int64_t>(v.u);
+      break;
+    case GgufType::I64:
+      v.i = c.read<int64_t>("i64");
+      v.u = static_cast<uint64_t>(v.i);
+      break;
     case GgufType::F32: v.f = c.read<float>("f32"); break;
     case GgufType::F64: v.f = c.read<double>("f64"); break;
     case GgufType::BOOL: {
@@ -110,7 +141,8 @@ GgufValue read_value(Cursor& c) {
     v.count = c.read<uint64_t>("array length");
     if (v.elem_type == GgufType::STRING) {
       // Each string needs at least its 8-byte length: bound the count before reserving.
-      if (v.count > c.remaining() / 8) c.error("array of {} strings cannot fit in the {} bytes left", v.count, c.remaining());
+      if (v.count > c.remaining() / 8)
+        c.error("array of {} strings cannot fit in the {} bytes left", v.count, c.remaining());
       v.strings.reserve(static_cast<size_t>(v.count));
       for (uint64_t k = 0; k < v.count; ++k) v.strings.push_back(c.read_string("string array element"));
     } else {
@@ -160,8 +192,14 @@ std::string_view gguf_type_name(GgufType t) {
 
 bool GgufValue::is_integer() const {
   switch (type) {
-    case GgufType::U8: case GgufType::I8: case GgufType::U16: case GgufType::I16: case GgufType::U32:
-    case GgufType::I32: case GgufType::U64: case GgufType::I64: return true;
+    case GgufType::U8:
+    case GgufType::I8:
+    case GgufType::U16:
+    case GgufType::I16:
+    case GgufType::U32:
+    case GgufType::I32:
+    case GgufType::U64:
+    case GgufType::I64: return true;
     default: return false;
   }
 }
@@ -178,7 +216,8 @@ double GgufValue::array_f(uint64_t k) const {
 int64_t GgufValue::array_i(uint64_t k) const {
   const uint8_t* p = elems + k * scalar_size(elem_type);
   switch (elem_type) {
-    case GgufType::U8: case GgufType::BOOL: return load<uint8_t>(p);
+    case GgufType::U8:
+    case GgufType::BOOL: return load<uint8_t>(p);
     case GgufType::I8: return load<int8_t>(p);
     case GgufType::U16: return load<uint16_t>(p);
     case GgufType::I16: return load<int16_t>(p);
@@ -225,7 +264,8 @@ void GgufFile::parse_all(std::span<const uint8_t> bytes) {
   const uint64_t n_kv = c.read<uint64_t>("metadata count");
   // Smallest encodings: a kv pair is 8 (key length) + 4 (type) + 1 bytes; a tensor info 8 + 4 + 4 + 8.
   if (n_kv > c.remaining() / 13) c.error("metadata count {} cannot fit in the {} bytes left", n_kv, c.remaining());
-  if (n_tensors > c.remaining() / 24) c.error("tensor count {} cannot fit in the {} bytes left", n_tensors, c.remaining());
+  if (n_tensors > c.remaining() / 24)
+    c.error("tensor count {} cannot fit in the {} bytes left", n_tensors, c.remaining());
 
   kv_.reserve(static_cast<size_t>(n_kv));
   for (uint64_t k = 0; k < n_kv; ++k) {
@@ -242,10 +282,11 @@ void GgufFile::parse_all(std::span<const uint8_t> bytes) {
 
   if (const GgufValue* a = find("general.alignment")) {
     if (!a->is_integer() || a->u == 0 || a->u > (1u << 30) || (a->u & (a->u - 1)) != 0)
-      fail("{}: metadata key 'general.alignment': must be a power-of-two integer, found {} of type {} (value at "
-           "byte offset {})",
-           path_, a->is_integer() ? std::to_string(a->i) : std::string("a value"), gguf_type_name(a->type),
-           a->raw.data() - bytes.data());
+      fail(
+          "{}: metadata key 'general.alignment': must be a power-of-two integer, found {} of type {} (value at "
+          "byte offset {})",
+          path_, a->is_integer() ? std::to_string(a->i) : std::string("a value"), gguf_type_name(a->type),
+          a->raw.data() - bytes.data());
     alignment_ = static_cast<uint32_t>(a->u);
   }
 
@@ -277,7 +318,8 @@ void GgufFile::parse_all(std::span<const uint8_t> bytes) {
       c.error("byte size overflows");
     t.nbytes = static_cast<size_t>(nbytes);
     t.offset = c.read<uint64_t>("tensor data offset");
-    if (t.offset % alignment_ != 0) c.error("data offset {} is not a multiple of the alignment {}", t.offset, alignment_);
+    if (t.offset % alignment_ != 0)
+      c.error("data offset {} is not a multiple of the alignment {}", t.offset, alignment_);
     tensor_index_.emplace(t.name, tensors_.size());
     tensors_.push_back(std::move(t));
   }
@@ -288,9 +330,10 @@ void GgufFile::parse_all(std::span<const uint8_t> bytes) {
   for (auto& t : tensors_) {
     uint64_t end = 0;
     if (__builtin_add_overflow(t.offset, static_cast<uint64_t>(t.nbytes), &end) || end > data_size)
-      fail("{}: tensor '{}': data [{}, {}) relative to the data section at byte offset {} runs past the end of the "
-           "file ({} bytes of data)",
-           path_, t.name, t.offset, t.offset + t.nbytes, data_offset_, data_size);
+      fail(
+          "{}: tensor '{}': data [{}, {}) relative to the data section at byte offset {} runs past the end of the "
+          "file ({} bytes of data)",
+          path_, t.name, t.offset, t.offset + t.nbytes, data_offset_, data_size);
     // A zero-byte tensor may sit at the very end, where the padded data section starts past the file's end.
     t.data = bytes.data() + std::min<uint64_t>(data_offset_ + t.offset, bytes.size());
   }
@@ -360,8 +403,8 @@ const GgufValue& GgufFile::require_array(std::string_view key, GgufType elem_typ
   auto numeric = [](GgufType t) { return t != GgufType::STRING && t != GgufType::BOOL; };
   const bool ok = v->elem_type == elem_type || (numeric(elem_type) && numeric(v->elem_type));
   if (!ok)
-    fail("{}: metadata key '{}': expected an array of {}, found an array of {}", path_, key,
-         gguf_type_name(elem_type), gguf_type_name(v->elem_type));
+    fail("{}: metadata key '{}': expected an array of {}, found an array of {}", path_, key, gguf_type_name(elem_type),
+         gguf_type_name(v->elem_type));
   return *v;
 }
 
@@ -521,14 +564,16 @@ void GgufWriter::write_streaming(const std::string& path, const std::function<vo
     try {
       fill(i, [&](std::span<const uint8_t> bytes) {
         written += bytes.size();
-        if (written > tensors_[i].nbytes) fail("tensor '{}': more than its {} bytes", tensors_[i].name, tensors_[i].nbytes);
+        if (written > tensors_[i].nbytes)
+          fail("tensor '{}': more than its {} bytes", tensors_[i].name, tensors_[i].nbytes);
         ok = ok && std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
       });
     } catch (const std::exception& e) {
       abandon(e.what());
     }
     if (!ok) abandon("write failed");
-    if (written != tensors_[i].nbytes) abandon(fmt::format("tensor '{}': {} bytes written, {} expected", tensors_[i].name, written, tensors_[i].nbytes));
+    if (written != tensors_[i].nbytes)
+      abandon(fmt::format("tensor '{}': {} bytes written, {} expected", tensors_[i].name, written, tensors_[i].nbytes));
     const size_t pad = (alignment_ - written % alignment_) % alignment_;
     if (std::fwrite(zeros.data(), 1, pad, f) != pad) abandon("write failed");
   }

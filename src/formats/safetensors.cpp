@@ -26,9 +26,9 @@ bool dtype_from_name(const std::string& s, DType* t, size_t* elem) {
 // A header value for an error message: scalars and flat arrays as JSON (cut at 80 bytes), anything nested by
 // its type only. nlohmann's dump() recurses once per level, and a hostile header nests millions deep.
 std::string brief(const nlohmann::json& j) {
-  const bool flat = !j.is_structured() || (j.is_array() && std::none_of(j.begin(), j.end(), [](const nlohmann::json& e) {
-                                             return e.is_structured();
-                                           }));
+  const bool flat =
+      !j.is_structured() ||
+      (j.is_array() && std::none_of(j.begin(), j.end(), [](const nlohmann::json& e) { return e.is_structured(); }));
   if (!flat) return j.is_array() ? fmt::format("(a nested array of {} elements)", j.size()) : "(an object)";
   std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (s.size() > 80) s = s.substr(0, 77) + "...";
@@ -63,7 +63,8 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
 std::unique_ptr<SafetensorsFile> SafetensorsFile::parse(std::span<const uint8_t> bytes, const std::string& name) {
   std::unique_ptr<SafetensorsFile> st(new SafetensorsFile());
   st->path_ = name;
-  if (bytes.size() < 8) fail("{}: {} bytes is too short for a safetensors file (8-byte header size)", name, bytes.size());
+  if (bytes.size() < 8)
+    fail("{}: {} bytes is too short for a safetensors file (8-byte header size)", name, bytes.size());
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);  // little-endian hosts only, as everywhere in kvik
   if (n > kMaxHeaderBytes || n > bytes.size() - 8)
@@ -89,13 +90,15 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::parse(std::span<const uint8_t>
     size_t elem = 0;
     if (!e["dtype"].is_string() || !dtype_from_name(e["dtype"].get<std::string>(), &t.dtype, &elem))
       fail("{}: tensor '{}': dtype {} is not supported (kvik reads F32, F16, BF16)", name, tn, brief(e["dtype"]));
-    if (!e["shape"].is_array() || e["shape"].size() > 8) fail("{}: tensor '{}': bad shape {}", name, tn, brief(e["shape"]));
+    if (!e["shape"].is_array() || e["shape"].size() > 8)
+      fail("{}: tensor '{}': bad shape {}", name, tn, brief(e["shape"]));
     uint64_t numel = 1;
     for (const auto& d : e["shape"]) {
       if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0))
         fail("{}: tensor '{}': bad dimension {}", name, tn, brief(d));
       const uint64_t v = d.get<uint64_t>();
-      if (v != 0 && numel > (UINT64_MAX / 8) / v) fail("{}: tensor '{}': shape {} overflows", name, tn, brief(e["shape"]));
+      if (v != 0 && numel > (UINT64_MAX / 8) / v)
+        fail("{}: tensor '{}': shape {} overflows", name, tn, brief(e["shape"]));
       numel *= v;
       t.shape.push_back(static_cast<int64_t>(v));
     }
@@ -138,14 +141,16 @@ std::unique_ptr<SafetensorsModel> SafetensorsModel::open_dir(const std::string& 
       if (std::find(shards.begin(), shards.end(), f) == shards.end()) shards.push_back(f);
     }
     for (const std::string& f : shards) {
-      if (!fs::exists(fs::path(dir) / f)) fail("{}: shard '{}' listed in {} is missing", dir, f, index.filename().string());
+      if (!fs::exists(fs::path(dir) / f))
+        fail("{}: shard '{}' listed in {} is missing", dir, f, index.filename().string());
       m->files_.push_back(SafetensorsFile::open((fs::path(dir) / f).string()));
     }
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
       const std::string f = it.value().get<std::string>();
       const size_t k = std::find(shards.begin(), shards.end(), f) - shards.begin();
       const SafetensorsTensor* t = m->files_[k]->find(it.key());
-      if (!t) fail("{}: tensor '{}' is listed in {} but not in shard '{}'", dir, it.key(), index.filename().string(), f);
+      if (!t)
+        fail("{}: tensor '{}' is listed in {} but not in shard '{}'", dir, it.key(), index.filename().string(), f);
       m->index_[it.key()] = t;
     }
   } else if (fs::exists(single)) {
@@ -173,7 +178,8 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsWri
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t offset = 0;
   for (const auto& t : tensors) {
-    header[t.name] = {{"dtype", dtype_to_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
+    header[t.name] = {
+        {"dtype", dtype_to_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
     offset += t.data.size();
   }
   std::string h = header.dump();
@@ -183,7 +189,8 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsWri
   const uint64_t n = h.size();
   out.write(reinterpret_cast<const char*>(&n), 8);
   out.write(h.data(), static_cast<std::streamsize>(h.size()));
-  for (const auto& t : tensors) out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
+  for (const auto& t : tensors)
+    out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
   if (!out) fail("{}: write failed", path);
 }
 

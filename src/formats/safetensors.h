@@ -24,7 +24,7 @@ struct SafetensorsTensor {
   std::vector<int64_t> shape;  // row-major, outermost first (HF [out_features, in_features])
   const uint8_t* data = nullptr;
   size_t nbytes = 0;
-  std::string file;            // for error messages
+  std::string file;               // for error messages
   const MmapFile* map = nullptr;  // the mapping `data` points into (null for parse()d images)
   int64_t numel() const;
 };

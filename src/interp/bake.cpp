@@ -75,9 +75,11 @@ BakeReport bake_ablation(const BakeOptions& opt) {
   const ModelConfig c = config_from_gguf(*src);
   if (static_cast<int64_t>(opt.direction.vector.size()) != c.dim)
     fail("the direction has d = {}, the model {} has d = {}", opt.direction.vector.size(), opt.model_path, c.dim);
-  static const DType quantizable[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0,
-                                      DType::Q4_K, DType::Q5_K, DType::Q6_K};
-  const auto can_write = [](DType t) { return std::find(std::begin(quantizable), std::end(quantizable), t) != std::end(quantizable); };
+  static const DType quantizable[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
+                                      DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+  const auto can_write = [](DType t) {
+    return std::find(std::begin(quantizable), std::end(quantizable), t) != std::end(quantizable);
+  };
   if (opt.type && !can_write(*opt.type))
     fail("--type {}: kvik cannot quantize to it (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)", dtype_name(*opt.type));
   std::vector<bool> at(static_cast<size_t>(c.n_layers + 1), opt.layers.empty());

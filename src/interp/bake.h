@@ -16,11 +16,11 @@
 namespace kvik::interp {
 
 struct BakeOptions {
-  std::string model_path;        // a GGUF file
+  std::string model_path;  // a GGUF file
   std::string out_path;
   Direction direction;
-  std::vector<int32_t> layers;   // stream layers; empty = all (0..L)
-  std::optional<DType> type;     // type of the rewritten matrices (default: each one's source type)
+  std::vector<int32_t> layers;  // stream layers; empty = all (0..L)
+  std::optional<DType> type;    // type of the rewritten matrices (default: each one's source type)
 };
 
 struct BakeReport {

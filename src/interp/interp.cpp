@@ -146,11 +146,14 @@ void save_direction(const DirectionResult& r, int64_t dim, const std::string& pa
   nlohmann::json sep = nlohmann::json::array();
   for (size_t l = 0; l < r.separation.size(); ++l) {
     const LayerSeparation& s = r.separation[l];
-    sep.push_back({{"layer", l}, {"positive_mean", s.pos_mean}, {"positive_std", s.pos_std},
-                   {"negative_mean", s.neg_mean}, {"negative_std", s.neg_std}});
+    sep.push_back({{"layer", l},
+                   {"positive_mean", s.pos_mean},
+                   {"positive_std", s.pos_std},
+                   {"negative_mean", s.neg_mean},
+                   {"negative_std", s.neg_std}});
   }
   const nlohmann::json j = {{"model", r.direction.model}, {"layer", r.direction.layer}, {"d", dim},
-                            {"norm", r.direction.norm}, {"separation", sep}, {"vector", r.direction.vector}};
+                            {"norm", r.direction.norm},   {"separation", sep},          {"vector", r.direction.vector}};
   std::ofstream out(path);
   if (!out) fail("{}: cannot write", path);
   out << j.dump(1) << "\n";

@@ -53,8 +53,8 @@ struct LayerSeparation {
   double pos_mean = 0, pos_std = 0, neg_mean = 0, neg_std = 0;
 };
 struct DirectionResult {
-  Direction direction;                     // r̂ at the chosen layer, with the raw difference's norm
-  std::vector<LayerSeparation> separation; // per stream layer: projections x_ℓ · r̂ of each group
+  Direction direction;                      // r̂ at the chosen layer, with the raw difference's norm
+  std::vector<LayerSeparation> separation;  // per stream layer: projections x_ℓ · r̂ of each group
 };
 enum class Pooling { kLast, kMean };  // the prompt's last position, or the mean over its positions
 DirectionResult find_direction(LlamaModel& model, const std::vector<std::vector<int32_t>>& positive,

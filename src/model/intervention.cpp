@@ -5,8 +5,8 @@
 #include <cstring>
 #include <fstream>
 
-#include <nlohmann/json.hpp>
 #include <xxhash.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 
@@ -27,7 +27,8 @@ Direction load_direction(const std::string& path, int64_t dim) {
   if (j.contains("layer") && j["layer"].is_number_integer()) d.layer = j["layer"].get<int32_t>();
   if (j.contains("model") && j["model"].is_string()) d.model = j["model"].get<std::string>();
   if (j.contains("norm") && j["norm"].is_number()) d.norm = j["norm"].get<float>();
-  if (j.contains("d") && (!j["d"].is_number_integer() || j["d"].get<int64_t>() != static_cast<int64_t>(d.vector.size())))
+  if (j.contains("d") &&
+      (!j["d"].is_number_integer() || j["d"].get<int64_t>() != static_cast<int64_t>(d.vector.size())))
     fail("{}: 'd' is {} but 'vector' has {} entries", path, j["d"].dump(), d.vector.size());
   if (dim > 0 && static_cast<int64_t>(d.vector.size()) != dim)
     fail("{}: direction has d = {}, but the model's residual stream has d = {} (found in model '{}')", path,
@@ -45,8 +46,8 @@ std::shared_ptr<const InterventionList> make_interventions(std::vector<Intervent
   for (size_t i = 0; i < items.size(); ++i) {
     Intervention& iv = items[i];
     if (!iv.direction || static_cast<int64_t>(iv.direction->size()) != dim)
-      fail("intervention {}: the direction has {} entries, the model's d is {}", i, iv.direction ? iv.direction->size() : 0,
-           dim);
+      fail("intervention {}: the direction has {} entries, the model's d is {}", i,
+           iv.direction ? iv.direction->size() : 0, dim);
     double n2 = 0;
     for (float v : *iv.direction) n2 += static_cast<double>(v) * v;
     if (!(n2 > 0) || !std::isfinite(n2)) fail("intervention {}: the direction is zero or not finite", i);

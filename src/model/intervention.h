@@ -33,8 +33,8 @@ struct Intervention {
   enum class Op { kSteer, kAblate };
   Op op = Op::kSteer;
   std::shared_ptr<const std::vector<float>> direction;  // r̂ [d], unit length
-  float alpha = 0;                                       // steering strength (steer only)
-  std::vector<int32_t> layers;                           // stream layers it applies at, sorted, unique
+  float alpha = 0;                                      // steering strength (steer only)
+  std::vector<int32_t> layers;                          // stream layers it applies at, sorted, unique
 
   bool at(int32_t layer) const;
 };

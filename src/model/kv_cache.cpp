@@ -18,7 +18,8 @@ void KvCacheTensors::Free::operator()(void* p) const {
 
 KvCacheTensors::KvCacheTensors(const ModelConfig& cfg, int64_t num_blocks, int32_t block_size, DType dtype)
     : num_blocks_(num_blocks), block_size_(block_size), dtype_(dtype) {
-  if (num_blocks <= 0 || block_size <= 0) fail("KV cache needs at least one block (got {} × {})", num_blocks, block_size);
+  if (num_blocks <= 0 || block_size <= 0)
+    fail("KV cache needs at least one block (got {} × {})", num_blocks, block_size);
   check_dtype(cfg, dtype);
   slot_bytes_ = kv_row_bytes(dtype, cfg.kv_dim());
   layer_bytes_ = num_blocks * block_size * slot_bytes_;
@@ -70,16 +71,17 @@ KvCapacity plan_kv_capacity(const ModelConfig& mc, const KvCacheBudget& c, int64
     // Like vLLM's --gpu-memory-utilization: a fraction of RAM, less the weights, becomes KV blocks; here no
     // more than max_num_seqs full-length sequences need, since host RAM is shared with everything else.
     const double budget = c.memory_utilization * static_cast<double>(physical_memory_bytes()) - weight_bytes;
-    k.num_blocks = std::min<int64_t>(static_cast<int64_t>(std::max(0.0, budget)) / block_bytes,
-                                     c.max_num_seqs * blocks_per_seq);
+    k.num_blocks =
+        std::min<int64_t>(static_cast<int64_t>(std::max(0.0, budget)) / block_bytes, c.max_num_seqs * blocks_per_seq);
   }
   k.tokens = k.num_blocks * c.block_size;
   k.gib = static_cast<double>(k.num_blocks * block_bytes) / static_cast<double>(int64_t{1} << 30);
   k.max_concurrency = static_cast<double>(k.tokens) / static_cast<double>(c.max_model_len);
   if (k.num_blocks < blocks_per_seq)
-    fail("the KV cache holds {} tokens ({:.3f} GiB at {} bytes per token), fewer than one sequence of max_model_len "
-         "{} needs: increase --kv-cache-memory (or --memory-utilization) or lower --max-model-len",
-         k.tokens, k.gib, k.bytes_per_token, c.max_model_len);
+    fail(
+        "the KV cache holds {} tokens ({:.3f} GiB at {} bytes per token), fewer than one sequence of max_model_len "
+        "{} needs: increase --kv-cache-memory (or --memory-utilization) or lower --max-model-len",
+        k.tokens, k.gib, k.bytes_per_token, c.max_model_len);
   return k;
 }
 

@@ -24,7 +24,9 @@ class KvCacheTensors {
   void* v(int64_t layer) { return layers_[layer].v.get(); }
   // Bytes per token (all layers, K and V), the course's KV bytes per token: 2 · L · the bytes of one row of
   // n_kv · d_h values (Q8_0: 34 per 32, F8_E4M3: 1 each).
-  static int64_t bytes_per_token(const ModelConfig& cfg, DType d) { return 2 * cfg.n_layers * kv_row_bytes(d, cfg.kv_dim()); }
+  static int64_t bytes_per_token(const ModelConfig& cfg, DType d) {
+    return 2 * cfg.n_layers * kv_row_bytes(d, cfg.kv_dim());
+  }
   // Throws kvik::Error when the model's K/V rows cannot be stored as `d` (Q8_0 needs n_kv · d_h % 32 == 0).
   static void check_dtype(const ModelConfig& cfg, DType d);
   int64_t total_bytes() const;
@@ -55,7 +57,7 @@ struct KvCacheBudget {
   int64_t max_num_seqs = 64;
   double kv_cache_memory_gib = 0;  // 0 = memory_utilization × RAM − weights
   double memory_utilization = 0.9;
-  int64_t num_kv_blocks = 0;       // > 0 overrides both (tests)
+  int64_t num_kv_blocks = 0;  // > 0 overrides both (tests)
   DType dtype = DType::F16;
 };
 

@@ -29,8 +29,10 @@ const GgufTensorInfo& require_tensor(const GgufFile& g, const std::string& name,
   if (t->shape != shape)
     fail("{}: tensor '{}' has shape {}, expected {}", g.path(), name, shape_str(t->shape), shape_str(shape));
   if (!traits(t->dtype).can_compute)
-    fail("{}: tensor '{}' has type {}, which kvik cannot compute with yet (supported: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)",
-         g.path(), name, dtype_name(t->dtype));
+    fail(
+        "{}: tensor '{}' has type {}, which kvik cannot compute with yet (supported: f32, f16, bf16, q8_0, q4_0, q4_K, "
+        "q5_K, q6_K)",
+        g.path(), name, dtype_name(t->dtype));
   return *t;
 }
 
@@ -185,8 +187,8 @@ void LlamaModel::pack_weights(bool repack) {
     if (end > begin && madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) == 0)
       released_bytes_ += static_cast<int64_t>(end - begin);
   });
-  log_info("repacked {} weight matrices ({:.1f} MiB) into 16-row groups for the {} kernels", count,
-           total / 1048576.0, cpu_kernels().isa);
+  log_info("repacked {} weight matrices ({:.1f} MiB) into 16-row groups for the {} kernels", count, total / 1048576.0,
+           cpu_kernels().isa);
 }
 
 const GgufFile& LlamaModel::gguf() const {
@@ -275,8 +277,7 @@ void LlamaModel::forward(const ForwardBatch& b, KvCacheTensors& cache, float* lo
 
   // Final norm and LM head, only for the rows asked for: logits [N, V]
   const int64_t N = static_cast<int64_t>(b.logits_indices.size());
-  for (int64_t i = 0; i < N; ++i)
-    std::copy_n(&ws_.x[b.logits_indices[i] * c.dim], c.dim, &ws_.rows[i * c.dim]);
+  for (int64_t i = 0; i < N; ++i) std::copy_n(&ws_.x[b.logits_indices[i] * c.dim], c.dim, &ws_.rows[i * c.dim]);
   lm_head(ws_.rows.data(), N, logits);
 }
 
@@ -348,10 +349,10 @@ void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensor
 void LlamaModel::mlp_block(int64_t l, const ForwardBatch& b, int64_t T) {
   const ModelConfig& c = config_;
   const LayerWeights& w = layers_[l];
-  rmsnorm(ws_.x.data(), w.ffn_norm, ws_.xn.data(), T, c.dim, c.rms_eps);  // xn [T, d]
+  rmsnorm(ws_.x.data(), w.ffn_norm, ws_.xn.data(), T, c.dim, c.rms_eps);               // xn [T, d]
   matmul(ws_.xn.data(), T, {{&w.w_gate, ws_.gate.data()}, {&w.w_up, ws_.up.data()}});  // gate, up [T, d_ff]
-  silu_mul(ws_.gate.data(), ws_.up.data(), T * c.ff_dim);                 // silu(gate) · up
-  matmul(ws_.gate.data(), T, w.w_down, ws_.proj.data());                  // [T, d]
+  silu_mul(ws_.gate.data(), ws_.up.data(), T * c.ff_dim);                              // silu(gate) · up
+  matmul(ws_.gate.data(), T, w.w_down, ws_.proj.data());                               // [T, d]
   for (int64_t i = 0; i < T * c.dim; ++i) ws_.x[i] += ws_.proj[i];
   stream_written(b, static_cast<int32_t>(l + 1), true, T);
 }

@@ -27,7 +27,7 @@ struct ForwardBatch {
   std::span<const int32_t> seq_lens;         // [R] tokens in the cache after this step
   std::span<const int32_t> block_tables;     // [R, max_blocks_per_seq]
   int32_t max_blocks_per_seq = 0;
-  std::span<const int32_t> logits_indices;   // rows whose logits are wanted, [N]
+  std::span<const int32_t> logits_indices;  // rows whose logits are wanted, [N]
   // Interventions (model/intervention.h), per token: its request's list or nullptr. Empty when no token of the
   // batch has any: the forward pass then does no extra work.
   std::span<const InterventionList* const> interventions;  // [T] or empty
@@ -37,12 +37,12 @@ struct ForwardBatch {
 };
 
 struct LayerWeights {
-  const float* attn_norm = nullptr;  // [d]
-  WeightMatrix wq, wk, wv, wo;       // [d → n_h·d_h], [d → n_kv·d_h] ×2, [n_h·d_h → d]
+  const float* attn_norm = nullptr;                         // [d]
+  WeightMatrix wq, wk, wv, wo;                              // [d → n_h·d_h], [d → n_kv·d_h] ×2, [n_h·d_h → d]
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // attention biases (Qwen2), or null
   const float *q_norm = nullptr, *k_norm = nullptr;         // per-head RMSNorm weights [d_h] (Qwen3), or null
-  const float* ffn_norm = nullptr;   // [d]
-  WeightMatrix w_gate, w_up, w_down; // [d → d_ff] ×2, [d_ff → d]
+  const float* ffn_norm = nullptr;                          // [d]
+  WeightMatrix w_gate, w_up, w_down;                        // [d → d_ff] ×2, [d_ff → d]
 };
 
 struct LoadOptions {
@@ -92,7 +92,8 @@ class LlamaModel {
   LlamaModel() = default;
   static std::unique_ptr<LlamaModel> load_hf(const std::string& dir, const LoadOptions& options);
   const float* owned_floats(const uint8_t* data, DType dtype, int64_t n);  // a dequantized copy kept by the model
-  void pack_weights(bool repack);  // when `repack`, repacks the matmul weights the CPU's kernels have a packed layout for
+  void pack_weights(
+      bool repack);  // when `repack`, repacks the matmul weights the CPU's kernels have a packed layout for
   // f(w) for the LM head and every layer's seven projections (const or not, as `self` is).
   template <typename Self, typename F>
   static void for_each_matmul_weight(Self& self, F&& f) {

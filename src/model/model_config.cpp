@@ -1,8 +1,8 @@
 #include "model/model_config.h"
 
-#include "core/error.h"
 #include <cmath>
 #include <filesystem>
+#include "core/error.h"
 
 #include <nlohmann/json.hpp>
 
@@ -29,18 +29,18 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   c.n_layers = positive(a + "block_count", g.require_int(a + "block_count"), 4096);
   c.ff_dim = positive(a + "feed_forward_length", g.require_int(a + "feed_forward_length"), 1 << 22);
   c.n_heads = positive(a + "attention.head_count", g.require_int(a + "attention.head_count"), 1 << 14);
-  c.n_kv_heads = positive(a + "attention.head_count_kv",
-                          g.get_int(a + "attention.head_count_kv").value_or(c.n_heads), c.n_heads);
+  c.n_kv_heads =
+      positive(a + "attention.head_count_kv", g.get_int(a + "attention.head_count_kv").value_or(c.n_heads), c.n_heads);
   if (c.n_heads % c.n_kv_heads != 0)
     fail("{}: attention.head_count {} is not a multiple of attention.head_count_kv {}", g.path(), c.n_heads,
          c.n_kv_heads);
-  c.head_dim = positive(a + "attention.key_length",
-                        g.get_int(a + "attention.key_length").value_or(c.dim / c.n_heads), 1 << 14);
+  c.head_dim =
+      positive(a + "attention.key_length", g.get_int(a + "attention.key_length").value_or(c.dim / c.n_heads), 1 << 14);
   if (auto vl = g.get_int(a + "attention.value_length"); vl && *vl != c.head_dim)
     fail("{}: attention.value_length {} differs from key_length {} (not supported)", g.path(), *vl, c.head_dim);
   c.context_length = positive(a + "context_length", g.get_int(a + "context_length").value_or(2048), 1 << 24);
-  c.rope_dim = positive(a + "rope.dimension_count", g.get_int(a + "rope.dimension_count").value_or(c.head_dim),
-                        c.head_dim);
+  c.rope_dim =
+      positive(a + "rope.dimension_count", g.get_int(a + "rope.dimension_count").value_or(c.head_dim), c.head_dim);
   if (c.rope_dim % 2 != 0) fail("{}: rope.dimension_count {} must be even", g.path(), c.rope_dim);
   c.rope_freq_base = static_cast<float>(g.get_float(a + "rope.freq_base").value_or(10000.0));
   c.rms_eps = static_cast<float>(g.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
@@ -97,12 +97,17 @@ ModelConfig config_from_hf(const std::string& dir) {
       j["architectures"][0].is_string())
     arch = j["architectures"][0].get<std::string>();
   ModelConfig c;
-  if (arch == "LlamaForCausalLM" || arch == "MistralForCausalLM") c.arch = "llama";
-  else if (arch == "Qwen2ForCausalLM") c.arch = "qwen2";
-  else if (arch == "Qwen3ForCausalLM") c.arch = "qwen3";
+  if (arch == "LlamaForCausalLM" || arch == "MistralForCausalLM")
+    c.arch = "llama";
+  else if (arch == "Qwen2ForCausalLM")
+    c.arch = "qwen2";
+  else if (arch == "Qwen3ForCausalLM")
+    c.arch = "qwen3";
   else
-    fail("{}: architectures '{}' is not supported (kvik runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-         "Qwen3ForCausalLM)", f, arch);
+    fail(
+        "{}: architectures '{}' is not supported (kvik runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+        "Qwen3ForCausalLM)",
+        f, arch);
   c.name = j.value("_name_or_path", std::string());
   const auto integer = [&](const char* key, std::optional<int64_t> dflt, int64_t max) -> int64_t {
     if (!j.contains(key) || j[key].is_null()) {
@@ -146,9 +151,9 @@ ModelConfig config_from_hf(const std::string& dir) {
         if (!rs.contains(k) || !rs[k].is_number()) fail("{}: rope_scaling \"{}\" is missing or not a number", f, k);
         return rs[k].get<float>();
       };
-      c.rope_freq_factors = llama3_rope_freq_factors(c.rope_freq_base, c.rope_dim, field("factor"),
-                                                     field("low_freq_factor"), field("high_freq_factor"),
-                                                     field("original_max_position_embeddings"));
+      c.rope_freq_factors =
+          llama3_rope_freq_factors(c.rope_freq_base, c.rope_dim, field("factor"), field("low_freq_factor"),
+                                   field("high_freq_factor"), field("original_max_position_embeddings"));
     } else if (type != "default") {
       fail("{}: rope_scaling type '{}' is not supported (kvik knows llama3)", f, type);
     }
@@ -163,7 +168,8 @@ GenerationConfig generation_config_from_hf(const std::string& dir) {
   const nlohmann::json j = read_json_file(path);
   if (j.contains("eos_token_id")) {
     const auto& e = j["eos_token_id"];
-    if (e.is_number_integer()) g.eos_token_ids.push_back(e.get<int32_t>());
+    if (e.is_number_integer())
+      g.eos_token_ids.push_back(e.get<int32_t>());
     else if (e.is_array())
       for (const auto& x : e) {
         if (!x.is_number_integer()) fail("{}: eos_token_id entries must be integers", path.string());

@@ -12,25 +12,24 @@ namespace kvik {
 
 class GgufFile;
 
-
 struct ModelConfig {
   std::string arch = "llama";
   std::string name;
-  int64_t dim = 0;           // d
-  int64_t n_layers = 0;      // L
-  int64_t n_heads = 0;       // n_h
-  int64_t n_kv_heads = 0;    // n_kv
-  int64_t head_dim = 0;      // d_h
-  int64_t ff_dim = 0;        // d_ff
-  int64_t vocab_size = 0;    // V
+  int64_t dim = 0;         // d
+  int64_t n_layers = 0;    // L
+  int64_t n_heads = 0;     // n_h
+  int64_t n_kv_heads = 0;  // n_kv
+  int64_t head_dim = 0;    // d_h
+  int64_t ff_dim = 0;      // d_ff
+  int64_t vocab_size = 0;  // V
   int64_t context_length = 0;
-  int64_t rope_dim = 0;      // dimensions rotated per head (usually d_h)
+  int64_t rope_dim = 0;  // dimensions rotated per head (usually d_h)
   float rope_freq_base = 10000.0f;
   RopeType rope_type = RopeType::kNorm;
   float rms_eps = 1e-5f;
   bool tied_embeddings = false;
-  bool attn_bias = false;   // q/k/v projections have biases (Qwen2)
-  bool qk_norm = false;     // RMSNorm over each head of q and k before RoPE (Qwen3)
+  bool attn_bias = false;  // q/k/v projections have biases (Qwen2)
+  bool qk_norm = false;    // RMSNorm over each head of q and k before RoPE (Qwen3)
   // Per-pair RoPE frequency divisors [rope_dim / 2] (Llama 3.1 "llama3" rope scaling; GGUF rope_freqs.weight):
   // θ_i = pos · base^(−2i/rope_dim) / freq_factors[i]. Empty: no scaling.
   std::vector<float> rope_freq_factors;

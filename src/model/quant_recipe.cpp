@@ -10,18 +10,31 @@ namespace {
 
 // llama_ftype values (llama.h).
 constexpr std::array kMixes = {
-    QuantMix{"q8_0", 7, DType::Q8_0},     QuantMix{"q4_0", 2, DType::Q4_0},     QuantMix{"q4_1", 3, DType::Q4_1},
-    QuantMix{"q5_0", 8, DType::Q5_0},     QuantMix{"q5_1", 9, DType::Q5_1},     QuantMix{"iq4_nl", 25, DType::IQ4_NL},
-    QuantMix{"q4_k_s", 14, DType::Q4_K},  QuantMix{"q4_k_m", 15, DType::Q4_K},  QuantMix{"q5_k_s", 16, DType::Q5_K},
-    QuantMix{"q5_k_m", 17, DType::Q5_K},  QuantMix{"q6_k", 18, DType::Q6_K},    QuantMix{"f16", 1, DType::F16},
-    QuantMix{"bf16", 32, DType::BF16},    QuantMix{"f32", 0, DType::F32},
+    QuantMix{"q8_0", 7, DType::Q8_0},    QuantMix{"q4_0", 2, DType::Q4_0},    QuantMix{"q4_1", 3, DType::Q4_1},
+    QuantMix{"q5_0", 8, DType::Q5_0},    QuantMix{"q5_1", 9, DType::Q5_1},    QuantMix{"iq4_nl", 25, DType::IQ4_NL},
+    QuantMix{"q4_k_s", 14, DType::Q4_K}, QuantMix{"q4_k_m", 15, DType::Q4_K}, QuantMix{"q5_k_s", 16, DType::Q5_K},
+    QuantMix{"q5_k_m", 17, DType::Q5_K}, QuantMix{"q6_k", 18, DType::Q6_K},   QuantMix{"f16", 1, DType::F16},
+    QuantMix{"bf16", 32, DType::BF16},   QuantMix{"f32", 0, DType::F32},
 };
 
 bool is_quantized(DType t) { return t != DType::F32 && t != DType::F16 && t != DType::BF16; }
 
 bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
 
-enum class Category { kOutput, kTokenEmbd, kAttnQkv, kAttnKvB, kAttnV, kAttnK, kAttnQ, kAttnOutput, kFfnUp, kFfnGate, kFfnDown, kOther };
+enum class Category {
+  kOutput,
+  kTokenEmbd,
+  kAttnQkv,
+  kAttnKvB,
+  kAttnV,
+  kAttnK,
+  kAttnQ,
+  kAttnOutput,
+  kFfnUp,
+  kFfnGate,
+  kFfnDown,
+  kOther
+};
 
 Category category(const std::string& name) {
   if (name == "output.weight") return Category::kOutput;
@@ -52,9 +65,9 @@ bool allows_quantization(const RecipeTensor& t, const RecipeOptions& o) {
   if (n.size() < 6 || n.compare(n.size() - 6, 6, "weight") != 0) return false;
   if (contains(n, "_norm.weight")) return false;
   if (o.leave_output_tensor && n == "output.weight") return false;
-  for (std::string_view skip : {"ffn_gate_inp.weight", "ffn_gate_tid2eid.weight", "altup", "laurel", "per_layer_model_proj",
-                                "ssm_conv1d", "shortconv.conv.weight", "attn_rel_b.weight", ".position_embd", ".rel_pos",
-                                ".patch_embd", ".patch_merger", "time_mix_"})
+  for (std::string_view skip : {"ffn_gate_inp.weight", "ffn_gate_tid2eid.weight", "altup", "laurel",
+                                "per_layer_model_proj", "ssm_conv1d", "shortconv.conv.weight", "attn_rel_b.weight",
+                                ".position_embd", ".rel_pos", ".patch_embd", ".patch_merger", "time_mix_"})
     if (contains(n, skip)) return false;
   return n != "position_embd.weight" && n != "token_types.weight";
 }
@@ -69,15 +82,19 @@ struct State {
   bool tied_embeddings = true;
   bool is(std::string_view mix_name) const { return mix.name == mix_name; }
   bool is_70b() const {
-    return model.n_layers == 80 && ((model.arch == "llama" && model.n_heads != model.n_kv_heads) || model.arch == "qwen2");
+    return model.n_layers == 80 &&
+           ((model.arch == "llama" && model.n_heads != model.n_kv_heads) || model.arch == "qwen2");
   }
   int64_t n_gqa() const { return model.n_kv_heads > 0 ? model.n_heads / model.n_kv_heads : 1; }
 };
 
 DType attn_v_type(State& s, DType t) {
-  if (s.is("iq4_nl") && s.n_gqa() >= 4) t = DType::Q5_K;
-  else if ((s.is("q4_k_m") || s.is("q5_k_m")) && use_more_bits(s.i_attention_wv, s.n_attention_wv)) t = DType::Q6_K;
-  else if (s.is("q4_k_s") && s.i_attention_wv < 4) t = DType::Q5_K;
+  if (s.is("iq4_nl") && s.n_gqa() >= 4)
+    t = DType::Q5_K;
+  else if ((s.is("q4_k_m") || s.is("q5_k_m")) && use_more_bits(s.i_attention_wv, s.n_attention_wv))
+    t = DType::Q6_K;
+  else if (s.is("q4_k_s") && s.i_attention_wv < 4)
+    t = DType::Q5_K;
   if (s.is_70b() && (t == DType::Q3_K || t == DType::Q4_K)) t = DType::Q5_K;
   ++s.i_attention_wv;
   return t;
@@ -121,7 +138,8 @@ RecipeEntry fallback(const RecipeTensor& tensor, DType t) {
   if (cols % traits(t).block_size == 0) return {t, false};
   DType to = t;
   switch (t) {
-    case DType::Q2_K: case DType::Q3_K: to = DType::Q4_0; break;
+    case DType::Q2_K:
+    case DType::Q3_K: to = DType::Q4_0; break;
     case DType::Q4_K: to = DType::Q5_0; break;
     case DType::Q5_K: to = DType::Q5_1; break;
     case DType::Q6_K: to = DType::Q8_0; break;
@@ -172,8 +190,8 @@ std::vector<RecipeTensor> in_quantize_order(std::vector<RecipeTensor> tensors) {
   return tensors;
 }
 
-std::vector<RecipeEntry> quant_recipe(const QuantMix& mix, const RecipeModel& model, const std::vector<RecipeTensor>& tensors,
-                                      const RecipeOptions& opts) {
+std::vector<RecipeEntry> quant_recipe(const QuantMix& mix, const RecipeModel& model,
+                                      const std::vector<RecipeTensor>& tensors, const RecipeOptions& opts) {
   State s{mix, model, opts};
   for (const auto& t : tensors) {
     if (attn_v_like(category(t.name))) ++s.n_attention_wv;

@@ -42,7 +42,8 @@ struct RecipeTensor {
 };
 struct RecipeEntry {
   DType to;
-  bool fallback = false;  // the recipe's type (`wanted`) did not divide the rows (llama-quantize warns and counts these)
+  bool fallback =
+      false;  // the recipe's type (`wanted`) did not divide the rows (llama-quantize warns and counts these)
   DType wanted = to;
 };
 
@@ -50,7 +51,7 @@ struct RecipeEntry {
 std::vector<RecipeTensor> in_quantize_order(std::vector<RecipeTensor> tensors);
 // The type of every tensor (in the order given, which must be in_quantize_order's: the layer counters of attn_v
 // and ffn_down advance as llama-quantize's do).
-std::vector<RecipeEntry> quant_recipe(const QuantMix& mix, const RecipeModel& model, const std::vector<RecipeTensor>& tensors,
-                                      const RecipeOptions& opts);
+std::vector<RecipeEntry> quant_recipe(const QuantMix& mix, const RecipeModel& model,
+                                      const std::vector<RecipeTensor>& tensors, const RecipeOptions& opts);
 
 }  // namespace kvik

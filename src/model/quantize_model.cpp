@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -19,8 +19,8 @@
 namespace kvik {
 namespace {
 
-constexpr uint32_t kQuantizationVersion = 2;            // GGML_QNT_VERSION
-constexpr size_t kSlabFloats = size_t{16} << 20;        // 64 MiB of floats per slab
+constexpr uint32_t kQuantizationVersion = 2;      // GGML_QNT_VERSION
+constexpr size_t kSlabFloats = size_t{16} << 20;  // 64 MiB of floats per slab
 constexpr size_t kCopyPiece = size_t{64} << 20;
 
 bool is_quantized(DType t) { return t != DType::F32 && t != DType::F16 && t != DType::BF16; }
@@ -29,9 +29,12 @@ void check_entry(const QuantizeInput& in, const QuantizePlanEntry& e) {
   const RecipeTensor& t = e.tensor;
   if (e.type.to == t.from) return;
   if (is_quantized(t.from))
-    fail("{}: tensor '{}' is already {}; kvik quantize reads F32, F16 and BF16 weights (requantizing compounds the "
-         "error; llama-quantize refuses it too without --allow-requantize)", in.path(), t.name, dtype_name(t.from));
-  if (!can_quantize(e.type.to)) fail("{}: tensor '{}': kvik cannot write {} tensors", in.path(), t.name, dtype_name(e.type.to));
+    fail(
+        "{}: tensor '{}' is already {}; kvik quantize reads F32, F16 and BF16 weights (requantizing compounds the "
+        "error; llama-quantize refuses it too without --allow-requantize)",
+        in.path(), t.name, dtype_name(t.from));
+  if (!can_quantize(e.type.to))
+    fail("{}: tensor '{}': kvik cannot write {} tensors", in.path(), t.name, dtype_name(e.type.to));
   if (!row_bytes(e.type.to, t.shape[0]))
     fail("{}: tensor '{}' has rows of {} elements, which {} blocks of {} do not divide", in.path(), t.name, t.shape[0],
          dtype_name(e.type.to), traits(e.type.to).block_size);
@@ -93,7 +96,8 @@ void stream_tensor(const QuantizeInputTensor& in, DType to, const GgufWriter::Si
   const size_t in_rb = *row_bytes(in.stored, cols), out_rb = *row_bytes(to, cols);
   const int64_t rows = static_cast<int64_t>(in.nbytes / in_rb);
   int64_t slab = std::max<int64_t>(1, static_cast<int64_t>(kSlabFloats) / cols);
-  if (in.permute_head_dim) slab = (slab + in.permute_head_dim - 1) / in.permute_head_dim * in.permute_head_dim;  // whole heads
+  if (in.permute_head_dim)
+    slab = (slab + in.permute_head_dim - 1) / in.permute_head_dim * in.permute_head_dim;  // whole heads
   for (int64_t r0 = 0; r0 < rows; r0 += slab) {
     const int64_t nr = std::min(slab, rows - r0);
     const uint8_t* src = rows_at(in, r0, nr, in_rb, buf);
@@ -122,7 +126,9 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-std::vector<QuantizePlanEntry> plan_quantize(const QuantizeOptions& o) { return plan_for(*QuantizeInput::open(o.input), o); }
+std::vector<QuantizePlanEntry> plan_quantize(const QuantizeOptions& o) {
+  return plan_for(*QuantizeInput::open(o.input), o);
+}
 
 QuantizeStats quantize_model(const QuantizeOptions& o) {
   const auto input = QuantizeInput::open(o.input);
@@ -137,15 +143,17 @@ QuantizeStats quantize_model(const QuantizeOptions& o) {
     w.add_tensor_info(e.tensor.name, e.type.to, shape);
   }
   if (o.progress)
-    std::fprintf(stderr, "kvik quantize: %s -> %s as %s (general.file_type %u), %zu tensors, %d threads\n", o.input.c_str(),
-                 o.output.c_str(), std::string(o.mix.name).c_str(), o.mix.file_type, plan.size(), ThreadPool::global().num_threads());
+    std::fprintf(stderr, "kvik quantize: %s -> %s as %s (general.file_type %u), %zu tensors, %d threads\n",
+                 o.input.c_str(), o.output.c_str(), std::string(o.mix.name).c_str(), o.mix.file_type, plan.size(),
+                 ThreadPool::global().num_threads());
   if (o.progress)
     for (const auto& e : plan)
       if (e.type.fallback)
-        std::fprintf(stderr, "warning: %-36s - %lld columns are not a multiple of %lld (required for %s): falling back to %s\n",
+        std::fprintf(stderr,
+                     "warning: %-36s - %lld columns are not a multiple of %lld (required for %s): falling back to %s\n",
                      e.tensor.name.c_str(), static_cast<long long>(e.tensor.shape[0]),
-                     static_cast<long long>(traits(e.type.wanted).block_size), std::string(dtype_name(e.type.wanted)).c_str(),
-                     std::string(dtype_name(e.type.to)).c_str());
+                     static_cast<long long>(traits(e.type.wanted).block_size),
+                     std::string(dtype_name(e.type.wanted)).c_str(), std::string(dtype_name(e.type.to)).c_str());
   std::map<std::string, const QuantizeInputTensor*, std::less<>> by_name;
   for (const auto& t : input->tensors()) by_name[t.name] = &t;
   QuantizeStats st;
@@ -157,19 +165,22 @@ QuantizeStats quantize_model(const QuantizeOptions& o) {
     const DType to = plan[i].type.to;
     const auto t0 = Clock::now();
     size_t written = 0;
-    stream_tensor(in, to, [&](std::span<const uint8_t> b) { written += b.size(), sink(b); }, buf);
+    stream_tensor(
+        in, to, [&](std::span<const uint8_t> b) { written += b.size(), sink(b); }, buf);
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     st.tensors++, st.fallbacks += plan[i].type.fallback;
     st.bytes_in += in.nbytes, st.bytes_out += written;
     if (o.progress)
-      std::fprintf(stderr, "[%4zu/%4zu] %-36s [%s] %s -> %s, %s -> %s, %.1f MB/s\n", i + 1, plan.size(), in.name.c_str(),
-                   shape_string(in.shape).c_str(), std::string(dtype_name(in.stored)).c_str(), std::string(dtype_name(to)).c_str(),
-                   human_bytes(static_cast<double>(in.nbytes)).c_str(), human_bytes(static_cast<double>(written)).c_str(),
+      std::fprintf(stderr, "[%4zu/%4zu] %-36s [%s] %s -> %s, %s -> %s, %.1f MB/s\n", i + 1, plan.size(),
+                   in.name.c_str(), shape_string(in.shape).c_str(), std::string(dtype_name(in.stored)).c_str(),
+                   std::string(dtype_name(to)).c_str(), human_bytes(static_cast<double>(in.nbytes)).c_str(),
+                   human_bytes(static_cast<double>(written)).c_str(),
                    secs > 0 ? static_cast<double>(in.nbytes) / secs / 1e6 : 0.0);
   });
   st.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (o.progress) {
-    std::fprintf(stderr, "kvik quantize: %s -> %s of tensor data in %.2f s (%.1f MB/s)\n", human_bytes(static_cast<double>(st.bytes_in)).c_str(),
+    std::fprintf(stderr, "kvik quantize: %s -> %s of tensor data in %.2f s (%.1f MB/s)\n",
+                 human_bytes(static_cast<double>(st.bytes_in)).c_str(),
                  human_bytes(static_cast<double>(st.bytes_out)).c_str(), st.seconds,
                  st.seconds > 0 ? static_cast<double>(st.bytes_in) / st.seconds / 1e6 : 0.0);
     if (st.fallbacks > 0)

@@ -1,7 +1,7 @@
 // `kvik quantize`: a GGUF model (F32/F16/BF16 weights), or a Hugging Face directory read as the GGUF
 // convert_hf_to_gguf.py would make of it (model/quantize_input.h), rewritten in one of llama-quantize's mixes,
-// streaming: tensors are read from the mapped input a slab of rows at a time, quantized on the thread pool and written out,
-// so memory stays near one slab (≤ 64 MiB of floats) above what the output file's page cache holds.
+// streaming: tensors are read from the mapped input a slab of rows at a time, quantized on the thread pool and written
+// out, so memory stays near one slab (≤ 64 MiB of floats) above what the output file's page cache holds.
 #pragma once
 
 #include <cstddef>

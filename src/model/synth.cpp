@@ -54,15 +54,16 @@ uint64_t tensor_seed(uint64_t seed, std::string_view name) {
 
 uint32_t llama_file_type(DType t) {
   switch (t) {
-    case DType::F32: return 0;   // LLAMA_FTYPE_ALL_F32
-    case DType::F16: return 1;   // LLAMA_FTYPE_MOSTLY_F16
-    case DType::Q4_0: return 2;  // LLAMA_FTYPE_MOSTLY_Q4_0
-    case DType::Q8_0: return 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
-    case DType::BF16: return 32; // LLAMA_FTYPE_MOSTLY_BF16
-    case DType::Q4_K: return 14; // LLAMA_FTYPE_MOSTLY_Q4_K_S (15, Q4_K_M, for the mix)
-    case DType::Q5_K: return 16; // LLAMA_FTYPE_MOSTLY_Q5_K_S
-    case DType::Q6_K: return 18; // LLAMA_FTYPE_MOSTLY_Q6_K
-    default: fail("--type {} is not supported by synth (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m)", dtype_name(t));
+    case DType::F32: return 0;    // LLAMA_FTYPE_ALL_F32
+    case DType::F16: return 1;    // LLAMA_FTYPE_MOSTLY_F16
+    case DType::Q4_0: return 2;   // LLAMA_FTYPE_MOSTLY_Q4_0
+    case DType::Q8_0: return 7;   // LLAMA_FTYPE_MOSTLY_Q8_0
+    case DType::BF16: return 32;  // LLAMA_FTYPE_MOSTLY_BF16
+    case DType::Q4_K: return 14;  // LLAMA_FTYPE_MOSTLY_Q4_K_S (15, Q4_K_M, for the mix)
+    case DType::Q5_K: return 16;  // LLAMA_FTYPE_MOSTLY_Q5_K_S
+    case DType::Q6_K: return 18;  // LLAMA_FTYPE_MOSTLY_Q6_K
+    default:
+      fail("--type {} is not supported by synth (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m)", dtype_name(t));
   }
 }
 
@@ -86,8 +87,7 @@ void validate(const SynthOptions& o, int head_dim) {
   if (o.q4_k_m && o.type != DType::Q4_K) fail("synth: the q4_k_m mix needs --type q4_k");
   if (o.head_dim == 0 && o.dim % o.heads != 0)
     fail("synth: --dim {} must be a multiple of --heads {} (or set --head-dim)", o.dim, o.heads);
-  if (o.heads % o.kv_heads != 0)
-    fail("synth: --heads {} must be a multiple of --kv-heads {}", o.heads, o.kv_heads);
+  if (o.heads % o.kv_heads != 0) fail("synth: --heads {} must be a multiple of --kv-heads {}", o.heads, o.kv_heads);
   if (head_dim % 2 != 0) fail("synth: --head-dim {} must be even (RoPE rotates pairs)", head_dim);
   if (!(o.rms_eps > 0)) fail("synth: --rms-eps {} must be positive", o.rms_eps);
   if (!(o.rope_freq_base > 0)) fail("synth: --rope-freq-base {} must be positive", o.rope_freq_base);
@@ -165,8 +165,8 @@ void copy_vocab(GgufWriter& w, const std::string& path, int vocab) {
   const size_t pad = static_cast<size_t>(vocab) - static_cast<size_t>(n);
   for (const auto& [key, v] : src->metadata()) {
     if (!key.starts_with("tokenizer.ggml.")) continue;
-    const bool padded = key == "tokenizer.ggml.tokens" || key == "tokenizer.ggml.scores" ||
-                        key == "tokenizer.ggml.token_type";
+    const bool padded =
+        key == "tokenizer.ggml.tokens" || key == "tokenizer.ggml.scores" || key == "tokenizer.ggml.token_type";
     if (pad == 0 || !padded) {
       w.set_raw(key, v.raw);
       continue;

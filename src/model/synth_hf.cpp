@@ -56,7 +56,8 @@ std::vector<uint8_t> permute_rows(const std::vector<uint8_t>& data, int64_t rows
   const size_t rb = data.size() / static_cast<size_t>(rows);
   std::vector<uint8_t> out(data.size());
   for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(&out[static_cast<size_t>(r) * rb], &data[static_cast<size_t>(hf_row_of_gguf_row(r, head_dim)) * rb], rb);
+    std::memcpy(&out[static_cast<size_t>(r) * rb], &data[static_cast<size_t>(hf_row_of_gguf_row(r, head_dim)) * rb],
+                rb);
   return out;
 }
 
@@ -68,7 +69,8 @@ ModelConfig synth_config(const SynthOptions& o, int64_t head_dim, int64_t vocab)
   c.ff_dim = o.ff, c.vocab_size = vocab, c.context_length = o.context, c.rope_dim = head_dim;
   c.rope_freq_base = o.rope_freq_base, c.rms_eps = o.rms_eps, c.tied_embeddings = o.tied;
   c.attn_bias = o.arch == "qwen2", c.qk_norm = o.arch == "qwen3";
-  if (o.rope_scaling_llama3) c.rope_freq_factors = llama3_rope_freq_factors(o.rope_freq_base, head_dim, 8.0f, 1.0f, 4.0f, 8192.0f);
+  if (o.rope_scaling_llama3)
+    c.rope_freq_factors = llama3_rope_freq_factors(o.rope_freq_base, head_dim, 8.0f, 1.0f, 4.0f, 8192.0f);
   return c;
 }
 
@@ -87,7 +89,9 @@ void synth_values(const HfTensorLayout& t, const SynthOptions& o, float* mean, f
 
 // config.json (and, with a tokenizer, its files and generation_config.json) as a Hugging Face export has them.
 void write_config_files(const SynthOptions& o, int64_t hd, int64_t vocab, const Tokenizer* tok) {
-  const char* hf_arch = o.arch == "llama" ? "LlamaForCausalLM" : o.arch == "qwen2" ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM";
+  const char* hf_arch = o.arch == "llama"   ? "LlamaForCausalLM"
+                        : o.arch == "qwen2" ? "Qwen2ForCausalLM"
+                                            : "Qwen3ForCausalLM";
   nlohmann::ordered_json config = {
       {"architectures", {hf_arch}},
       {"model_type", o.arch},
@@ -102,13 +106,18 @@ void write_config_files(const SynthOptions& o, int64_t hd, int64_t vocab, const 
       {"rms_norm_eps", o.rms_eps},
       {"rope_theta", o.rope_freq_base},
       {"tie_word_embeddings", o.tied},
-      {"torch_dtype", o.type == DType::F32 ? "float32" : o.type == DType::F16 ? "float16" : "bfloat16"},
+      {"torch_dtype", o.type == DType::F32   ? "float32"
+                      : o.type == DType::F16 ? "float16"
+                                             : "bfloat16"},
       {"hidden_act", "silu"},
   };
   if (o.arch == "llama") config["attention_bias"] = false;
   if (o.rope_scaling_llama3)
-    config["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                              {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+    config["rope_scaling"] = {{"rope_type", "llama3"},
+                              {"factor", 8.0},
+                              {"low_freq_factor", 1.0},
+                              {"high_freq_factor", 4.0},
+                              {"original_max_position_embeddings", 8192}};
   if (tok) {
     if (tok->bos_id() >= 0) config["bos_token_id"] = tok->bos_id();
     if (tok->eos_id() >= 0) config["eos_token_id"] = tok->eos_id();
@@ -117,7 +126,8 @@ void write_config_files(const SynthOptions& o, int64_t hd, int64_t vocab, const 
   if (tok) {
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
       if (std::filesystem::exists(std::filesystem::path(o.tokenizer_dir) / f))
-        std::filesystem::copy_file(std::filesystem::path(o.tokenizer_dir) / f, std::filesystem::path(o.hf_dir) / f, std::filesystem::copy_options::overwrite_existing);
+        std::filesystem::copy_file(std::filesystem::path(o.tokenizer_dir) / f, std::filesystem::path(o.hf_dir) / f,
+                                   std::filesystem::copy_options::overwrite_existing);
     nlohmann::json gen = {{"eos_token_id", tok->eos_id()}};
     std::ofstream(std::filesystem::path(o.hf_dir) / "generation_config.json") << gen.dump(2) << "\n";
   }

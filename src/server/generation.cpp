@@ -10,9 +10,8 @@ std::string next_request_id() {
   return fmt::format("{:x}{:06x}", salt & 0xffffffffffULL, counter++);
 }
 
-GenerationJob::GenerationJob(AsyncEngine& engine, const Tokenizer& tokenizer,
-                             std::vector<std::vector<int32_t>> prompts, const SamplingParams& params, int32_t n,
-                             std::vector<std::string> stop)
+GenerationJob::GenerationJob(AsyncEngine& engine, const Tokenizer& tokenizer, std::vector<std::vector<int32_t>> prompts,
+                             const SamplingParams& params, int32_t n, std::vector<std::string> stop)
     : engine_(engine), tokenizer_(tokenizer), prompts_(std::move(prompts)), params_(params), n_(n) {
   params_.n = n_;
   const std::string base = next_request_id();
@@ -36,7 +35,9 @@ std::optional<ApiError> GenerationJob::start() {
   if (n_ > max_num_seqs) {
     choices_.clear();
     return ApiError::bad_request(fmt::format("n is {}, but the server runs at most {} sequences at once "
-                                             "(--max-num-seqs)", n_, max_num_seqs), "n");
+                                             "(--max-num-seqs)",
+                                             n_, max_num_seqs),
+                                 "n");
   }
   // One engine request per prompt: its n choices are the engine's n sequences (one prefill, shared KV;
   // choice i samples with seed + i).

@@ -3,13 +3,13 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 
+#include <fmt/format.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
-#include <fmt/format.h>
 #include <optional>
 
 #include "core/error.h"
@@ -49,8 +49,8 @@ std::unique_ptr<asio::ssl::context> make_tls(const ServerConfig& c) {
   ctx->use_certificate_chain_file(c.ssl_certfile, ec);
   if (ec) fail("--ssl-certfile {}: {} (a PEM certificate chain is expected)", c.ssl_certfile, ec.message());
   ctx->use_private_key_file(c.ssl_keyfile, asio::ssl::context::pem, ec);
-  if (ec) fail("--ssl-keyfile {}: {} (a PEM private key matching the certificate is expected)", c.ssl_keyfile,
-               ec.message());
+  if (ec)
+    fail("--ssl-keyfile {}: {} (a PEM private key matching the certificate is expected)", c.ssl_keyfile, ec.message());
   return ctx;
 }
 
@@ -87,7 +87,8 @@ int HttpServer::bind() {
   } else {  // a host name such as localhost
     tcp::resolver resolver(impl_->ioc);
     const auto found = resolver.resolve(config_.host, std::to_string(config_.port), tcp::resolver::passive, ec);
-    if (ec || found.empty()) fail("--host {}: not an address or a name of this machine ({})", config_.host, ec.message());
+    if (ec || found.empty())
+      fail("--host {}: not an address or a name of this machine ({})", config_.host, ec.message());
     ep = found.begin()->endpoint();
   }
   auto& a = impl_->acceptor;

@@ -4,6 +4,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
+#include <fmt/format.h>
 #include <atomic>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/stream.hpp>
@@ -11,12 +12,11 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
-#include <boost/beast/http/read.hpp>
 #include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 #include <chrono>
-#include <fmt/format.h>
 #include <optional>
 
 #include "core/log.h"
@@ -40,7 +40,8 @@ std::chrono::steady_clock::duration seconds(double s) {
 }
 
 std::string status_line(int status) {
-  return fmt::format("HTTP/1.1 {} {}\r\n", status, std::string(http::obsolete_reason(static_cast<http::status>(status))));
+  return fmt::format("HTTP/1.1 {} {}\r\n", status,
+                     std::string(http::obsolete_reason(static_cast<http::status>(status))));
 }
 
 // The status line and headers of a reply; `length` < 0 means a chunked body.
@@ -48,10 +49,14 @@ std::string head_of(const HttpReply& r, int64_t length, bool keep_alive, double 
   std::string h = status_line(r.status);
   if (!r.content_type.empty()) h += "Content-Type: " + r.content_type + "\r\n";
   for (const auto& [name, value] : r.headers) h += name + ": " + value + "\r\n";
-  if (length >= 0) h += fmt::format("Content-Length: {}\r\n", length);
-  else h += "Transfer-Encoding: chunked\r\n";
-  if (keep_alive) h += fmt::format("Connection: keep-alive\r\nKeep-Alive: timeout={}\r\n", static_cast<int>(keep_alive_s));
-  else h += "Connection: close\r\n";
+  if (length >= 0)
+    h += fmt::format("Content-Length: {}\r\n", length);
+  else
+    h += "Transfer-Encoding: chunked\r\n";
+  if (keep_alive)
+    h += fmt::format("Connection: keep-alive\r\nKeep-Alive: timeout={}\r\n", static_cast<int>(keep_alive_s));
+  else
+    h += "Connection: close\r\n";
   return h + "\r\n";
 }
 
@@ -79,8 +84,12 @@ template <class Stream>
 class Session : public SessionBase {
  public:
   Session(HttpServer& server, Stream stream, bool over_limit)
-      : server_(server), cfg_(server.config()), stream_(std::move(stream)), over_limit_(over_limit),
-        deadline_(stream_.get_executor()), tick_(stream_.get_executor()) {
+      : server_(server),
+        cfg_(server.config()),
+        stream_(std::move(stream)),
+        over_limit_(over_limit),
+        deadline_(stream_.get_executor()),
+        tick_(stream_.get_executor()) {
     error_code ec;
     const auto ep = socket_of(stream_).remote_endpoint(ec);
     peer_ = ec ? "?" : fmt::format("{}:{}", ep.address().to_string(), ep.port());
@@ -182,7 +191,7 @@ class Session : public SessionBase {
   // An error found while reading: answered, then the connection is closed (the rest of the request is unread).
   void reject(int status, const std::string& what) {
     double limit = status == 408 ? (parser_->is_header_done() ? cfg_.body_timeout_s : cfg_.header_timeout_s) : 0;
-    std::string message = status == 413 ? fmt::format(fmt::runtime(what), cfg_.max_body_bytes)
+    std::string message = status == 413   ? fmt::format(fmt::runtime(what), cfg_.max_body_bytes)
                           : status == 408 ? fmt::format(fmt::runtime(what), limit)
                                           : what;
     keep_alive_ = false;
@@ -205,8 +214,9 @@ class Session : public SessionBase {
     head_only_ = r.method == "HEAD";
     keep_alive_ = req.keep_alive() && !server_.stopping() && !over_limit_;
     if (over_limit_)
-      return send(Router::error({503, fmt::format("too many open connections (--max-connections {}); retry later",
-                                                  cfg_.max_connections), "", ""}));
+      return send(Router::error(
+          {503, fmt::format("too many open connections (--max-connections {}); retry later", cfg_.max_connections), "",
+           ""}));
     if (server_.stopping()) return send(Router::error({503, "the server is shutting down", "", ""}));
     auto wake = std::make_shared<std::atomic<bool>>(false);
     wake_ = wake;
@@ -385,8 +395,8 @@ void start_session(HttpServer& server, tcp::socket socket, asio::ssl::context* t
   socket.set_option(tcp::no_delay(true), ec);
   if (tls) {
     using TlsStream = beast::ssl_stream<beast::tcp_stream>;
-    auto s = std::make_shared<Session<TlsStream>>(server, TlsStream(beast::tcp_stream(std::move(socket)), *tls),
-                                                  over_limit);
+    auto s =
+        std::make_shared<Session<TlsStream>>(server, TlsStream(beast::tcp_stream(std::move(socket)), *tls), over_limit);
     s->start();
   } else {
     auto s = std::make_shared<Session<beast::tcp_stream>>(server, beast::tcp_stream(std::move(socket)), over_limit);

@@ -18,8 +18,9 @@ std::vector<InterventionSpec> parse_interventions(const json& v) {
     if (!e.is_object()) throw ApiError::bad_request(fmt::format("'{}' must be an object", at), at);
     for (auto it = e.begin(); it != e.end(); ++it)
       if (it.key() != "direction" && it.key() != "op" && it.key() != "alpha" && it.key() != "layers")
-        throw ApiError::bad_request(fmt::format("'{}' has an unknown field '{}' (direction, op, alpha, layers)", at,
-                                                it.key()), at + "." + it.key());
+        throw ApiError::bad_request(
+            fmt::format("'{}' has an unknown field '{}' (direction, op, alpha, layers)", at, it.key()),
+            at + "." + it.key());
     InterventionSpec s;
     if (!e.contains("direction") || !e["direction"].is_string())
       throw ApiError::bad_request(fmt::format("'{}.direction' (a registered direction's name) is required", at),
@@ -32,7 +33,8 @@ std::vector<InterventionSpec> parse_interventions(const json& v) {
     if (s.op == Intervention::Op::kSteer) {
       if (!has_alpha || !e["alpha"].is_number() || !std::isfinite(e["alpha"].get<double>()) ||
           std::abs(e["alpha"].get<double>()) > 1e6)
-        throw ApiError::bad_request(fmt::format("'{}.alpha' (a finite number) is required for steer", at), at + ".alpha");
+        throw ApiError::bad_request(fmt::format("'{}.alpha' (a finite number) is required for steer", at),
+                                    at + ".alpha");
       s.alpha = e["alpha"].get<float>();
     } else if (has_alpha) {
       throw ApiError::bad_request(fmt::format("'{}.alpha' is not used by ablate", at), at + ".alpha");
@@ -58,8 +60,10 @@ std::shared_ptr<const InterventionList> resolve_interventions(const std::vector<
                                                               const DirectionRegistry* registry) {
   if (specs.empty()) return nullptr;
   if (!registry || registry->by_name.empty())
-    throw ApiError::bad_request("'interventions': this server has no directions (start it with --direction "
-                                "name=FILE)", "interventions");
+    throw ApiError::bad_request(
+        "'interventions': this server has no directions (start it with --direction "
+        "name=FILE)",
+        "interventions");
   std::vector<Intervention> items;
   for (size_t i = 0; i < specs.size(); ++i) {
     const InterventionSpec& s = specs[i];
@@ -67,8 +71,9 @@ std::shared_ptr<const InterventionList> resolve_interventions(const std::vector<
     if (it == registry->by_name.end()) {
       std::string names;
       for (const auto& [name, d] : registry->by_name) names += (names.empty() ? "" : ", ") + name;
-      throw ApiError::bad_request(fmt::format("'interventions[{}].direction': no direction '{}' (registered: {})", i,
-                                              s.direction, names), fmt::format("interventions[{}].direction", i));
+      throw ApiError::bad_request(
+          fmt::format("'interventions[{}].direction': no direction '{}' (registered: {})", i, s.direction, names),
+          fmt::format("interventions[{}].direction", i));
     }
     Intervention iv;
     iv.op = s.op;
@@ -81,8 +86,9 @@ std::shared_ptr<const InterventionList> resolve_interventions(const std::vector<
     for (int32_t l : iv.layers)
       if (l > registry->n_layers)
         throw ApiError::bad_request(fmt::format("'interventions[{}].layers': {} is outside 0..{} (0 = after the "
-                                                "embedding, {} = the model's output)", i, l, registry->n_layers,
-                                                registry->n_layers), fmt::format("interventions[{}].layers", i));
+                                                "embedding, {} = the model's output)",
+                                                i, l, registry->n_layers, registry->n_layers),
+                                    fmt::format("interventions[{}].layers", i));
     items.push_back(std::move(iv));
   }
   try {

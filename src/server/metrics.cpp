@@ -10,12 +10,12 @@ namespace kvik::server {
 namespace {
 
 // Latency buckets in seconds (vLLM's, trimmed).
-const std::vector<double> kTtftBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+const std::vector<double> kTtftBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,
                                           0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
 const std::vector<double> kItlBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,
                                          0.15,   0.2,   0.3,    0.4,   0.5,  0.75,  1.0,  2.5,   5.0};
-const std::vector<double> kRequestBuckets = {0.001, 0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0,
-                                             10.0,  15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0};
+const std::vector<double> kRequestBuckets = {0.001, 0.01, 0.05, 0.1,  0.3,  0.5,  0.8,  1.0,  1.5,  2.0,
+                                             2.5,   5.0,  10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0};
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
@@ -30,10 +30,14 @@ void header(std::string& out, const std::string& name, const char* type, const c
 std::string escape_label_value(const std::string& v) {
   std::string out;
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -108,12 +112,14 @@ std::string ServerMetrics::render() const {
   };
   histogram("kvik:time_to_first_token_seconds", "Time to first token (TTFT = queue + prefill), seconds.",
             time_to_first_token_);
-  histogram("kvik:inter_token_latency_seconds", "Time between consecutive output tokens (ITL ~ one decode step), seconds.",
-            inter_token_latency_);
-  histogram("kvik:request_queue_time_seconds", "Time a request spent in the waiting queue, seconds.", request_queue_time_);
+  histogram("kvik:inter_token_latency_seconds",
+            "Time between consecutive output tokens (ITL ~ one decode step), seconds.", inter_token_latency_);
+  histogram("kvik:request_queue_time_seconds", "Time a request spent in the waiting queue, seconds.",
+            request_queue_time_);
   histogram("kvik:request_prefill_time_seconds", "Time from first scheduling to first token (prefill), seconds.",
             request_prefill_time_);
-  histogram("kvik:request_decode_time_seconds", "Time from first to last token (decode), seconds.", request_decode_time_);
+  histogram("kvik:request_decode_time_seconds", "Time from first to last token (decode), seconds.",
+            request_decode_time_);
   gauge("kvik:num_requests_running", "Requests in the running batch.", static_cast<double>(num_requests_running_));
   gauge("kvik:num_requests_waiting", "Requests in the waiting queue.", static_cast<double>(num_requests_waiting_));
   gauge("kvik:kv_cache_usage_perc", "Fraction of KV cache blocks in use (1 = full).", kv_cache_usage_perc_);

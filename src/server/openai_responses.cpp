@@ -21,7 +21,8 @@ json bytes_of(const std::string& s) {
 }
 }  // namespace
 
-json logprobs_json(const ResponseMeta& m, const Tokenizer& tok, const std::vector<TokenLogprobs>& lps, size_t text_offset) {
+json logprobs_json(const ResponseMeta& m, const Tokenizer& tok, const std::vector<TokenLogprobs>& lps,
+                   size_t text_offset) {
   if (m.chat) {
     json content = json::array();
     for (const TokenLogprobs& lp : lps) {
@@ -46,7 +47,8 @@ json logprobs_json(const ResponseMeta& m, const Tokenizer& tok, const std::vecto
     offsets.push_back(text_offset);
     text_offset += piece.size();
   }
-  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", offsets}};
+  return {
+      {"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", offsets}};
 }
 
 json chunk_json(const ResponseMeta& m, const Tokenizer& tok, const ChoiceDelta& d, bool first, size_t text_offset,
@@ -80,23 +82,23 @@ json usage_chunk_json(const ResponseMeta& m, const Usage& u) {
           {"usage", usage_json(u)}};
 }
 
-json response_json(const ResponseMeta& m, const Tokenizer& tok, const std::vector<ChoiceResult>& choices, const Usage& u) {
+json response_json(const ResponseMeta& m, const Tokenizer& tok, const std::vector<ChoiceResult>& choices,
+                   const Usage& u) {
   json cs = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult& c = choices[i];
     json choice = {{"index", i},
                    {"logprobs", m.logprobs ? logprobs_json(m, tok, c.logprobs, 0) : json(nullptr)},
                    {"finish_reason", c.finish_reason}};
-    if (m.chat) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-    else choice["text"] = c.text;
+    if (m.chat)
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    else
+      choice["text"] = c.text;
     cs.push_back(choice);
   }
-  return {{"id", m.id},
-          {"object", m.chat ? "chat.completion" : "text_completion"},
-          {"created", m.created},
-          {"model", m.model},
-          {"choices", cs},
-          {"usage", usage_json(u)}};
+  return {{"id", m.id},           {"object", m.chat ? "chat.completion" : "text_completion"},
+          {"created", m.created}, {"model", m.model},
+          {"choices", cs},        {"usage", usage_json(u)}};
 }
 
 }  // namespace kvik::server

@@ -1,7 +1,7 @@
 #include "server/openai_schema.h"
 
-#include <cmath>
 #include <fmt/format.h>
+#include <cmath>
 #include <limits>
 
 #include "engine/sample/sampler.h"
@@ -29,7 +29,8 @@ class Fields {
     if (!v->is_number()) throw ApiError::bad_request(fmt::format("'{}' must be a number", name), name);
     const double d = v->get<double>();
     if (!std::isfinite(d) || d < lo || d > hi || (lo_open && d == lo))
-      throw ApiError::bad_request(fmt::format("'{}' must be in {}{}, {}], got {}", name, lo_open ? "(" : "[", lo, hi, d), name);
+      throw ApiError::bad_request(
+          fmt::format("'{}' must be in {}{}, {}], got {}", name, lo_open ? "(" : "[", lo, hi, d), name);
     return d;
   }
 
@@ -51,7 +52,8 @@ class Fields {
     } else {
       throw ApiError::bad_request(fmt::format("'{}' must be an integer", name), name);
     }
-    if (x < lo || x > hi) throw ApiError::bad_request(fmt::format("'{}' must be in [{}, {}], got {}", name, lo, hi, x), name);
+    if (x < lo || x > hi)
+      throw ApiError::bad_request(fmt::format("'{}' must be in [{}, {}], got {}", name, lo, hi, x), name);
     return x;
   }
 
@@ -76,13 +78,12 @@ class Fields {
 std::vector<int32_t> token_ids(const json& v, const std::string& name) {
   std::vector<int32_t> ids;
   ids.reserve(v.size());
-  for (const json& t : v) ids.push_back(static_cast<int32_t>(Fields::as_integer(t, name, 0, std::numeric_limits<int32_t>::max())));
+  for (const json& t : v)
+    ids.push_back(static_cast<int32_t>(Fields::as_integer(t, name, 0, std::numeric_limits<int32_t>::max())));
   return ids;
 }
 
-bool is_token_list(const json& v) {
-  return v.is_array() && !v.empty() && v[0].is_number();
-}
+bool is_token_list(const json& v) { return v.is_array() && !v.empty() && v[0].is_number(); }
 
 std::vector<Prompt> parse_prompt(const json& v) {
   const char* kField = "prompt";
@@ -93,14 +94,21 @@ std::vector<Prompt> parse_prompt(const json& v) {
     prompts.emplace_back(token_ids(v, kField));
   } else if (v.is_array() && !v.empty()) {
     if (v.size() > kMaxPrompts)
-      throw ApiError::bad_request(fmt::format("'prompt' holds {} prompts; at most {} are allowed", v.size(), kMaxPrompts), kField);
+      throw ApiError::bad_request(
+          fmt::format("'prompt' holds {} prompts; at most {} are allowed", v.size(), kMaxPrompts), kField);
     for (const json& p : v) {
-      if (p.is_string()) prompts.emplace_back(p.get<std::string>());
-      else if (is_token_list(p)) prompts.emplace_back(token_ids(p, kField));
-      else throw ApiError::bad_request("'prompt' must be a string, a list of strings, a list of token ids or a list of lists of token ids", kField);
+      if (p.is_string())
+        prompts.emplace_back(p.get<std::string>());
+      else if (is_token_list(p))
+        prompts.emplace_back(token_ids(p, kField));
+      else
+        throw ApiError::bad_request(
+            "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of token ids",
+            kField);
     }
   } else {
-    throw ApiError::bad_request("'prompt' must be a string, a list of strings, a list of token ids or a list of lists of token ids", kField);
+    throw ApiError::bad_request(
+        "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of token ids", kField);
   }
   return prompts;
 }
@@ -118,13 +126,15 @@ void validate_messages(const json& v) {
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) continue;  // e.g. an assistant turn with tool calls only
     if (content->is_string()) continue;
-    if (!content->is_array()) throw ApiError::bad_request(where + ".content must be a string or a list of parts", where + ".content");
+    if (!content->is_array())
+      throw ApiError::bad_request(where + ".content must be a string or a list of parts", where + ".content");
     for (const json& part : *content) {
       if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
         throw ApiError::bad_request(where + ".content parts must be objects with a 'type'", where + ".content");
       if (part["type"] != "text")
         throw ApiError::bad_request(fmt::format("{}.content: part type '{}' is not supported (only 'text')", where,
-                                                part["type"].get<std::string>()), where + ".content");
+                                                part["type"].get<std::string>()),
+                                    where + ".content");
       if (!part.contains("text") || !part["text"].is_string())
         throw ApiError::bad_request(where + ".content text parts need a string 'text'", where + ".content");
     }
@@ -137,7 +147,9 @@ void parse_structured_output(const Fields& f, SamplingParams& sp) {
   auto set = [&](StructuredOutputSpec spec, const char* field) {
     if (++given > 1)
       throw ApiError::bad_request(fmt::format("'{}': only one of response_format, guided_json, guided_regex, "
-                                              "guided_grammar and guided_choice may be given", field), field);
+                                              "guided_grammar and guided_choice may be given",
+                                              field),
+                                  field);
     spec.source = field;
     sp.structured_output = std::move(spec);
   };
@@ -154,14 +166,18 @@ void parse_structured_output(const Fields& f, SamplingParams& sp) {
                                     "response_format.json_schema");
       set(StructuredOutputSpec::json_schema((*js)["schema"].dump()), "response_format");
     } else if (type != "text") {
-      throw ApiError::bad_request(fmt::format("'response_format.type' '{}' is not one of text, json_object, json_schema", type),
-                                  "response_format.type");
+      throw ApiError::bad_request(
+          fmt::format("'response_format.type' '{}' is not one of text, json_object, json_schema", type),
+          "response_format.type");
     }
   }
   if (const json* g = f.get("guided_json")) {
-    if (g->is_string()) set(StructuredOutputSpec::json_schema(g->get<std::string>()), "guided_json");
-    else if (g->is_object()) set(StructuredOutputSpec::json_schema(g->dump()), "guided_json");
-    else throw ApiError::bad_request("'guided_json' must be a JSON Schema (object or string)", "guided_json");
+    if (g->is_string())
+      set(StructuredOutputSpec::json_schema(g->get<std::string>()), "guided_json");
+    else if (g->is_object())
+      set(StructuredOutputSpec::json_schema(g->dump()), "guided_json");
+    else
+      throw ApiError::bad_request("'guided_json' must be a JSON Schema (object or string)", "guided_json");
   }
   for (const char* name : {"guided_regex", "guided_grammar"}) {
     if (const json* g = f.get(name)) {
@@ -177,7 +193,8 @@ void parse_structured_output(const Fields& f, SamplingParams& sp) {
       throw ApiError::bad_request("'guided_choice' must be a non-empty list of strings", "guided_choice");
     std::vector<std::string> choices;
     for (const json& c : *g) {
-      if (!c.is_string()) throw ApiError::bad_request("'guided_choice' must be a non-empty list of strings", "guided_choice");
+      if (!c.is_string())
+        throw ApiError::bad_request("'guided_choice' must be a non-empty list of strings", "guided_choice");
       choices.push_back(c.get<std::string>());
     }
     set(StructuredOutputSpec::choice(std::move(choices)), "guided_choice");
@@ -226,7 +243,8 @@ void parse_stop(Fields& f, GenerateRequest& r) {
     r.stop.push_back(s->get<std::string>());
   } else if (s->is_array()) {
     if (s->size() > kMaxStopStrings)
-      throw ApiError::bad_request(fmt::format("'stop' holds {} strings; at most {} are allowed", s->size(), kMaxStopStrings), "stop");
+      throw ApiError::bad_request(
+          fmt::format("'stop' holds {} strings; at most {} are allowed", s->size(), kMaxStopStrings), "stop");
     for (const json& x : *s) {
       if (!x.is_string()) throw ApiError::bad_request("'stop' must be a string or a list of strings", "stop");
       r.stop.push_back(x.get<std::string>());
@@ -242,7 +260,8 @@ void parse_stop(Fields& f, GenerateRequest& r) {
 void parse_token_ids(Fields& f, SamplingParams& sp) {
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
   if (const json* lb = f.get("logit_bias")) {
-    if (!lb->is_object()) throw ApiError::bad_request("'logit_bias' must be an object of token id → bias", "logit_bias");
+    if (!lb->is_object())
+      throw ApiError::bad_request("'logit_bias' must be an object of token id → bias", "logit_bias");
     if (lb->size() > 1024) throw ApiError::bad_request("'logit_bias' has more than 1024 entries", "logit_bias");
     for (auto it = lb->begin(); it != lb->end(); ++it) {
       int64_t id = -1;
@@ -262,7 +281,8 @@ void parse_token_ids(Fields& f, SamplingParams& sp) {
   if (const json* st = f.get("stop_token_ids")) {
     if (!st->is_array() || st->size() > 64)
       throw ApiError::bad_request("'stop_token_ids' must be a list of at most 64 token ids", "stop_token_ids");
-    for (const json& x : *st) sp.stop_token_ids.push_back(static_cast<int32_t>(Fields::as_integer(x, "stop_token_ids", 0, kIntMax)));
+    for (const json& x : *st)
+      sp.stop_token_ids.push_back(static_cast<int32_t>(Fields::as_integer(x, "stop_token_ids", 0, kIntMax)));
   }
 }
 
@@ -270,9 +290,11 @@ void parse_stream(Fields& f, GenerateRequest& r) {
   if (auto v = f.boolean("stream")) r.stream = *v;
   if (const json* so = f.get("stream_options")) {
     if (!so->is_object()) throw ApiError::bad_request("'stream_options' must be an object", "stream_options");
-    if (!r.stream) throw ApiError::bad_request("'stream_options' is only allowed with 'stream': true", "stream_options");
+    if (!r.stream)
+      throw ApiError::bad_request("'stream_options' is only allowed with 'stream': true", "stream_options");
     if (auto it = so->find("include_usage"); it != so->end() && !it->is_null()) {
-      if (!it->is_boolean()) throw ApiError::bad_request("'stream_options.include_usage' must be a boolean", "stream_options.include_usage");
+      if (!it->is_boolean())
+        throw ApiError::bad_request("'stream_options.include_usage' must be a boolean", "stream_options.include_usage");
       r.include_usage = it->get<bool>();
     }
   }
@@ -340,7 +362,8 @@ std::variant<std::vector<int32_t>, ApiError> parse_detokenize_request(const nloh
   try {
     if (!body.is_object()) throw ApiError::bad_request("the request body must be a JSON object");
     auto it = body.find("tokens");
-    if (it == body.end() || !it->is_array()) throw ApiError::bad_request("'tokens' (a list of token ids) is required", "tokens");
+    if (it == body.end() || !it->is_array())
+      throw ApiError::bad_request("'tokens' (a list of token ids) is required", "tokens");
     return token_ids(*it, "tokens");
   } catch (const ApiError& e) {
     return e;

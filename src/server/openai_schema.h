@@ -25,10 +25,10 @@ using Prompt = std::variant<std::string, std::vector<int32_t>>;
 
 struct GenerateRequest {
   bool chat = false;
-  std::string model;                     // "" when absent
-  std::vector<Prompt> prompts;           // completions: one or more; chat: empty (see messages)
-  nlohmann::json messages;               // chat only, validated shape
-  SamplingParams params;                 // max_tokens set only when the client gave it (see max_tokens_given)
+  std::string model;            // "" when absent
+  std::vector<Prompt> prompts;  // completions: one or more; chat: empty (see messages)
+  nlohmann::json messages;      // chat only, validated shape
+  SamplingParams params;        // max_tokens set only when the client gave it (see max_tokens_given)
   bool max_tokens_given = false;
   int32_t n = 1;
   std::vector<std::string> stop;

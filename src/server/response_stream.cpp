@@ -6,8 +6,8 @@ namespace {
 std::string sse(const nlohmann::json& j) { return "data: " + dump(j) + "\n\n"; }
 }  // namespace
 
-ResponseStream::ResponseStream(std::shared_ptr<GenerationJob> job, ResponseMeta meta, const Tokenizer& tok,
-                               bool stream, bool include_usage)
+ResponseStream::ResponseStream(std::shared_ptr<GenerationJob> job, ResponseMeta meta, const Tokenizer& tok, bool stream,
+                               bool include_usage)
     : job_(std::move(job)), meta_(std::move(meta)), tok_(tok), stream_(stream), include_usage_(include_usage) {
   const size_t n = job_->num_choices();
   results_.resize(stream_ ? 0 : n);

@@ -41,8 +41,8 @@ class ResponseStream {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   double ttft_s_ = -1;
   std::vector<ChoiceResult> results_;  // non-streaming: accumulated per choice
-  std::vector<bool> sent_first_;        // streaming: the chat role goes on a choice's first chunk
-  std::vector<size_t> text_offset_;     // streaming: completions logprobs' text_offset
+  std::vector<bool> sent_first_;       // streaming: the chat role goes on a choice's first chunk
+  std::vector<size_t> text_offset_;    // streaming: completions logprobs' text_offset
 };
 
 }  // namespace kvik::server

@@ -1,7 +1,7 @@
 #include "server/routes.h"
 
-#include <ctime>
 #include <fmt/format.h>
+#include <ctime>
 
 #include "core/error.h"
 #include "server/chat_prompt.h"
@@ -30,9 +30,12 @@ int json_depth(const std::string& s) {
   bool in_string = false, escaped = false;
   for (char c : s) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
@@ -83,8 +86,10 @@ std::variant<std::vector<std::vector<int32_t>>, ApiError> prompt_ids(const Token
     return prompts;
   }
   for (const Prompt& p : r.prompts) {
-    if (const auto* text = std::get_if<std::string>(&p)) prompts.push_back(tok.encode(*text, tok.add_bos(), false));
-    else prompts.push_back(std::get<std::vector<int32_t>>(p));
+    if (const auto* text = std::get_if<std::string>(&p))
+      prompts.push_back(tok.encode(*text, tok.add_bos(), false));
+    else
+      prompts.push_back(std::get<std::vector<int32_t>>(p));
   }
   return prompts;
 }
@@ -104,7 +109,8 @@ std::optional<ApiError> check_lengths(const Tokenizer& tok, const std::vector<st
   }
   if (longest >= max_model_len)
     return ApiError::bad_request(fmt::format("the prompt has {} tokens, but max_model_len is {}: shorten the prompt "
-                                             "(no room is left to generate)", longest, max_model_len),
+                                             "(no room is left to generate)",
+                                             longest, max_model_len),
                                  prompt_field);
   const int64_t room = max_model_len - longest;
   if (!r.max_tokens_given) {
@@ -144,7 +150,8 @@ bool Router::authorized(const HttpRequest& req, HttpReply& reply) const {
   if (auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0 &&
       constant_time_equal(auth.substr(prefix.size()), config_.api_key))
     return true;
-  reply = error({401, auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key", "", ""});
+  reply =
+      error({401, auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key", "", ""});
   return false;
 }
 
@@ -198,9 +205,9 @@ HttpReply Router::route(const HttpRequest& req, std::function<void()>& on_engine
     reply.body = ctx_.metrics->render();
     return reply;
   }
-  const bool known = (get && path == "/v1/models") ||
-                     (post && (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" ||
-                               path == "/detokenize"));
+  const bool known =
+      (get && path == "/v1/models") || (post && (path == "/v1/completions" || path == "/v1/chat/completions" ||
+                                                 path == "/tokenize" || path == "/detokenize"));
   if (!known) return error({404, fmt::format("no route for {} {}", req.method, path), "", ""});
   if (!authorized(req, reply) || !is_ready(reply)) return reply;
   if (path == "/v1/models") return models();
@@ -244,7 +251,8 @@ HttpReply Router::detokenize(const HttpRequest& req) {
   for (int32_t id : ids)
     if (id < 0 || id >= ctx_.tokenizer->vocab_size())
       return error(ApiError::bad_request(
-          fmt::format("token id {} is outside the vocabulary (0..{})", id, ctx_.tokenizer->vocab_size() - 1), "tokens"));
+          fmt::format("token id {} is outside the vocabulary (0..{})", id, ctx_.tokenizer->vocab_size() - 1),
+          "tokens"));
   return json_reply(200, {{"prompt", ctx_.tokenizer->decode(ids, true)}});
 }
 
@@ -257,11 +265,14 @@ HttpReply Router::generate(const HttpRequest& req, bool chat, std::function<void
   if (auto* e = std::get_if<ApiError>(&parsed)) return error(*e);
   GenerateRequest& r = std::get<GenerateRequest>(parsed);
   if (!r.model.empty() && r.model != config_.served_model_name)
-    return error({404, fmt::format("The model `{}` does not exist (this server serves `{}`)", r.model,
-                                   config_.served_model_name), "model", "NotFoundError"});
+    return error(
+        {404,
+         fmt::format("The model `{}` does not exist (this server serves `{}`)", r.model, config_.served_model_name),
+         "model", "NotFoundError"});
   if (r.params.logprobs > config_.max_logprobs)
-    return error(ApiError::bad_request(fmt::format("at most {} logprobs per token are served (--max-logprobs)",
-                                                   config_.max_logprobs), chat ? "top_logprobs" : "logprobs"));
+    return error(ApiError::bad_request(
+        fmt::format("at most {} logprobs per token are served (--max-logprobs)", config_.max_logprobs),
+        chat ? "top_logprobs" : "logprobs"));
   const Tokenizer& tok = *ctx_.tokenizer;
   auto prompts = prompt_ids(tok, r, chat);
   if (auto* e = std::get_if<ApiError>(&prompts)) return error(*e);
@@ -280,8 +291,10 @@ HttpReply Router::generate(const HttpRequest& req, bool chat, std::function<void
     std::lock_guard<std::mutex> lock(admission_mu_);
     const int64_t waiting = ctx_.engine->num_waiting();
     if (waiting + static_cast<int64_t>(job->num_choices()) > config_.max_waiting)
-      return error({429, fmt::format("the server is overloaded: {} requests are waiting (--max-waiting {}); retry later",
-                                     waiting, config_.max_waiting), "", ""});
+      return error({429,
+                    fmt::format("the server is overloaded: {} requests are waiting (--max-waiting {}); retry later",
+                                waiting, config_.max_waiting),
+                    "", ""});
     if (auto err = job->start()) return error(*err);
   }
   ResponseMeta meta;

@@ -30,13 +30,13 @@ struct ServerConfig {
   std::string api_key;         // "" = no auth
   int64_t max_waiting = 1024;  // 429 beyond this many waiting requests
   size_t max_body_bytes = 8u << 20;
-  int num_http_threads = 2;           // I/O threads, independent of the number of clients
-  int64_t max_connections = 16384;    // 503 beyond (lowered to fit the open-file limit)
-  double header_timeout_s = 10;       // whole request line + headers (slow-loris)
-  double body_timeout_s = 60;         // whole body once the headers are in
-  double keep_alive_timeout_s = 5;    // idle time between requests on one connection
-  double write_timeout_s = 30;        // one write to a client that does not read
-  size_t max_stream_buffer = 1u << 20;  // bytes queued for one slow client before its request is aborted
+  int num_http_threads = 2;                          // I/O threads, independent of the number of clients
+  int64_t max_connections = 16384;                   // 503 beyond (lowered to fit the open-file limit)
+  double header_timeout_s = 10;                      // whole request line + headers (slow-loris)
+  double body_timeout_s = 60;                        // whole body once the headers are in
+  double keep_alive_timeout_s = 5;                   // idle time between requests on one connection
+  double write_timeout_s = 30;                       // one write to a client that does not read
+  size_t max_stream_buffer = 1u << 20;               // bytes queued for one slow client before its request is aborted
   std::vector<std::string> allowed_origins = {"*"};  // CORS; empty = no CORS headers
   std::string ssl_keyfile, ssl_certfile;             // both set = HTTPS
   bool log_requests = true;                          // one access-log line per request

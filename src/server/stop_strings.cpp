@@ -28,8 +28,7 @@ std::string StopStringMatcher::push(std::string_view text) {
   // The earliest stop string wins; `held_` never contains a whole stop string before this append, so a
   // match must end inside the new text.
   size_t first = std::string::npos;
-  for (const std::string& s : stops_)
-    first = std::min(first, held_.find(s));
+  for (const std::string& s : stops_) first = std::min(first, held_.find(s));
   if (first != std::string::npos) {
     stopped_ = true;
     std::string out = held_.substr(0, first);

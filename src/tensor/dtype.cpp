@@ -14,28 +14,17 @@ namespace kvik {
 namespace {
 
 constexpr std::array kTraits = {
-    DTypeTraits{DType::F32, "f32", 1, 4, true},
-    DTypeTraits{DType::F16, "f16", 1, 2, true},
-    DTypeTraits{DType::Q4_0, "q4_0", 32, 18, true},
-    DTypeTraits{DType::Q4_1, "q4_1", 32, 20, true},
-    DTypeTraits{DType::Q5_0, "q5_0", 32, 22, true},
-    DTypeTraits{DType::Q5_1, "q5_1", 32, 24, true},
-    DTypeTraits{DType::Q8_0, "q8_0", 32, 34, true},
-    DTypeTraits{DType::Q8_1, "q8_1", 32, 36, false},
-    DTypeTraits{DType::Q2_K, "q2_K", 256, 84, false},
-    DTypeTraits{DType::Q3_K, "q3_K", 256, 110, false},
-    DTypeTraits{DType::Q4_K, "q4_K", 256, 144, true},
-    DTypeTraits{DType::Q5_K, "q5_K", 256, 176, true},
-    DTypeTraits{DType::Q6_K, "q6_K", 256, 210, true},
-    DTypeTraits{DType::Q8_K, "q8_K", 256, 292, false},
-    DTypeTraits{DType::IQ4_NL, "iq4_nl", 32, 18, true},
-    DTypeTraits{DType::I8, "i8", 1, 1, false},
-    DTypeTraits{DType::I16, "i16", 1, 2, false},
-    DTypeTraits{DType::I32, "i32", 1, 4, false},
-    DTypeTraits{DType::I64, "i64", 1, 8, false},
-    DTypeTraits{DType::F64, "f64", 1, 8, false},
-    DTypeTraits{DType::BF16, "bf16", 1, 2, true},
-    DTypeTraits{DType::F8_E4M3, "fp8_e4m3", 1, 1, false},
+    DTypeTraits{DType::F32, "f32", 1, 4, true},         DTypeTraits{DType::F16, "f16", 1, 2, true},
+    DTypeTraits{DType::Q4_0, "q4_0", 32, 18, true},     DTypeTraits{DType::Q4_1, "q4_1", 32, 20, true},
+    DTypeTraits{DType::Q5_0, "q5_0", 32, 22, true},     DTypeTraits{DType::Q5_1, "q5_1", 32, 24, true},
+    DTypeTraits{DType::Q8_0, "q8_0", 32, 34, true},     DTypeTraits{DType::Q8_1, "q8_1", 32, 36, false},
+    DTypeTraits{DType::Q2_K, "q2_K", 256, 84, false},   DTypeTraits{DType::Q3_K, "q3_K", 256, 110, false},
+    DTypeTraits{DType::Q4_K, "q4_K", 256, 144, true},   DTypeTraits{DType::Q5_K, "q5_K", 256, 176, true},
+    DTypeTraits{DType::Q6_K, "q6_K", 256, 210, true},   DTypeTraits{DType::Q8_K, "q8_K", 256, 292, false},
+    DTypeTraits{DType::IQ4_NL, "iq4_nl", 32, 18, true}, DTypeTraits{DType::I8, "i8", 1, 1, false},
+    DTypeTraits{DType::I16, "i16", 1, 2, false},        DTypeTraits{DType::I32, "i32", 1, 4, false},
+    DTypeTraits{DType::I64, "i64", 1, 8, false},        DTypeTraits{DType::F64, "f64", 1, 8, false},
+    DTypeTraits{DType::BF16, "bf16", 1, 2, true},       DTypeTraits{DType::F8_E4M3, "fp8_e4m3", 1, 1, false},
 };
 
 }  // namespace
@@ -114,8 +103,7 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::Q5_K: return dequantize_row_q5_k(static_cast<const BlockQ5_K*>(src), dst, n);
     case DType::Q6_K: return dequantize_row_q6_k(static_cast<const BlockQ6_K*>(src), dst, n);
     case DType::Q8_K: return dequantize_row_q8_k(static_cast<const BlockQ8_K*>(src), dst, n);
-    default:
-      fail("dequantize: no kernel for dtype {}", dtype_name(t));
+    default: fail("dequantize: no kernel for dtype {}", dtype_name(t));
   }
 }
 
@@ -178,8 +166,7 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
     case DType::Q5_K: return quantize_row_q5_k(src, static_cast<BlockQ5_K*>(dst), n);
     case DType::Q6_K: return quantize_row_q6_k(src, static_cast<BlockQ6_K*>(dst), n);
     case DType::Q8_K: return quantize_row_q8_k(src, static_cast<BlockQ8_K*>(dst), n);
-    default:
-      fail("quantize: no kernel for dtype {}", dtype_name(t));
+    default: fail("quantize: no kernel for dtype {}", dtype_name(t));
   }
 }
 

@@ -200,7 +200,8 @@ void quantize_row_q4_k(const float* x, BlockQ4_K* y, int64_t n) {
     uint8_t L[kQK_K];
     quantize_scale_min_block(x, y[b], L, 15, -1.f, 0.1f, 20);
     for (int c = 0; c < 4; ++c)
-      for (int l = 0; l < 32; ++l) y[b].qs[32 * c + l] = static_cast<uint8_t>(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
+      for (int l = 0; l < 32; ++l)
+        y[b].qs[32 * c + l] = static_cast<uint8_t>(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
   }
 }
 
@@ -235,7 +236,8 @@ void quantize_row_q6_k(const float* x, BlockQ6_K* y, int64_t n) {
     if (max_abs_scale < kGroupMaxEps) continue;  // all zero: d = 0
     const float iscale = -128.f / max_scale;
     o.d = f32_to_fp16(1 / iscale);
-    for (int j = 0; j < kQK_K / 16; ++j) o.scales[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[j])));
+    for (int j = 0; j < kQK_K / 16; ++j)
+      o.scales[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[j])));
     for (int j = 0; j < kQK_K / 16; ++j) {
       const float d = fp16_to_f32(o.d) * o.scales[j];
       if (!d) continue;
@@ -249,7 +251,8 @@ void quantize_row_q6_k(const float* x, BlockQ6_K* y, int64_t n) {
         const int8_t* q = L + 128 * h + l;
         o.ql[64 * h + l] = static_cast<uint8_t>((q[0] & 0xF) | ((q[64] & 0xF) << 4));
         o.ql[64 * h + l + 32] = static_cast<uint8_t>((q[32] & 0xF) | ((q[96] & 0xF) << 4));
-        o.qh[32 * h + l] = static_cast<uint8_t>((q[0] >> 4) | ((q[32] >> 4) << 2) | ((q[64] >> 4) << 4) | ((q[96] >> 4) << 6));
+        o.qh[32 * h + l] =
+            static_cast<uint8_t>((q[0] >> 4) | ((q[32] >> 4) << 2) | ((q[64] >> 4) << 4) | ((q[96] >> 4) << 6));
       }
   }
 }

@@ -72,7 +72,10 @@ inline int q6_k_quant(const BlockQ6_K& b, int e) {
   const int half = e / 128, r = e % 128, quarter = r / 32, l = r % 32;
   const uint8_t* ql = b.ql + 64 * half;
   const uint8_t* qh = b.qh + 32 * half;
-  const int low = quarter == 0 ? (ql[l] & 0xF) : quarter == 1 ? (ql[l + 32] & 0xF) : quarter == 2 ? (ql[l] >> 4) : (ql[l + 32] >> 4);
+  const int low = quarter == 0   ? (ql[l] & 0xF)
+                  : quarter == 1 ? (ql[l + 32] & 0xF)
+                  : quarter == 2 ? (ql[l] >> 4)
+                                 : (ql[l + 32] >> 4);
   return low | (((qh[l] >> (2 * quarter)) & 3) << 4);
 }
 

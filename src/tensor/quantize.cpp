@@ -41,7 +41,9 @@ float signed_absmax(const float* x) {
   return max;
 }
 
-void set_fifth_bit(uint8_t* qh, int j, int q) { qh[j / 8] = static_cast<uint8_t>(qh[j / 8] | (((q >> 4) & 1) << (j % 8))); }
+void set_fifth_bit(uint8_t* qh, int j, int q) {
+  qh[j / 8] = static_cast<uint8_t>(qh[j / 8] | (((q >> 4) & 1) << (j % 8)));
+}
 
 // ggml's best_index_int8: the nearest codebook entry (ties go up), values sorted.
 int nearest_iq4(float x) {
@@ -51,8 +53,10 @@ int nearest_iq4(float x) {
   int lo = 0, hi = 15;
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
-    if (x < v[mid]) hi = mid;
-    else lo = mid;
+    if (x < v[mid])
+      hi = mid;
+    else
+      lo = mid;
   }
   return x - v[hi - 1] < v[hi] - x ? hi - 1 : hi;
 }
@@ -182,9 +186,18 @@ void dequantize_row_iq4_nl(const BlockIQ4_NL* x, float* y, int64_t n) {
 
 bool can_quantize(DType t) {
   switch (t) {
-    case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0: case DType::Q4_1:
-    case DType::Q5_0: case DType::Q5_1: case DType::IQ4_NL: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
-      return true;
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::IQ4_NL:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K: return true;
     default: return false;
   }
 }
@@ -193,21 +206,24 @@ namespace {
 
 size_t checked_row_bytes(DType t, int64_t n_per_row, const char* what) {
   const auto rb = row_bytes(t, n_per_row);
-  if (!rb) fail("{}: rows of {} elements do not divide into {} blocks of {}", what, n_per_row, dtype_name(t), traits(t).block_size);
+  if (!rb)
+    fail("{}: rows of {} elements do not divide into {} blocks of {}", what, n_per_row, dtype_name(t),
+         traits(t).block_size);
   return *rb;
 }
 
 // Rows per task: enough elements per task (~64 Ki) that scheduling costs nothing next to the quantizer.
-int64_t rows_per_task(int64_t n_per_row) { return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, n_per_row)); }
+int64_t rows_per_task(int64_t n_per_row) {
+  return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, n_per_row));
+}
 
 template <typename Fn>
 void for_row_chunks(int64_t nrows, int64_t n_per_row, Fn&& fn) {
   const int64_t chunk = rows_per_task(n_per_row);
   const int64_t tasks = (nrows + chunk - 1) / chunk;
   if (tasks <= 1) return fn(int64_t{0}, nrows);
-  ThreadPool::global().parallel_for_dynamic(tasks, 1, [&](int64_t t0, int64_t t1) {
-    fn(t0 * chunk, std::min(nrows, t1 * chunk));
-  });
+  ThreadPool::global().parallel_for_dynamic(
+      tasks, 1, [&](int64_t t0, int64_t t1) { fn(t0 * chunk, std::min(nrows, t1 * chunk)); });
 }
 
 }  // namespace
@@ -217,7 +233,8 @@ void quantize_rows(DType t, const float* src, void* dst, int64_t nrows, int64_t 
   const size_t rb = checked_row_bytes(t, n_per_row, "quantize");
   auto* out = static_cast<uint8_t*>(dst);
   for_row_chunks(nrows, n_per_row, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) quantize_row(t, src + r * n_per_row, out + static_cast<size_t>(r) * rb, n_per_row);
+    for (int64_t r = r0; r < r1; ++r)
+      quantize_row(t, src + r * n_per_row, out + static_cast<size_t>(r) * rb, n_per_row);
   });
 }
 
@@ -225,7 +242,8 @@ void dequantize_rows(DType t, const void* src, float* dst, int64_t nrows, int64_
   const size_t rb = checked_row_bytes(t, n_per_row, "dequantize");
   const auto* in = static_cast<const uint8_t*>(src);
   for_row_chunks(nrows, n_per_row, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) dequantize_row(t, in + static_cast<size_t>(r) * rb, dst + r * n_per_row, n_per_row);
+    for (int64_t r = r0; r < r1; ++r)
+      dequantize_row(t, in + static_cast<size_t>(r) * rb, dst + r * n_per_row, n_per_row);
   });
 }
 

@@ -29,10 +29,12 @@ void dequantize_row_iq4_nl(const BlockIQ4_NL* x, float* y, int64_t n);
 // The integer quant of element j (0..31) of a block, before scale and offset.
 inline int q4_nibble(const uint8_t* qs, int j) { return j < 16 ? (qs[j] & 0x0F) : (qs[j - 16] >> 4); }
 inline int q5_fifth_bit(const uint8_t* qh, int j) { return (qh[j / 8] >> (j % 8)) & 1; }
-inline int q4_1_quant(const BlockQ4_1& b, int j) { return q4_nibble(b.qs, j); }                             // 0..15
-inline int q5_0_quant(const BlockQ5_0& b, int j) { return (q4_nibble(b.qs, j) | (q5_fifth_bit(b.qh, j) << 4)) - 16; }  // −16..15
+inline int q4_1_quant(const BlockQ4_1& b, int j) { return q4_nibble(b.qs, j); }  // 0..15
+inline int q5_0_quant(const BlockQ5_0& b, int j) {
+  return (q4_nibble(b.qs, j) | (q5_fifth_bit(b.qh, j) << 4)) - 16;
+}  // −16..15
 inline int q5_1_quant(const BlockQ5_1& b, int j) { return q4_nibble(b.qs, j) | (q5_fifth_bit(b.qh, j) << 4); }  // 0..31
-inline int iq4_nl_quant(const BlockIQ4_NL& b, int j) { return kIQ4NLValues[q4_nibble(b.qs, j)]; }         // −127..113
+inline int iq4_nl_quant(const BlockIQ4_NL& b, int j) { return kIQ4NLValues[q4_nibble(b.qs, j)]; }  // −127..113
 
 // Whether quantize_row / quantize_rows can write type t (F32 included, as a copy).
 bool can_quantize(DType t);

@@ -13,7 +13,9 @@ namespace kvik {
 
 namespace {
 
-uint64_t pair_key(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+uint64_t pair_key(int32_t a, int32_t b) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+}
 
 // "<0x0A>" -> 10, anything else -> -1.
 int byte_token_value(std::string_view t) {
@@ -21,10 +23,14 @@ int byte_token_value(std::string_view t) {
   int v = 0;
   for (char c : t.substr(3, 2)) {
     v <<= 4;
-    if (c >= '0' && c <= '9') v |= c - '0';
-    else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-    else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-    else return -1;
+    if (c >= '0' && c <= '9')
+      v |= c - '0';
+    else if (c >= 'A' && c <= 'F')
+      v |= c - 'A' + 10;
+    else if (c >= 'a' && c <= 'f')
+      v |= c - 'a' + 10;
+    else
+      return -1;
   }
   return v;
 }
@@ -51,7 +57,9 @@ BpeTokenizer::BpeTokenizer(BpeSpec spec)
     const int32_t ia = vocab_.find(a), ib = vocab_.find(b), im = vocab_.find(a + b);
     if (ia < 0 || ib < 0 || im < 0)
       fail("{}: merge {} '{} {}': {} is not in the vocabulary", spec.source, r, a, b,
-           ia < 0 ? "'" + a + "'" : ib < 0 ? "'" + b + "'" : "'" + a + b + "'");
+           ia < 0   ? "'" + a + "'"
+           : ib < 0 ? "'" + b + "'"
+                    : "'" + a + b + "'");
     // The first (lowest-rank) rule for a pair wins, as in HF.
     merges_.try_emplace(pair_key(ia, ib), MergeRule{static_cast<int32_t>(r), im});
     merge_pairs_.emplace_back(ia, ib);
@@ -60,7 +68,8 @@ BpeTokenizer::BpeTokenizer(BpeSpec spec)
   added_index_.assign(n, 0);
   for (size_t i = 0; i < added_.size(); ++i) {
     const AddedToken& t = added_[i];
-    if (t.id < 0 || t.id >= n) fail("{}: added token '{}' has id {} outside the vocabulary", spec.source, t.content, t.id);
+    if (t.id < 0 || t.id >= n)
+      fail("{}: added token '{}' has id {} outside the vocabulary", spec.source, t.content, t.id);
     if (t.content.empty()) fail("{}: added token {} has empty content", spec.source, t.id);
     added_index_[t.id] = 1;
     added_by_first_byte_[static_cast<unsigned char>(t.content[0])].push_back(static_cast<int32_t>(i));
@@ -127,7 +136,9 @@ std::vector<BpeTokenizer::Section> BpeTokenizer::split_added(std::string_view te
   if (start < text.size()) sections.push_back({-1, start, text.size() - start});
 
   // lstrip / rstrip: the added token swallows the whitespace beside it.
-  const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; };
+  const auto is_space = [](char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+  };
   for (size_t s = 0; s < sections.size(); ++s) {
     if (sections[s].token < 0) continue;
     const AddedToken& t = added_[sections[s].token];
@@ -149,9 +160,7 @@ std::string BpeTokenizer::normalize(std::string_view text) const {
   std::string s(text);
   for (const NormalizerStep& step : normalizer_) {
     switch (step.kind) {
-      case NormalizerStep::Kind::kNfc:
-        s = nfc_normalize(s);
-        break;
+      case NormalizerStep::Kind::kNfc: s = nfc_normalize(s); break;
       case NormalizerStep::Kind::kPrepend:
         if (!s.empty()) s = step.a + s;
         break;
@@ -251,7 +260,9 @@ void BpeTokenizer::merge_word(std::string_view word, std::vector<int32_t>& out) 
     const int32_t id = vocab_.find(ch);
     if (id >= 0) {
       sym.push_back({id, 0, 0});
-    } else if (byte_fallback_ && std::all_of(ch.begin(), ch.end(), [&](char c) { return byte_tokens_[static_cast<unsigned char>(c)] >= 0; })) {
+    } else if (byte_fallback_ && std::all_of(ch.begin(), ch.end(), [&](char c) {
+                 return byte_tokens_[static_cast<unsigned char>(c)] >= 0;
+               })) {
       for (char c : ch) sym.push_back({byte_tokens_[static_cast<unsigned char>(c)], 0, 0});
     } else if (vocab_.unk_id >= 0) {
       if (!(fuse_unk_ && !sym.empty() && sym.back().id == vocab_.unk_id)) sym.push_back({vocab_.unk_id, 0, 0});

@@ -44,13 +44,13 @@ struct BpeSpec {
   std::vector<AddedToken> added_tokens;
   std::vector<NormalizerStep> normalizer;
   std::unique_ptr<PreTokenizer> pre_tokenizer;  // required
-  bool byte_level = true;         // step 4 and its decoder
-  bool ignore_merges = false;     // step 5
-  bool byte_fallback = false;     // step 6: <0xNN> tokens
-  bool fuse_unk = false;          // consecutive UNKs become one
-  std::string metaspace = "\xE2\x96\x81";  // decoded as a space when !byte_level
-  bool strip_leading_space = false;       // decoder drops one leading space (Strip / Metaspace prepend)
-  std::string source;                     // file name, for error messages
+  bool byte_level = true;                       // step 4 and its decoder
+  bool ignore_merges = false;                   // step 5
+  bool byte_fallback = false;                   // step 6: <0xNN> tokens
+  bool fuse_unk = false;                        // consecutive UNKs become one
+  std::string metaspace = "\xE2\x96\x81";       // decoded as a space when !byte_level
+  bool strip_leading_space = false;             // decoder drops one leading space (Strip / Metaspace prepend)
+  std::string source;                           // file name, for error messages
 };
 
 class BpeTokenizer : public Tokenizer {
@@ -99,12 +99,12 @@ class BpeTokenizer : public Tokenizer {
   bool byte_level_, ignore_merges_, byte_fallback_, fuse_unk_, strip_leading_space_;
   std::string metaspace_;
   std::vector<std::pair<int32_t, int32_t>> merge_pairs_;  // by rank
-  std::unordered_map<uint64_t, MergeRule> merges_;  // (left id << 32 | right id) -> rank, merged id
+  std::unordered_map<uint64_t, MergeRule> merges_;        // (left id << 32 | right id) -> rank, merged id
   std::vector<AddedToken> added_;
-  std::vector<int8_t> added_index_;                 // per id: 1 when an added token
+  std::vector<int8_t> added_index_;                            // per id: 1 when an added token
   std::array<std::vector<int32_t>, 256> added_by_first_byte_;  // indexes into added_, longest first
-  std::array<int32_t, 256> byte_tokens_{};          // <0xNN> ids, -1 when absent
-  std::vector<std::string> pieces_;                 // token_to_piece() for every id
+  std::array<int32_t, 256> byte_tokens_{};                     // <0xNN> ids, -1 when absent
+  std::vector<std::string> pieces_;                            // token_to_piece() for every id
 
   // Words repeat; a bounded cache of their ids (cleared when full, so memory stays bounded).
   static constexpr size_t kCacheCapacity = 1 << 15;

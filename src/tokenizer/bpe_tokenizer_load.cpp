@@ -158,7 +158,6 @@ void read_vocab(const json& tj, const json& vocab_json, BpeSpec& spec) {
     if (v.types[id] == TokenType::kUnused) v.tokens[id] = "[UNUSED_" + std::to_string(id) + "]";
     v.token_to_id[v.tokens[id]] = static_cast<int32_t>(id);
   }
-
 }
 
 // byte_fallback, fuse_unk, ignore_merges, the unknown token and the merges.
@@ -172,7 +171,8 @@ void read_model_options(const json& model, BpeSpec& spec) {
   if (spec.byte_fallback)
     for (int64_t id = 0; id < n; ++id) {
       const std::string& t = v.tokens[id];
-      if (t.size() == 6 && t.starts_with("<0x") && t.ends_with(">") && v.types[id] == TokenType::kNormal) v.types[id] = TokenType::kByte;
+      if (t.size() == 6 && t.starts_with("<0x") && t.ends_with(">") && v.types[id] == TokenType::kNormal)
+        v.types[id] = TokenType::kByte;
     }
   if (model.contains("unk_token") && model.at("unk_token").is_string()) {
     v.unk_id = v.find(model.at("unk_token").get<std::string>());
@@ -191,7 +191,6 @@ void read_model_options(const json& model, BpeSpec& spec) {
       fail("{}: a merge is neither \"a b\" nor [\"a\", \"b\"]: {}", source, m.dump());
     }
   }
-
 }
 
 // Normalizer, pre-tokenizer and decoder.
@@ -211,7 +210,6 @@ void read_pipeline(const json& tj, BpeSpec& spec) {
                         metaspace_prepend(decoder) != MetaspacePreTokenizer::Prepend::kNever);
     spec.strip_leading_space = strip;
   }
-
 }
 
 // Special ids and flags: tokenizer_config.json first, then the post-processor; the chat template.
@@ -252,14 +250,16 @@ void read_specials(const json& tj, const json& config, BpeSpec& spec) {
     } else if (ct.is_array()) {
       // [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
       for (const json& e : ct)
-        if (e.value("name", "") == "default" && e.contains("template")) v.chat_template = e["template"].get<std::string>();
+        if (e.value("name", "") == "default" && e.contains("template"))
+          v.chat_template = e["template"].get<std::string>();
     }
   }
 }
 
 }  // namespace
 
-std::unique_ptr<BpeTokenizer> BpeTokenizer::from_hf_json(const json& tj, const json& config, const std::string& source) {
+std::unique_ptr<BpeTokenizer> BpeTokenizer::from_hf_json(const json& tj, const json& config,
+                                                         const std::string& source) {
   BpeSpec spec;
   spec.source = source;
   const json& model = member(tj, "model", source, "tokenizer.json");

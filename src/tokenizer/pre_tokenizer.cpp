@@ -43,8 +43,7 @@ RegexPreTokenizer::RegexPreTokenizer(std::string pattern) : pattern_(std::move(p
 
 RegexPreTokenizer::~RegexPreTokenizer() { pcre2_code_free(as_code(code_)); }
 
-void RegexPreTokenizer::split(std::string_view text, bool, std::vector<std::string_view>& words,
-                              std::string&) const {
+void RegexPreTokenizer::split(std::string_view text, bool, std::vector<std::string_view>& words, std::string&) const {
   // Match data per call: one compiled regex serves every thread.
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(as_code(code_), nullptr);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());

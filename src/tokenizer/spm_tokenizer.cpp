@@ -138,9 +138,8 @@ SpmTokenizer::SpmTokenizer(const GgufFile& gguf)
     if (t == TokenType::kControl || t == TokenType::kUserDefined || t == TokenType::kUnknown)
       special_by_length_.push_back(id);
   }
-  std::stable_sort(special_by_length_.begin(), special_by_length_.end(), [&](int32_t a, int32_t b) {
-    return vocab_.tokens[a].size() > vocab_.tokens[b].size();
-  });
+  std::stable_sort(special_by_length_.begin(), special_by_length_.end(),
+                   [&](int32_t a, int32_t b) { return vocab_.tokens[a].size() > vocab_.tokens[b].size(); });
 
   for (int b = 0; b < 256; ++b) {
     int32_t id = vocab_.find(fmt::format("<0x{:02X}>", b));

@@ -39,9 +39,9 @@ class SpmTokenizer : public Tokenizer {
   void tokenize_fragment(std::string_view escaped, std::vector<int32_t>& out) const;
 
   bool add_space_prefix_ = true;
-  std::vector<int32_t> special_by_length_;   // control/user-defined/unknown ids, longest text first
+  std::vector<int32_t> special_by_length_;    // control/user-defined/unknown ids, longest text first
   std::array<int32_t, 256> byte_to_token_{};  // <0xNN>, else the one-byte token, else UNK
-  std::vector<std::string> pieces_;          // token_to_piece() for every id, built once
+  std::vector<std::string> pieces_;           // token_to_piece() for every id, built once
 };
 
 }  // namespace kvik

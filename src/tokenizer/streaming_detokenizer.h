@@ -33,9 +33,9 @@ class StreamingDetokenizer {
 
   const Tokenizer& tokenizer_;
   bool skip_special_;
-  size_t num_ids_ = 0;        // ids seen so far, prompt included
+  size_t num_ids_ = 0;  // ids seen so far, prompt included
   bool starts_with_bos_ = false;
-  std::string pending_;       // bytes not yet emitted
+  std::string pending_;  // bytes not yet emitted
 };
 
 }  // namespace kvik

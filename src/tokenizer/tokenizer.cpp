@@ -27,8 +27,7 @@ int32_t special_id(const GgufFile& gguf, std::string_view key, int32_t fallback,
   if (!v) return fallback < n_vocab ? fallback : -1;
   if (*v == -1 || *v == static_cast<int64_t>(UINT32_MAX)) return -1;
   if (*v < 0 || *v >= n_vocab)
-    fail("{}: metadata key '{}': token id {} is outside the vocabulary of {} tokens", gguf.path(), key, *v,
-         n_vocab);
+    fail("{}: metadata key '{}': token id {} is outside the vocabulary of {} tokens", gguf.path(), key, *v, n_vocab);
   return static_cast<int32_t>(*v);
 }
 
@@ -45,12 +44,10 @@ Vocab Vocab::from_gguf(const GgufFile& gguf, int32_t bos_default, int32_t eos_de
 
   const GgufValue* scores = gguf.find(kScoresKey) ? &gguf.require_array(kScoresKey, GgufType::F32) : nullptr;
   if (scores && scores->count != n)
-    fail("{}: metadata key '{}' has {} entries but '{}' has {}", gguf.path(), kScoresKey, scores->count, kTokensKey,
-         n);
+    fail("{}: metadata key '{}' has {} entries but '{}' has {}", gguf.path(), kScoresKey, scores->count, kTokensKey, n);
   const GgufValue* types = gguf.find(kTypesKey) ? &gguf.require_array(kTypesKey, GgufType::I32) : nullptr;
   if (types && types->count != n)
-    fail("{}: metadata key '{}' has {} entries but '{}' has {}", gguf.path(), kTypesKey, types->count, kTokensKey,
-         n);
+    fail("{}: metadata key '{}' has {} entries but '{}' has {}", gguf.path(), kTypesKey, types->count, kTokensKey, n);
 
   vocab.tokens.resize(n);
   vocab.scores.assign(n, 0.0f);
@@ -131,9 +128,10 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   const fs::path dir(path);
   const fs::path tj = dir / "tokenizer.json";
   if (!fs::exists(tj))
-    fail("{}: no tokenizer.json in this directory (kvik reads Hugging Face tokenizer.json; tokenizer.model alone "
-         "is not supported)",
-         path);
+    fail(
+        "{}: no tokenizer.json in this directory (kvik reads Hugging Face tokenizer.json; tokenizer.model alone "
+        "is not supported)",
+        path);
   const fs::path cfg = dir / "tokenizer_config.json";
   const nlohmann::json config = fs::exists(cfg) ? read_json_file(cfg) : nlohmann::json();
   return BpeTokenizer::from_hf_json(read_json_file(tj), config, tj.string());

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <limits>
 
-#include "core/error.h"
 #include <fmt/format.h>
 #include <unordered_map>
+#include "core/error.h"
 
 namespace kvik {
 
@@ -40,7 +40,9 @@ std::vector<std::pair<int32_t, float>> sampling_distribution(std::span<const flo
   for (size_t i = 0; i < logits.size(); ++i)
     if (logits[i] != -std::numeric_limits<float>::infinity()) d.emplace_back(static_cast<int32_t>(i), logits[i]);
   if (d.empty()) fail("sampling: every token is masked");
-  auto by_logit = [](const auto& a, const auto& b) { return a.second > b.second || (a.second == b.second && a.first < b.first); };
+  auto by_logit = [](const auto& a, const auto& b) {
+    return a.second > b.second || (a.second == b.second && a.first < b.first);
+  };
   const size_t k = (p.top_k > 0 && static_cast<size_t>(p.top_k) < d.size()) ? static_cast<size_t>(p.top_k) : d.size();
   std::partial_sort(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(k), d.end(), by_logit);
   d.resize(k);
@@ -125,9 +127,8 @@ TokenLogprobs compute_logprobs(std::span<const float> logits, int32_t token, int
     const size_t k = std::min(static_cast<size_t>(num_top), logits.size());
     std::vector<int32_t> idx(logits.size());
     for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
-    std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(), [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
+    std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
     for (size_t i = 0; i < k; ++i) r.top.emplace_back(idx[i], static_cast<float>(logits[idx[i]] - log_z));
   }
   return r;

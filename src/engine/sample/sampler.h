@@ -58,8 +58,8 @@ class Sampler {
   SampleResult sample_one(std::span<const float> row, const SampleInput& in, size_t i);
 
   int64_t vocab_size_;
-  std::vector<float> adjusted_;  // [V] the row after bias, min_tokens and penalties
-  std::vector<float> masked_;    // [V] after the grammar mask
+  std::vector<float> adjusted_;                                      // [V] the row after bias, min_tokens and penalties
+  std::vector<float> masked_;                                        // [V] after the grammar mask
   std::vector<std::shared_ptr<const structured::TokenMask>> masks_;  // per input this call
   std::vector<std::string> mask_errors_;
   double last_mask_s_ = 0;

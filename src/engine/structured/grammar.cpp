@@ -152,14 +152,16 @@ class GbnfParser {
   }
   uint32_t new_rule(const std::string& base) {
     std::string n;
-    do n = fmt::format("{}_{}", base, ++generated_); while (ids_.count(n));
+    do n = fmt::format("{}_{}", base, ++generated_);
+    while (ids_.count(n));
     const uint32_t id = rule_id(n);
     defined_[id] = true;
     return id;
   }
   void count(size_t n) {
     num_elems_ += n;
-    if (num_elems_ > kMaxGrammarElems) error(fmt::format("the grammar expands to more than {} elements", kMaxGrammarElems));
+    if (num_elems_ > kMaxGrammarElems)
+      error(fmt::format("the grammar expands to more than {} elements", kMaxGrammarElems));
   }
 
   uint32_t byteset(const std::bitset<256>& b) {
@@ -332,8 +334,10 @@ class GbnfParser {
     const char c = peek();
     uint32_t min_times = 0, max_times = UINT32_MAX;  // UINT32_MAX = unbounded
     ++pos_;
-    if (c == '+') min_times = 1;
-    else if (c == '?') max_times = 1;
+    if (c == '+')
+      min_times = 1;
+    else if (c == '?')
+      max_times = 1;
     else if (c == '{') {
       space(nested);
       min_times = number();
@@ -431,7 +435,8 @@ class GbnfParser {
         auto& [r, i] = stack.back();
         if (i < first[r].size()) {
           const uint32_t t = first[r][i++];
-          if (color[t] == 1) fail("grammar: rule '{}' is left-recursive (it can reach itself without consuming input)", names_[t]);
+          if (color[t] == 1)
+            fail("grammar: rule '{}' is left-recursive (it can reach itself without consuming input)", names_[t]);
           if (color[t] == 0) {
             color[t] = 1;
             stack.emplace_back(t, 0);
@@ -481,13 +486,20 @@ Grammar parse_gbnf(std::string_view text) { return GbnfParser(text).parse(); }
 std::string gbnf_literal(std::string_view bytes) {
   std::string out = "\"";
   for (unsigned char c : bytes) {
-    if (c == '"') out += "\\\"";
-    else if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
-    else if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02X}", c);
-    else out += static_cast<char>(c);
+    if (c == '"')
+      out += "\\\"";
+    else if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c < 0x20 || c == 0x7f)
+      out += fmt::format("\\x{:02X}", c);
+    else
+      out += static_cast<char>(c);
   }
   return out + "\"";
 }

@@ -25,7 +25,8 @@ void expand(const Grammar& g, Stack s, StackSet& out) {
     Stack cur = std::move(todo.back());
     todo.pop_back();
     if (!seen.insert(cur).second) continue;
-    if (seen.size() > kMaxExpansions) fail("grammar: more than {} stacks in one step (the grammar is too ambiguous)", kMaxExpansions);
+    if (seen.size() > kMaxExpansions)
+      fail("grammar: more than {} stacks in one step (the grammar is too ambiguous)", kMaxExpansions);
     if (cur.size() > kMaxStackDepth) fail("grammar: nesting deeper than {} rules", kMaxStackDepth);
     if (cur.empty() || g.elems[cur.back()].type == ElemType::kBytes) {
       out.insert(std::move(cur));

@@ -59,8 +59,8 @@ class GrammarDfa {
   static constexpr int32_t kUnknown = -2;
   static constexpr int32_t kDead = -1;
 
-  int32_t resolve(DfaCursor& c);                 // (re-)interns the cursor's state; lock held
-  int32_t intern(std::vector<uint32_t> key);      // lock held
+  int32_t resolve(DfaCursor& c);              // (re-)interns the cursor's state; lock held
+  int32_t intern(std::vector<uint32_t> key);  // lock held
   int32_t next(int32_t s, uint8_t b) {
     const int32_t t = trans_[static_cast<size_t>(s) * 256 + b];
     return t != kUnknown ? t : compute(s, b);
@@ -74,7 +74,7 @@ class GrammarDfa {
   uint64_t generation_ = 1;
   std::vector<std::vector<uint32_t>> keys_;  // state → stack-set key
   std::vector<char> accepting_;
-  std::vector<int32_t> trans_;               // state × 256
+  std::vector<int32_t> trans_;                    // state × 256
   std::unordered_map<std::string, int32_t> ids_;  // key bytes → state
   std::unordered_map<int32_t, std::shared_ptr<const TokenMask>> masks_;
   std::vector<int32_t> walk_;  // trie walk: state per depth

@@ -32,9 +32,9 @@ json-object ::= "{" ws (json-string ws ":" ws json-value ws ("," ws json-string 
 json-array ::= "[" ws (json-value ws ("," ws json-value ws)*)? "]"
 )";
 
-const std::set<std::string, std::less<>> kAnnotations = {
-    "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly",
-    "writeOnly", "$defs", "definitions"};
+const std::set<std::string, std::less<>> kAnnotations = {"title",    "description", "default",  "examples",
+                                                         "$schema",  "$id",         "$comment", "deprecated",
+                                                         "readOnly", "writeOnly",   "$defs",    "definitions"};
 
 class SchemaConverter {
  public:
@@ -55,8 +55,10 @@ class SchemaConverter {
   std::string new_rule(const std::string& hint, const std::string& body) {
     std::string base;
     for (char c : hint)
-      if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-') base += c;
-      else if (!base.empty() && base.back() != '-') base += '-';
+      if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-')
+        base += c;
+      else if (!base.empty() && base.back() != '-')
+        base += '-';
     if (base.empty() || base.size() > 40) base = "schema";
     const std::string name = fmt::format("s{}-{}", rules_.size(), base);
     rules_.push_back(name + " ::= " + body + "\n");
@@ -154,13 +156,15 @@ class SchemaConverter {
     std::vector<std::string> types;
     if (s.contains("type")) {
       const json& t = s["type"];
-      if (t.is_string()) types.push_back(t);
+      if (t.is_string())
+        types.push_back(t);
       else if (t.is_array())
         for (const auto& x : t) {
           if (!x.is_string()) error(path, "type must be a string or an array of strings");
           types.push_back(x);
         }
-      else error(path, "type must be a string or an array of strings");
+      else
+        error(path, "type must be a string or an array of strings");
       if (types.empty()) error(path, "type is an empty list");
     } else if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) {
       types.push_back("object");
@@ -184,14 +188,22 @@ class SchemaConverter {
     std::string body;
     for (const std::string& t : types) {
       std::string alt;
-      if (t == "object") alt = object(s, path);
-      else if (t == "array") alt = array(s, path);
-      else if (t == "string") alt = string(s, path);
-      else if (t == "number") alt = "json-number";
-      else if (t == "integer") alt = "json-integer";
-      else if (t == "boolean") alt = "json-boolean";
-      else if (t == "null") alt = "json-null";
-      else error(path, fmt::format("unknown type '{}'", t));
+      if (t == "object")
+        alt = object(s, path);
+      else if (t == "array")
+        alt = array(s, path);
+      else if (t == "string")
+        alt = string(s, path);
+      else if (t == "number")
+        alt = "json-number";
+      else if (t == "integer")
+        alt = "json-integer";
+      else if (t == "boolean")
+        alt = "json-boolean";
+      else if (t == "null")
+        alt = "json-null";
+      else
+        error(path, fmt::format("unknown type '{}'", t));
       body += (body.empty() ? "" : " | ") + alt;
     }
     return types.size() == 1 ? body : "(" + body + ")";
@@ -200,8 +212,10 @@ class SchemaConverter {
   static int64_t count_keyword(const json& s, const char* key, const std::string& path, int64_t dflt) {
     if (!s.contains(key)) return dflt;
     const json& v = s[key];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0) error(path, fmt::format("{} must be a non-negative integer", key));
-    if (v.get<int64_t>() > kMaxRepetition) error(path, fmt::format("{} above the supported limit of {}", key, kMaxRepetition));
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+      error(path, fmt::format("{} must be a non-negative integer", key));
+    if (v.get<int64_t>() > kMaxRepetition)
+      error(path, fmt::format("{} above the supported limit of {}", key, kMaxRepetition));
     return v.get<int64_t>();
   }
 
@@ -245,8 +259,8 @@ class SchemaConverter {
       const bool req = required.count(kvs[i].first) > 0;
       const std::string hint = path + "-" + kvs[i].first;
       const std::string after = i + 1 < n ? " " + rest[i + 1] : "";
-      rest[i] = new_rule(hint + "-rest", req ? "\",\" ws " + kvs[i].second + after
-                                             : "(\",\" ws " + kvs[i].second + ")?" + after);
+      rest[i] = new_rule(hint + "-rest",
+                         req ? "\",\" ws " + kvs[i].second + after : "(\",\" ws " + kvs[i].second + ")?" + after);
       first[i] = new_rule(hint + "-first", req ? kvs[i].second + after
                                                : kvs[i].second + after + " | " + (i + 1 < n ? first[i + 1] : "\"\""));
     }
@@ -260,7 +274,8 @@ class SchemaConverter {
     if (max >= 0 && max < min) error(path, "maxItems is smaller than minItems");
     if (max == 0) return "\"[\" ws \"]\"";
     // [ item (, item){min−1, max−1} ]  — optional as a whole when minItems is 0.
-    const std::string more = "(\",\" ws " + item + " ws)" + repeat_suffix(std::max<int64_t>(min - 1, 0), max < 0 ? -1 : max - 1);
+    const std::string more =
+        "(\",\" ws " + item + " ws)" + repeat_suffix(std::max<int64_t>(min - 1, 0), max < 0 ? -1 : max - 1);
     const std::string items = item + " ws " + more;
     return new_rule(path + "-array", "\"[\" ws " + (min == 0 ? "(" + items + ")?" : items) + " \"]\"");
   }
@@ -271,7 +286,8 @@ class SchemaConverter {
         error(path, "pattern together with minLength/maxLength is not supported");
       if (!s["pattern"].is_string()) error(path, "pattern must be a string");
       try {
-        return new_rule(path + "-pattern", "\"\\\"\" " + regex_to_gbnf(s["pattern"].get<std::string>(), true) + " \"\\\"\"");
+        return new_rule(path + "-pattern",
+                        "\"\\\"\" " + regex_to_gbnf(s["pattern"].get<std::string>(), true) + " \"\\\"\"");
       } catch (const Error& e) {
         error(path, e.what());
       }

@@ -65,8 +65,10 @@ class RegexTranslator {
         bool unbounded = false;
         if (peek() == ',') {
           ++pos_;
-          if (peek() == '}') unbounded = true;
-          else n = number();
+          if (peek() == '}')
+            unbounded = true;
+          else
+            n = number();
         }
         if (peek() != '}') error("expected '}' in a {m,n} quantifier");
         ++pos_;
@@ -93,8 +95,10 @@ class RegexTranslator {
     if (c == '(') {
       ++pos_;
       if (peek() == '?') {
-        if (peek(1) == ':') pos_ += 2;
-        else error("lookaround and named groups are not supported");
+        if (peek(1) == ':')
+          pos_ += 2;
+        else
+          error("lookaround and named groups are not supported");
       }
       std::string inner = alternation(depth + 1);
       if (peek() != ')') error("missing ')'");
@@ -134,9 +138,27 @@ class RegexTranslator {
     };
     switch (c) {
       case 'd': s.add('0', '9'); return true;
-      case 'D': { CodepointSet d; d.add('0', '9'); s.add(d.complement()); return true; }
-      case 'w': s.add('a', 'z'); s.add('A', 'Z'); s.add('0', '9'); s.add('_', '_'); return true;
-      case 'W': { CodepointSet w; w.add('a', 'z'); w.add('A', 'Z'); w.add('0', '9'); w.add('_', '_'); s.add(w.complement()); return true; }
+      case 'D': {
+        CodepointSet d;
+        d.add('0', '9');
+        s.add(d.complement());
+        return true;
+      }
+      case 'w':
+        s.add('a', 'z');
+        s.add('A', 'Z');
+        s.add('0', '9');
+        s.add('_', '_');
+        return true;
+      case 'W': {
+        CodepointSet w;
+        w.add('a', 'z');
+        w.add('A', 'Z');
+        w.add('0', '9');
+        w.add('_', '_');
+        s.add(w.complement());
+        return true;
+      }
       case 's': s.add(js_space()); return true;
       case 'S': s.add(js_space().complement()); return true;
       case 'n': return one('\n');

@@ -39,9 +39,11 @@ size_t StructuredOutputManager::cache_entries() const {
   return lru_.size();
 }
 
-std::unique_ptr<GrammarMatcher> StructuredOutputManager::make_matcher(const StructuredOutputSpec& spec, std::string& error) {
-  std::string key = std::to_string(static_cast<int>(spec.kind)) + ":" +
-                    (spec.kind == StructuredOutputSpec::Kind::kChoice ? nlohmann::json(spec.choices).dump() : spec.text);
+std::unique_ptr<GrammarMatcher> StructuredOutputManager::make_matcher(const StructuredOutputSpec& spec,
+                                                                      std::string& error) {
+  std::string key =
+      std::to_string(static_cast<int>(spec.kind)) + ":" +
+      (spec.kind == StructuredOutputSpec::Kind::kChoice ? nlohmann::json(spec.choices).dump() : spec.text);
   std::shared_ptr<GrammarDfa> dfa;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -82,7 +84,8 @@ void apply_token_mask(std::span<const float> logits_in, std::span<float> logits_
     const uint64_t bits = mask.bits[w];
     const size_t end = std::min(covered, w * 64 + 64);
     if (bits == 0) {
-      std::fill(logits_out.begin() + static_cast<std::ptrdiff_t>(w * 64), logits_out.begin() + static_cast<std::ptrdiff_t>(end), kNegInf);
+      std::fill(logits_out.begin() + static_cast<std::ptrdiff_t>(w * 64),
+                logits_out.begin() + static_cast<std::ptrdiff_t>(end), kNegInf);
       continue;
     }
     for (size_t i = w * 64; i < end; ++i) logits_out[i] = (bits >> (i & 63)) & 1 ? logits_in[i] : kNegInf;

@@ -10,8 +10,10 @@ void CodepointSet::add(uint32_t lo, uint32_t hi) {
   std::sort(ranges_.begin(), ranges_.end());
   std::vector<std::pair<uint32_t, uint32_t>> merged;
   for (const auto& r : ranges_) {
-    if (!merged.empty() && r.first <= merged.back().second + 1) merged.back().second = std::max(merged.back().second, r.second);
-    else merged.push_back(r);
+    if (!merged.empty() && r.first <= merged.back().second + 1)
+      merged.back().second = std::max(merged.back().second, r.second);
+    else
+      merged.push_back(r);
   }
   ranges_ = std::move(merged);
 }

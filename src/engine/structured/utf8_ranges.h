@@ -17,9 +17,12 @@ inline std::optional<uint32_t> read_hex(std::string_view s, size_t& pos, int dig
   for (int i = 0; i < digits; ++i, ++pos) {
     const char c = pos < s.size() ? s[pos] : '\0';
     int d = -1;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
     if (d < 0) return std::nullopt;
     v = v * 16 + static_cast<uint32_t>(d);
   }

@@ -18,7 +18,7 @@ class VocabTrie {
     uint32_t skip;       // index of the next node outside this node's subtree
     uint32_t tok_begin;  // tokens whose bytes end here: token_ids_[tok_begin, tok_end)
     uint32_t tok_end;
-    uint16_t depth;      // 1 for a first byte; the parent's state is at depth − 1
+    uint16_t depth;  // 1 for a first byte; the parent's state is at depth − 1
     uint8_t byte;
   };
 

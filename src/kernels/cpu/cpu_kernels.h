@@ -23,7 +23,7 @@ namespace kvik {
 struct ActQ8 {
   const uint8_t* qs;
   const float* d;
-  int64_t nb;               // blocks per row
+  int64_t nb;                // blocks per row
   const float* s = nullptr;  // per block d·Σq rounded through fp16, as ggml's Q8_1 (for Q4_1/Q5_1); row r at s + r·nb
 };
 // The s of ActQ8 for one row whose q are already in qs: fp16(Σq · amax/127) per block, as quantize_row_q8_1_ref.
@@ -66,12 +66,15 @@ struct CpuKernels {
   void (*wsum_f16)(const float* p, const uint16_t* v, const int64_t* off, int64_t n, int64_t d, float* out);
   // out[j] = scale · q·k_j over key rows at element offsets off[j], j < n (the attention scores of one query row).
   void (*scores_f32)(const float* q, const float* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out);
-  void (*scores_f16)(const float* q, const uint16_t* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out);
+  void (*scores_f16)(const float* q, const uint16_t* k, const int64_t* off, int64_t n, int64_t d, float scale,
+                     float* out);
   // The same over quantized caches (element offsets as above; Q8_0: element e is q[e % 32] of block e / 32, so a
   // row may start inside a block when d_h < 32; FP8 E4M3: one byte per element, values before the tensor scale).
-  void (*scores_q8_0)(const float* q, const BlockQ8_0* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out);
+  void (*scores_q8_0)(const float* q, const BlockQ8_0* k, const int64_t* off, int64_t n, int64_t d, float scale,
+                      float* out);
   void (*wsum_q8_0)(const float* p, const BlockQ8_0* v, const int64_t* off, int64_t n, int64_t d, float* out);
-  void (*scores_fp8)(const float* q, const uint8_t* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out);
+  void (*scores_fp8)(const float* q, const uint8_t* k, const int64_t* off, int64_t n, int64_t d, float scale,
+                     float* out);
   void (*wsum_fp8)(const float* p, const uint8_t* v, const int64_t* off, int64_t n, int64_t d, float* out);
   // In-place numerically stable softmax.
   void (*softmax)(float* x, int64_t n);
@@ -95,7 +98,8 @@ struct CpuKernels {
   // Weights repacked at load (kernels/cpu/packed.h): one 16-row group against R ≤ kPackMaxTokens activation rows,
   // y[t·ys + i] = dot(row i of the group, activation row t); bit for bit the *_x16_ref functions, so every row's
   // result is independent of R. Null in tables without them: weights then stay unpacked.
-  void (*gemm_f32_x16)(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) = nullptr;
+  void (*gemm_f32_x16)(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y,
+                       int64_t ys) = nullptr;
   void (*gemm_q8_0_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) = nullptr;
   void (*gemm_q4_0_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) = nullptr;
   void (*gemm_iq4_nl_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) = nullptr;

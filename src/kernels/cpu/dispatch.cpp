@@ -27,4 +27,3 @@ const CpuKernels& cpu_kernels() {
 }
 
 }  // namespace kvik
-

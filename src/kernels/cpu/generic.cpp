@@ -4,8 +4,8 @@
 
 #include "core/fp16.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "tensor/quantize.h"
 #include "kernels/cpu/kv_quant_kernels.h"
+#include "tensor/quantize.h"
 
 namespace kvik {
 namespace {
@@ -54,12 +54,20 @@ void gemv_q(const Block* w, const ActQ8& x, int64_t R, float* out) {
 }
 int32_t q8_0_weight(const BlockQ8_0& b, int j) { return b.qs[j]; }
 int32_t q4_0_weight(const BlockQ4_0& b, int j) { return (j < 16 ? (b.qs[j] & 0x0F) : (b.qs[j - 16] >> 4)) - 8; }
-void gemv_q8_0(const BlockQ8_0* w, const ActQ8& x, int64_t R, float* out) { gemv_q<BlockQ8_0, q8_0_weight>(w, x, R, out); }
-void gemv_q4_0(const BlockQ4_0* w, const ActQ8& x, int64_t R, float* out) { gemv_q<BlockQ4_0, q4_0_weight>(w, x, R, out); }
+void gemv_q8_0(const BlockQ8_0* w, const ActQ8& x, int64_t R, float* out) {
+  gemv_q<BlockQ8_0, q8_0_weight>(w, x, R, out);
+}
+void gemv_q4_0(const BlockQ4_0* w, const ActQ8& x, int64_t R, float* out) {
+  gemv_q<BlockQ4_0, q4_0_weight>(w, x, R, out);
+}
 int32_t q5_0_weight(const BlockQ5_0& b, int j) { return q5_0_quant(b, j); }
 int32_t iq4_nl_weight(const BlockIQ4_NL& b, int j) { return iq4_nl_quant(b, j); }
-void gemv_q5_0(const BlockQ5_0* w, const ActQ8& x, int64_t R, float* out) { gemv_q<BlockQ5_0, q5_0_weight>(w, x, R, out); }
-void gemv_iq4_nl(const BlockIQ4_NL* w, const ActQ8& x, int64_t R, float* out) { gemv_q<BlockIQ4_NL, iq4_nl_weight>(w, x, R, out); }
+void gemv_q5_0(const BlockQ5_0* w, const ActQ8& x, int64_t R, float* out) {
+  gemv_q<BlockQ5_0, q5_0_weight>(w, x, R, out);
+}
+void gemv_iq4_nl(const BlockIQ4_NL* w, const ActQ8& x, int64_t R, float* out) {
+  gemv_q<BlockIQ4_NL, iq4_nl_weight>(w, x, R, out);
+}
 
 // Q4_1 / Q5_1 (x = d·q + m) against Q8_1: per block s += (d_w·d_x)·Σq_w·q_x + m_w·s_x, as ggml's reference.
 template <typename Block, int (*Quant)(const Block&, int)>
@@ -69,13 +77,18 @@ void gemv_q_min(const Block* w, const ActQ8& x, int64_t R, float* out) {
     for (int64_t b = 0; b < x.nb; ++b) {
       int32_t sumi = 0;
       for (int j = 0; j < kQK8_0; ++j) sumi += Quant(w[b], j) * act_q(x, r, b, j);
-      s += (fp16_to_f32(w[b].d) * x.d[r * x.nb + b]) * static_cast<float>(sumi) + fp16_to_f32(w[b].m) * x.s[r * x.nb + b];
+      s += (fp16_to_f32(w[b].d) * x.d[r * x.nb + b]) * static_cast<float>(sumi) +
+           fp16_to_f32(w[b].m) * x.s[r * x.nb + b];
     }
     out[r] = s;
   }
 }
-void gemv_q4_1(const BlockQ4_1* w, const ActQ8& x, int64_t R, float* out) { gemv_q_min<BlockQ4_1, q4_1_quant>(w, x, R, out); }
-void gemv_q5_1(const BlockQ5_1* w, const ActQ8& x, int64_t R, float* out) { gemv_q_min<BlockQ5_1, q5_1_quant>(w, x, R, out); }
+void gemv_q4_1(const BlockQ4_1* w, const ActQ8& x, int64_t R, float* out) {
+  gemv_q_min<BlockQ4_1, q4_1_quant>(w, x, R, out);
+}
+void gemv_q5_1(const BlockQ5_1* w, const ActQ8& x, int64_t R, float* out) {
+  gemv_q_min<BlockQ5_1, q5_1_quant>(w, x, R, out);
+}
 
 // Per block: s += d·Σ_j sc_j·(q·x)_j − dmin·Σ_j m_j·(Σx)_j, the sums in int32 (|·| < 2³¹ for 6-bit scales).
 template <typename Block, int (*Quant)(const Block&, int)>
@@ -96,8 +109,12 @@ float dot_k_scale_min(const Block* w, const BlockQ8_K* x, int64_t nb) {
   }
   return s;
 }
-float dot_q4_k(const BlockQ4_K* w, const BlockQ8_K* x, int64_t nb) { return dot_k_scale_min<BlockQ4_K, q4_k_quant>(w, x, nb); }
-float dot_q5_k(const BlockQ5_K* w, const BlockQ8_K* x, int64_t nb) { return dot_k_scale_min<BlockQ5_K, q5_k_quant>(w, x, nb); }
+float dot_q4_k(const BlockQ4_K* w, const BlockQ8_K* x, int64_t nb) {
+  return dot_k_scale_min<BlockQ4_K, q4_k_quant>(w, x, nb);
+}
+float dot_q5_k(const BlockQ5_K* w, const BlockQ8_K* x, int64_t nb) {
+  return dot_k_scale_min<BlockQ5_K, q5_k_quant>(w, x, nb);
+}
 
 // Per block: s += d·Σ_j sc_j·Σ (q − 32)·x over 16 sub-blocks of 16.
 float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nb) {

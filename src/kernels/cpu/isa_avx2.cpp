@@ -32,7 +32,9 @@ float dot_f32(const float* w, const float* x, int64_t n) {
   return s;
 }
 
-inline __m256 load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m256 load_f16(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 inline __m256 load_bf16(const uint16_t* p) {
   return _mm256_castsi256_ps(
       _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
@@ -68,7 +70,9 @@ inline WeightPair interleave(__m256i a, __m256i b, uint16_t da, uint16_t db) {
           _mm256_cvtph_ps(_mm_set1_epi32(static_cast<int32_t>(da | (uint32_t{db} << 16))))};
 }
 template <typename Block>
-inline __m256i weight_block(const Block& w) { return avx2::quants(w); }
+inline __m256i weight_block(const Block& w) {
+  return avx2::quants(w);
+}
 inline __m256i load_act(const uint8_t* p) {
   return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), _mm256_set1_epi8(-128));
 }
@@ -86,12 +90,14 @@ void gemv_q(const Block* w, const ActQ8& x, int64_t R, float* out) {
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
       const WeightPair wp = interleave(weight_block(w[b]), weight_block(w[b + 1]), w[b].d, w[b + 1].d);
-      const __m256i p = _mm256_add_epi32(dot_i8(wp.lo, load_act(xq + 32 * b)), dot_i8(wp.hi, load_act(xq + 32 * b + 32)));
+      const __m256i p =
+          _mm256_add_epi32(dot_i8(wp.lo, load_act(xq + 32 * b)), dot_i8(wp.hi, load_act(xq + 32 * b + 32)));
       const __m256 dx = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(xd + b)));
       acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(wp.d, dx), acc);
     }
     float s = hsum(acc);
-    if (b < nb) s += hsum(_mm256_cvtepi32_ps(dot_i8(weight_block(w[b]), load_act(xq + 32 * b)))) * (fp16_to_f32(w[b].d) * xd[b]);
+    if (b < nb)
+      s += hsum(_mm256_cvtepi32_ps(dot_i8(weight_block(w[b]), load_act(xq + 32 * b)))) * (fp16_to_f32(w[b].d) * xd[b]);
     out[r] = s + avx2::min_terms(w, x.s ? x.s + r * nb : nullptr, nb);
   }
 }
@@ -105,7 +111,8 @@ void gemv_iq4_nl(const BlockIQ4_NL* w, const ActQ8& x, int64_t R, float* out) { 
 void to_f16(const float* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
   for (; i < n; ++i) y[i] = f32_to_fp16(x[i]);
 }
 
@@ -113,7 +120,9 @@ void to_bf16(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
 }
 
-void quantize_act_q8(const float* x, uint8_t* qs, float* d, int64_t n) { generic_kernels().quantize_act_q8(x, qs, d, n); }
+void quantize_act_q8(const float* x, uint8_t* qs, float* d, int64_t n) {
+  generic_kernels().quantize_act_q8(x, qs, d, n);
+}
 void wsum_f32(const float* p, const float* v, const int64_t* off, int64_t n, int64_t d, float* out) {
   generic_kernels().wsum_f32(p, v, off, n, d, out);
 }
@@ -180,13 +189,13 @@ float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nb) {
     for (int h = 0; h < 2; ++h) {
       const __m256i ql0 = load256(w[b].ql + 64 * h), ql1 = load256(w[b].ql + 64 * h + 32);
       const __m256i qh = load256(w[b].qh + 32 * h);
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4))};
+      const __m256i q[4] = {_mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4)),
+                            _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4))};
       for (int k = 0; k < 4; ++k) {
         const int j = 8 * h + 2 * k;  // sub-blocks j, j + 1 (16 elements each)
         const __m256i p = _mm256_maddubs_epi16(q[k], load256(x[b].qs + 128 * h + 32 * k));

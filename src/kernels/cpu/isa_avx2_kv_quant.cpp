@@ -69,21 +69,30 @@ void wsum(const float* p, const KV* v, const int64_t* off, int64_t n, int64_t d,
 
 }  // namespace
 
-void scores_q8_0(const float* q, const BlockQ8_0* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out) {
-  if (aligned8<BlockQ8_0>(off, n, d)) scores(q, k, off, n, d, scale, out);
-  else ref::scores_q8_0(q, k, off, n, d, scale, out);
+void scores_q8_0(const float* q, const BlockQ8_0* k, const int64_t* off, int64_t n, int64_t d, float scale,
+                 float* out) {
+  if (aligned8<BlockQ8_0>(off, n, d))
+    scores(q, k, off, n, d, scale, out);
+  else
+    ref::scores_q8_0(q, k, off, n, d, scale, out);
 }
 void wsum_q8_0(const float* p, const BlockQ8_0* v, const int64_t* off, int64_t n, int64_t d, float* out) {
-  if (aligned8<BlockQ8_0>(off, n, d)) wsum(p, v, off, n, d, out);
-  else ref::wsum_q8_0(p, v, off, n, d, out);
+  if (aligned8<BlockQ8_0>(off, n, d))
+    wsum(p, v, off, n, d, out);
+  else
+    ref::wsum_q8_0(p, v, off, n, d, out);
 }
 void scores_fp8(const float* q, const uint8_t* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out) {
-  if (aligned8<uint8_t>(off, n, d)) scores(q, k, off, n, d, scale, out);
-  else ref::scores_fp8(q, k, off, n, d, scale, out);
+  if (aligned8<uint8_t>(off, n, d))
+    scores(q, k, off, n, d, scale, out);
+  else
+    ref::scores_fp8(q, k, off, n, d, scale, out);
 }
 void wsum_fp8(const float* p, const uint8_t* v, const int64_t* off, int64_t n, int64_t d, float* out) {
-  if (aligned8<uint8_t>(off, n, d)) wsum(p, v, off, n, d, out);
-  else ref::wsum_fp8(p, v, off, n, d, out);
+  if (aligned8<uint8_t>(off, n, d))
+    wsum(p, v, off, n, d, out);
+  else
+    ref::wsum_fp8(p, v, off, n, d, out);
 }
 
 }  // namespace kvik::avx2

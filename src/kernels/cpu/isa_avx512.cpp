@@ -23,12 +23,10 @@ namespace {
 
 using namespace avx512;  // the shared helpers and the packed / attention kernels of the other two files
 
-
 // The f16/bf16 and K-quant dot products below are templates over R activation rows sharing one pass over the
 // weight row: row r of x starts at x + r·xs and gets its own accumulators, updated by exactly the instructions the
 // R = 1 instance uses, so dot4_* (R = 4) returns bit for bit what four dot_* (R = 1) calls return. The tiled matmul
 // relies on that for batch invariance (as it does on the F32 tile's and gemv_q's shape invariance).
-
 
 // One f32 row pair (attention's q·k): four accumulators over 64-float steps, a masked tail.
 float dot_f32(const float* w, const float* x, int64_t n) {
@@ -36,7 +34,8 @@ float dot_f32(const float* w, const float* x, int64_t n) {
   for (int k = 0; k < 4; ++k) a[k] = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 64 <= n; i += 64)
-    for (int k = 0; k < 4; ++k) a[k] = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16 * k), _mm512_loadu_ps(x + i + 16 * k), a[k]);
+    for (int k = 0; k < 4; ++k)
+      a[k] = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16 * k), _mm512_loadu_ps(x + i + 16 * k), a[k]);
   for (; i + 16 <= n; i += 16) a[0] = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a[0]);
   if (i < n) {  // masked tail: the missing lanes load as 0
     const __mmask16 m = tail_mask(n - i);
@@ -119,16 +118,17 @@ void rows_half(const uint16_t* w, const uint16_t* x, int64_t xs, int64_t n, floa
 // Per row: one vpdpbusd, a conversion and one FMA with the scales d_w·d_x. Two accumulators per row (even and odd
 // pairs) for instruction-level parallelism at R = 1; the odd last block of a row goes through a 256-bit step.
 struct WeightPair {
-  __m512i q;        // s8, interleaved
+  __m512i q;         // s8, interleaved
   __m512i neg_corr;  // −128·Σ q per lane
-  __m512 d;         // d0, d1, d0, d1, ...
+  __m512 d;          // d0, d1, d0, d1, ...
 };
 inline __m512i interleave_blocks(__m256i a, __m256i b) {
   const __m512i idx = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   return _mm512_permutex2var_epi32(_mm512_castsi256_si512(a), idx, _mm512_castsi256_si512(b));
 }
 inline __m512i neg_corr(__m512i q) {
-  return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(-128), q));
+  return _mm512_sub_epi32(_mm512_setzero_si512(),
+                          _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(-128), q));
 }
 inline __m512 alt_scales(uint16_t a, uint16_t b) {
   return _mm512_cvtph_ps(_mm256_set1_epi32(static_cast<int32_t>(a | (uint32_t{b} << 16))));
@@ -145,9 +145,9 @@ inline WeightPair weight_pair(const BlockQ8_0* w) {
 // The two blocks' 16-byte nibble arrays side by side, dwords arranged so that lane k holds group k/2 of block k%2
 // (low nibbles for groups 0..3 = the lower 256 bits, high nibbles for groups 4..7), then centred: q − 8.
 inline WeightPair weight_pair(const BlockQ4_0* w) {
-  const __m256i both = _mm256_inserti128_si256(
-      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[0].qs))),
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[1].qs)), 1);
+  const __m256i both =
+      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[0].qs))),
+                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[1].qs)), 1);
   const __m512i idx = _mm512_set_epi32(7, 3, 6, 2, 5, 1, 4, 0, 7, 3, 6, 2, 5, 1, 4, 0);
   __m512i v = _mm512_permutexvar_epi32(idx, _mm512_castsi256_si512(both));
   v = _mm512_mask_srli_epi16(v, 0xFFFF0000u, v, 4);
@@ -155,7 +155,9 @@ inline WeightPair weight_pair(const BlockQ4_0* w) {
   return {q, neg_corr(q), alt_scales(w[0].d, w[1].d)};
 }
 template <typename Block>
-inline __m256i weight_block(const Block& w) { return avx2::quants(w); }
+inline __m256i weight_block(const Block& w) {
+  return avx2::quants(w);
+}
 // Q4_1, Q5_0, Q5_1, IQ4_NL: the two blocks' s8 quants in element order, interleaved as ActQ8 pairs them.
 template <typename Block>
 inline WeightPair weight_pair(const Block* w) {
@@ -187,7 +189,8 @@ void rows_q(const Block* w, const ActQ8& x, float* out) {
     if (b < nb) {  // unpaired last block, stored plainly
       const __m256i q = weight_block(w[b]);
       const __m256i corr = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(-128), q);
-      const __m256i p = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), load256(x.qs + r * row_bytes + 32 * b), q), corr);
+      const __m256i p = _mm256_sub_epi32(
+          _mm256_dpbusd_epi32(_mm256_setzero_si256(), load256(x.qs + r * row_bytes + 32 * b), q), corr);
       s += hsum256(_mm256_cvtepi32_ps(p)) * (f16(w[b].d) * x.d[r * nb + b]);
     }
     out[r] = s + avx2::min_terms(w, x.s ? x.s + r * nb : nullptr, nb);
@@ -198,7 +201,9 @@ void rows_q(const Block* w, const ActQ8& x, float* out) {
 template <int R>
 struct RowsQ {
   template <typename Block>
-  static void run(const Block* w, const ActQ8& x, float* out) { rows_q<R>(w, x, out); }
+  static void run(const Block* w, const ActQ8& x, float* out) {
+    rows_q<R>(w, x, out);
+  }
 };
 void gemv_q8_0(const BlockQ8_0* w, const ActQ8& x, int64_t R, float* out) { by_tokens<RowsQ>(R, w, x, out); }
 void gemv_q4_0(const BlockQ4_0* w, const ActQ8& x, int64_t R, float* out) { by_tokens<RowsQ>(R, w, x, out); }
@@ -255,7 +260,8 @@ void quantize_act_q8s(const float* x, int8_t* qs, float* d, int32_t* sums, int64
 void to_f16(const float* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
   for (; i < n; ++i) y[i] = f32_to_fp16(x[i]);
 }
 
@@ -296,8 +302,10 @@ void rows_k_scale_min(const Block* w, const BlockQ8_K* x, int64_t xs, int64_t nb
     // The 8 six-bit scales and mins (k_scale_min) unpacked with 32-bit word operations.
     uint32_t u[3];
     __builtin_memcpy(u, w[b].scales, sizeof u);
-    const uint64_t sc8 = (u[0] & 0x3f3f3f3fu) | uint64_t{(u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4)} << 32;
-    const uint64_t m8 = (u[1] & 0x3f3f3f3fu) | uint64_t{((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4)} << 32;
+    const uint64_t sc8 = (u[0] & 0x3f3f3f3fu) | uint64_t{(u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4)}
+                                                    << 32;
+    const uint64_t m8 =
+        (u[1] & 0x3f3f3f3fu) | uint64_t{((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4)} << 32;
     const auto sc = [sc8](int j) { return static_cast<int>((sc8 >> (8 * j)) & 0xff); };
     const __m128i mb = _mm_cvtsi64_si128(static_cast<int64_t>(m8));
     const __m256i mv = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mb, mb));  // m_j for bsums 2j and 2j + 1
@@ -346,8 +354,8 @@ void rows_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t xs, int64_t nb, f
       const __m256i ql0 = load256(w[b].ql + 64 * h), ql1 = load256(w[b].ql + 64 * h + 32);
       const __m256i qh = load256(w[b].qh + 32 * h);
       const __m256i q0 = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-      const __m256i q1 =
-          _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+      const __m256i q1 = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
       const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
                                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
       const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
@@ -382,8 +390,12 @@ float one(const W* w, const X* x, int64_t n) {
 }
 float dot_f16(const uint16_t* w, const uint16_t* x, int64_t n) { return one<rows_half<true, 1>>(w, x, n); }
 float dot_bf16(const uint16_t* w, const uint16_t* x, int64_t n) { return one<rows_half<false, 1>>(w, x, n); }
-float dot_q4_k(const BlockQ4_K* w, const BlockQ8_K* x, int64_t nb) { return one<rows_k_scale_min<false, 1, BlockQ4_K>>(w, x, nb); }
-float dot_q5_k(const BlockQ5_K* w, const BlockQ8_K* x, int64_t nb) { return one<rows_k_scale_min<true, 1, BlockQ5_K>>(w, x, nb); }
+float dot_q4_k(const BlockQ4_K* w, const BlockQ8_K* x, int64_t nb) {
+  return one<rows_k_scale_min<false, 1, BlockQ4_K>>(w, x, nb);
+}
+float dot_q5_k(const BlockQ5_K* w, const BlockQ8_K* x, int64_t nb) {
+  return one<rows_k_scale_min<true, 1, BlockQ5_K>>(w, x, nb);
+}
 float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nb) { return one<rows_q6_k<1>>(w, x, nb); }
 
 void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n) { quantize_row_q8_k(x, y, n); }

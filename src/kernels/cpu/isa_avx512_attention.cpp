@@ -32,8 +32,10 @@ float dot_f32_f16(const float* x, const uint16_t* h, int64_t n) {
 // of the chunk streamed once. The last vector of a row may be partial (masked).
 template <bool kF16>
 inline __m512 load_row(const void* v, int64_t i, __mmask16 m) {
-  if constexpr (kF16) return load_half<true>(static_cast<const uint16_t*>(v) + i, m);
-  else return _mm512_maskz_loadu_ps(m, static_cast<const float*>(v) + i);
+  if constexpr (kF16)
+    return load_half<true>(static_cast<const uint16_t*>(v) + i, m);
+  else
+    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(v) + i);
 }
 // Attention scores of one query row: each key row's products summed over d in one vector (an FMA chain), sixteen
 // rows at a time reduced lane-wise by a 4-level shuffle tree (15 shuffle pairs and 15 adds for 16 results instead

@@ -196,18 +196,40 @@ void gemm_q6_k_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, i
     }
     const __m512 dw = _mm512_cvtph_ps(load256(rec + kQ6KD));
     for (int t = 0; t < R; ++t)
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, _mm512_set1_ps(x.x[t * nb + b].d)), acc[t]);
+      acc[t] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, _mm512_set1_ps(x.x[t * nb + b].d)), acc[t]);
   }
   for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
 }
 
-template <int R> struct F32x16 { static constexpr auto run = gemm_f32_x16_r<R>; };
-template <int R> struct Q8_0x16 { static constexpr auto run = gemm_q8_0_x16_r<R>; };
-template <int R> struct Q4_0x16 { static constexpr auto run = gemm_q4_0_x16_r<R, false>; };
-template <int R> struct IQ4_NLx16 { static constexpr auto run = gemm_q4_0_x16_r<R, true>; };
-template <int R> struct Q4_Kx16 { static constexpr auto run = gemm_k_scale_min_x16_r<R, false>; };
-template <int R> struct Q5_Kx16 { static constexpr auto run = gemm_k_scale_min_x16_r<R, true>; };
-template <int R> struct Q6_Kx16 { static constexpr auto run = gemm_q6_k_x16_r<R>; };
+template <int R>
+struct F32x16 {
+  static constexpr auto run = gemm_f32_x16_r<R>;
+};
+template <int R>
+struct Q8_0x16 {
+  static constexpr auto run = gemm_q8_0_x16_r<R>;
+};
+template <int R>
+struct Q4_0x16 {
+  static constexpr auto run = gemm_q4_0_x16_r<R, false>;
+};
+template <int R>
+struct IQ4_NLx16 {
+  static constexpr auto run = gemm_q4_0_x16_r<R, true>;
+};
+template <int R>
+struct Q4_Kx16 {
+  static constexpr auto run = gemm_k_scale_min_x16_r<R, false>;
+};
+template <int R>
+struct Q5_Kx16 {
+  static constexpr auto run = gemm_k_scale_min_x16_r<R, true>;
+};
+template <int R>
+struct Q6_Kx16 {
+  static constexpr auto run = gemm_q6_k_x16_r<R>;
+};
 void gemm_f32_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
   by_tokens<F32x16>(R, g, n, x, xs, y, ys);
 }

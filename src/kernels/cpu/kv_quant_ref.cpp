@@ -27,7 +27,8 @@ void wsum(const float* p, const KV* v, const int64_t* off, int64_t n, int64_t d,
 
 }  // namespace
 
-void scores_q8_0(const float* q, const BlockQ8_0* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out) {
+void scores_q8_0(const float* q, const BlockQ8_0* k, const int64_t* off, int64_t n, int64_t d, float scale,
+                 float* out) {
   scores(q, k, off, n, d, scale, out);
 }
 void wsum_q8_0(const float* p, const BlockQ8_0* v, const int64_t* off, int64_t n, int64_t d, float* out) {

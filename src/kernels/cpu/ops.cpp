@@ -20,7 +20,6 @@ using cpu_detail::scratch;
 using cpu_detail::split;
 using cpu_detail::split_balanced;
 
-
 // The input of one or more matmuls converted once to what each weight type multiplies with (llama.cpp's pairing):
 // f16 for F16, bf16 for BF16, ActQ8 for Q8_0/Q4_0/Q5_0/IQ4_NL (with Q8_1 block sums for Q4_1/Q5_1), Q8_K for the
 // K-quants; F32 reads x itself. Repacked weights
@@ -186,11 +185,15 @@ void matmul_packed(const PreparedInput& in, const WeightMatrix& w, float* y, int
         const int64_t nb = n / kQK_K;
         const int16_t* sums32 = in.q8k_sums32 ? in.q8k_sums32->data() + t * nb * 8 : nullptr;
         const ActQ8KS x{in.q8k->data() + t * nb, sums32, nb};
-        (w.dtype == DType::Q4_K ? k.gemm_q4_k_x16 : w.dtype == DType::Q5_K ? k.gemm_q5_k_x16 : k.gemm_q6_k_x16)(g, nb, x, R, out, os);
+        (w.dtype == DType::Q4_K   ? k.gemm_q4_k_x16
+         : w.dtype == DType::Q5_K ? k.gemm_q5_k_x16
+                                  : k.gemm_q6_k_x16)(g, nb, x, R, out, os);
       } else {
         const int64_t nb = n / kQK8_0;
         const ActQ8S x{in.act_s_qs->data() + t * n, in.act_s_d->data() + t * nb, in.act_s_sums->data() + t * nb, nb};
-        (w.dtype == DType::Q8_0 ? k.gemm_q8_0_x16 : w.dtype == DType::Q4_0 ? k.gemm_q4_0_x16 : k.gemm_iq4_nl_x16)(g, nb, x, R, out, os);
+        (w.dtype == DType::Q8_0   ? k.gemm_q8_0_x16
+         : w.dtype == DType::Q4_0 ? k.gemm_q4_0_x16
+                                  : k.gemm_iq4_nl_x16)(g, nb, x, R, out, os);
       }
       if (!full)
         for (int64_t i = 0; i < R; ++i)
@@ -218,7 +221,8 @@ void matmul_rows_q(const PreparedInput& in, const WeightMatrix& w, float* y, int
   float out[kActQ8MaxRows];
   for (int64_t t = 0; t < in.T; t += kActQ8MaxRows) {
     const int64_t R = std::min(kActQ8MaxRows, in.T - t);
-    const ActQ8 x{in.act_qs->data() + t * n, in.act_d->data() + t * nb, nb, in.act_s ? in.act_s->data() + t * nb : nullptr};
+    const ActQ8 x{in.act_qs->data() + t * n, in.act_d->data() + t * nb, nb,
+                  in.act_s ? in.act_s->data() + t * nb : nullptr};
     for (int64_t r = r0; r < r1; ++r) {
       gemv_row(k, w.dtype, w.row(r), x, R, out);
       for (int64_t i = 0; i < R; ++i) y[(t + i) * w.rows + r] = out[i];
@@ -240,7 +244,8 @@ void matmul_rows(const PreparedInput& in, const WeightMatrix& w, float* y, int64
       return;
     }
     case DType::F16: return rows_dot4<uint16_t, uint16_t>(in.f16->data(), n, T, w, y, r0, r1, n, k.dot_f16, k.dot4_f16);
-    case DType::BF16: return rows_dot4<uint16_t, uint16_t>(in.bf16->data(), n, T, w, y, r0, r1, n, k.dot_bf16, k.dot4_bf16);
+    case DType::BF16:
+      return rows_dot4<uint16_t, uint16_t>(in.bf16->data(), n, T, w, y, r0, r1, n, k.dot_bf16, k.dot4_bf16);
     case DType::Q8_0:
     case DType::Q4_0:
     case DType::Q4_1:
@@ -248,13 +253,15 @@ void matmul_rows(const PreparedInput& in, const WeightMatrix& w, float* y, int64
     case DType::Q5_1:
     case DType::IQ4_NL: return matmul_rows_q(in, w, y, r0, r1);
     case DType::Q4_K:
-      return rows_dot4<BlockQ4_K, BlockQ8_K>(in.q8k->data(), n / kQK_K, T, w, y, r0, r1, n / kQK_K, k.dot_q4_k, k.dot4_q4_k);
+      return rows_dot4<BlockQ4_K, BlockQ8_K>(in.q8k->data(), n / kQK_K, T, w, y, r0, r1, n / kQK_K, k.dot_q4_k,
+                                             k.dot4_q4_k);
     case DType::Q5_K:
-      return rows_dot4<BlockQ5_K, BlockQ8_K>(in.q8k->data(), n / kQK_K, T, w, y, r0, r1, n / kQK_K, k.dot_q5_k, k.dot4_q5_k);
+      return rows_dot4<BlockQ5_K, BlockQ8_K>(in.q8k->data(), n / kQK_K, T, w, y, r0, r1, n / kQK_K, k.dot_q5_k,
+                                             k.dot4_q5_k);
     case DType::Q6_K:
-      return rows_dot4<BlockQ6_K, BlockQ8_K>(in.q8k->data(), n / kQK_K, T, w, y, r0, r1, n / kQK_K, k.dot_q6_k, k.dot4_q6_k);
-    default:
-      fail("matmul: no kernel for weight type {}", dtype_name(w.dtype));
+      return rows_dot4<BlockQ6_K, BlockQ8_K>(in.q8k->data(), n / kQK_K, T, w, y, r0, r1, n / kQK_K, k.dot_q6_k,
+                                             k.dot4_q6_k);
+    default: fail("matmul: no kernel for weight type {}", dtype_name(w.dtype));
   }
 }
 

@@ -11,8 +11,8 @@
 namespace kvik {
 
 // y[T, w.rows] = x[T, w.cols] · wᵀ. Activations are converted once to the weight's partner type (f16 for F16,
-// bf16 for BF16, Q8_0 for Q8_0/Q4_0, Q8_K for Q4_K/Q5_K/Q6_K), as llama.cpp does. Each output element is one dot product computed the
-// same way whatever T is, so a token's result never depends on what else is in the batch.
+// bf16 for BF16, Q8_0 for Q8_0/Q4_0, Q8_K for Q4_K/Q5_K/Q6_K), as llama.cpp does. Each output element is one dot
+// product computed the same way whatever T is, so a token's result never depends on what else is in the batch.
 void matmul(const float* x, int64_t T, const WeightMatrix& w, float* y);
 // Several matmuls of one input (q/k/v, gate/up): the input is converted once and all outputs' rows are split
 // across the threads as one job. Results are those of separate matmul() calls, bit for bit.

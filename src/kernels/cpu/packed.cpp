@@ -57,7 +57,9 @@ void pack_row_k_scale_min(const Block* src, int64_t nb, int i, uint8_t* g, const
       for (int l = 0; l < 16; ++l) {
         const int lo = Quant(src[b], 32 * j + l), hi = Quant(src[b], 32 * j + 16 + l);
         rec[j * 256 + lane_byte(l, i)] = static_cast<uint8_t>((lo & 15) | ((hi & 15) << 4));
-        if (L.fifth) rec[L.fifth + j * 64 + lane_byte(l % 4, i)] |= static_cast<uint8_t>((lo >> 4) << (l / 4) | (hi >> 4) << (4 + l / 4));
+        if (L.fifth)
+          rec[L.fifth + j * 64 + lane_byte(l % 4, i)] |=
+              static_cast<uint8_t>((lo >> 4) << (l / 4) | (hi >> 4) << (4 + l / 4));
       }
     std::memcpy(rec + L.d + 2 * i, &src[b].d, 2);
     std::memcpy(rec + L.dmin + 2 * i, &src[b].dmin, 2);
@@ -328,8 +330,7 @@ void quantize_act_q8s_ref(const float* x, int8_t* qs, float* d, int32_t* sums, i
 
 void q8_k_sums32(const BlockQ8_K* x, int16_t* sums32, int64_t nb) {
   for (int64_t b = 0; b < nb; ++b)
-    for (int j = 0; j < 8; ++j)
-      sums32[b * 8 + j] = static_cast<int16_t>(x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+    for (int j = 0; j < 8; ++j) sums32[b * 8 + j] = static_cast<int16_t>(x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
 }
 
 }  // namespace kvik

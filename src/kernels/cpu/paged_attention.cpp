@@ -85,15 +85,22 @@ void attention_impl(const PagedAttentionArgs& a) {
       off[p] = (static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size) * kv_dim + kvh * d;
     for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
       const float* q = a.q + (t * a.n_heads + h) * d;
-      if constexpr (std::is_same_v<KV, float>) k.scores_f32(q, kc, off, n_keys, d, a.scale, scores);
-      else if constexpr (std::is_same_v<KV, uint16_t>) k.scores_f16(q, kc, off, n_keys, d, a.scale, scores);
-      else if constexpr (std::is_same_v<KV, BlockQ8_0>) k.scores_q8_0(q, kc, off, n_keys, d, a.scale, scores);
-      else k.scores_fp8(q, kc, off, n_keys, d, a.scale * a.k_scale, scores);
+      if constexpr (std::is_same_v<KV, float>)
+        k.scores_f32(q, kc, off, n_keys, d, a.scale, scores);
+      else if constexpr (std::is_same_v<KV, uint16_t>)
+        k.scores_f16(q, kc, off, n_keys, d, a.scale, scores);
+      else if constexpr (std::is_same_v<KV, BlockQ8_0>)
+        k.scores_q8_0(q, kc, off, n_keys, d, a.scale, scores);
+      else
+        k.scores_fp8(q, kc, off, n_keys, d, a.scale * a.k_scale, scores);
       k.softmax(scores, n_keys);
       float* o = a.out + (t * a.n_heads + h) * d;
-      if constexpr (std::is_same_v<KV, float>) k.wsum_f32(scores, vc, off, n_keys, d, o);
-      else if constexpr (std::is_same_v<KV, uint16_t>) k.wsum_f16(scores, vc, off, n_keys, d, o);
-      else if constexpr (std::is_same_v<KV, BlockQ8_0>) k.wsum_q8_0(scores, vc, off, n_keys, d, o);
+      if constexpr (std::is_same_v<KV, float>)
+        k.wsum_f32(scores, vc, off, n_keys, d, o);
+      else if constexpr (std::is_same_v<KV, uint16_t>)
+        k.wsum_f16(scores, vc, off, n_keys, d, o);
+      else if constexpr (std::is_same_v<KV, BlockQ8_0>)
+        k.wsum_q8_0(scores, vc, off, n_keys, d, o);
       else {
         k.wsum_fp8(scores, vc, off, n_keys, d, o);
         if (a.v_scale != 1.0f)
@@ -104,8 +111,10 @@ void attention_impl(const PagedAttentionArgs& a) {
   auto range = [&](int64_t b, int64_t e) {
     for (int64_t task = b; task < e; ++task) one(task);
   };
-  if (work < kMinParallelWork) range(0, T * a.n_kv_heads);
-  else ThreadPool::global().parallel_for_dynamic(T * a.n_kv_heads, 2, range);
+  if (work < kMinParallelWork)
+    range(0, T * a.n_kv_heads);
+  else
+    ThreadPool::global().parallel_for_dynamic(T * a.n_kv_heads, 2, range);
 }
 
 }  // namespace

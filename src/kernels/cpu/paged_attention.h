@@ -14,12 +14,12 @@ namespace kvik {
 // [query_start_loc[r], query_start_loc[r+1]); its keys are positions [0, seq_lens[r]) stored in blocks
 // block_tables[r * max_blocks_per_seq + pos / block_size]. A query at position p sees keys 0..p (causal).
 struct PagedAttentionArgs {
-  const float* q = nullptr;    // [T, n_h, d_h]
+  const float* q = nullptr;  // [T, n_h, d_h]
   const void* k_cache = nullptr;
   const void* v_cache = nullptr;
   DType kv_dtype = DType::F32;
   float k_scale = 1.0f, v_scale = 1.0f;  // F8_E4M3: the stored value is x / scale
-  float* out = nullptr;        // [T, n_h, d_h]
+  float* out = nullptr;                  // [T, n_h, d_h]
   int32_t num_reqs = 0;
   const int32_t* query_start_loc = nullptr;  // [num_reqs + 1]
   const int32_t* seq_lens = nullptr;         // [num_reqs]

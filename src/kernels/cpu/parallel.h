@@ -23,14 +23,18 @@ constexpr int64_t kMinParallelWork = int64_t{1} << 20;
 // Runs fn(begin, end) over [0, n) on the pool, or inline when the op is too small to be worth waking it.
 template <typename Fn>
 void split(int64_t n, int64_t work, Fn&& fn) {
-  if (work < kMinParallelWork || n == 1) fn(int64_t{0}, n);
-  else ThreadPool::global().parallel_for(n, fn);
+  if (work < kMinParallelWork || n == 1)
+    fn(int64_t{0}, n);
+  else
+    ThreadPool::global().parallel_for(n, fn);
 }
 
 template <typename Fn>
 void split_balanced(int64_t n, int64_t work, Fn&& fn) {
-  if (work < kMinParallelWork || n == 1) fn(int64_t{0}, n);
-  else ThreadPool::global().parallel_for_balanced(n, fn);
+  if (work < kMinParallelWork || n == 1)
+    fn(int64_t{0}, n);
+  else
+    ThreadPool::global().parallel_for_balanced(n, fn);
 }
 
 }  // namespace kvik::cpu_detail

@@ -21,8 +21,7 @@ void rope_angles(int32_t pos, const RopeParams& p, float* cs) {
     return;
   }
   for (int64_t i = 0; i < half; ++i) {
-    const double theta =
-        pos * std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.rope_dim) / p.freq_factors[i];
+    const double theta = pos * std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.rope_dim) / p.freq_factors[i];
     cs[i] = static_cast<float>(std::cos(theta));
     cs[half + i] = static_cast<float>(std::sin(theta));
   }
