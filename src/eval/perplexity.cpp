@@ -50,9 +50,7 @@ struct PassBatch {
     }
   }
   ForwardBatch view(const PerplexityOptions& opt) const {
-    ForwardBatch b{ids, pos, slots, qsl, seq_lens, tables, blocks_per_window, logits_rows};
-    b.observe = opt.observe;
-    return b;
+    return ForwardBatch{ids, pos, slots, qsl, seq_lens, tables, blocks_per_window, logits_rows, {}, opt.observe};
   }
 };
 
