@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <memory>
 
 #include <xxhash.h>
 #include <nlohmann/json.hpp>
@@ -41,7 +42,9 @@ bool Intervention::at(int32_t layer) const { return std::binary_search(layers.be
 std::shared_ptr<const InterventionList> make_interventions(std::vector<Intervention> items, int64_t n_layers,
                                                            int64_t dim) {
   auto list = std::make_shared<InterventionList>();
-  XXH3_state_t* st = XXH3_createState();
+  // Owned so that a validation error below (it throws) does not leak the state.
+  const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), XXH3_freeState);
+  XXH3_state_t* st = state.get();
   XXH3_64bits_reset(st);
   for (size_t i = 0; i < items.size(); ++i) {
     Intervention& iv = items[i];
@@ -72,7 +75,6 @@ std::shared_ptr<const InterventionList> make_interventions(std::vector<Intervent
     XXH3_64bits_update(st, iv.direction->data(), iv.direction->size() * sizeof(float));
   }
   list->cache_key = XXH3_64bits_digest(st);
-  XXH3_freeState(st);
   list->items = std::move(items);
   return list;
 }
