@@ -28,6 +28,7 @@
 #include "model/quant_recipe.h"
 #include "model/quantize_model.h"
 #include "model/synth.h"
+#include "run_kvik.h"
 #include "sha256.h"
 #include "temp_dir.h"
 
@@ -363,22 +364,8 @@ TEST(QuantizeHf, BadDirectoriesGiveErrorsNamingWhatIsWrong) {
   EXPECT_NE(e.find("no tokenizer.json"), std::string::npos) << e;
 }
 
-int run_kvik(const std::string& args, std::string* err, long* peak_rss_kib) {
-  const std::string errfile = fs::temp_directory_path() / ("kvik_quantize_hf_err_" + std::to_string(::getpid()));
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const std::string cmd = std::string(KVIK_BINARY) + " " + args + " 2>" + errfile;
-    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  int status = 0;
-  struct rusage ru {};
-  ::wait4(pid, &status, 0, &ru);
-  *peak_rss_kib = ru.ru_maxrss;
-  std::ifstream in(errfile);
-  err->assign(std::istreambuf_iterator<char>(in), {});
-  fs::remove(errfile);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+int run_kvik(const std::string& args, std::string* err = nullptr, long* peak_rss_kib = nullptr) {
+  return test::run_measured(args, err, peak_rss_kib);
 }
 
 // The CLI on a 150 MB F32 directory: peak RSS a fraction of the weights (rows are read from the mapping a slab

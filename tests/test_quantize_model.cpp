@@ -26,6 +26,7 @@
 #include "model/quant_recipe.h"
 #include "model/quantize_model.h"
 #include "model/synth.h"
+#include "run_kvik.h"
 #include "sha256.h"
 #include "temp_dir.h"
 
@@ -209,23 +210,7 @@ TEST(QuantizeModel, RowsTooShortForKQuantsFallBackAsLlamaCppDoes) {
 }
 
 int run_kvik(const std::string& args, std::string* err = nullptr, long* peak_rss_kib = nullptr) {
-  const std::string errfile = fs::temp_directory_path() / ("kvik_quantize_err_" + std::to_string(::getpid()));
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const std::string cmd = std::string(KVIK_BINARY) + " " + args + " 2>" + errfile;
-    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  int status = 0;
-  struct rusage ru {};
-  ::wait4(pid, &status, 0, &ru);
-  if (peak_rss_kib) *peak_rss_kib = ru.ru_maxrss;
-  if (err) {
-    const auto b = read_all(errfile);
-    err->assign(b.begin(), b.end());
-  }
-  fs::remove(errfile);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return test::run_measured(args, err, peak_rss_kib);
 }
 
 // The CLI streams: on a 150 MB F32 model its peak RSS stays a fraction of the model (the input pages of the
