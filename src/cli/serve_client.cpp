@@ -7,6 +7,8 @@
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <cstdint>
+#include <limits>
 #include <random>
 
 #include "core/error.h"
@@ -120,7 +122,9 @@ asio::awaitable<RequestResult> send_request(const Endpoint& ep, const BenchReque
     co_await http::async_write(stream, request, asio::use_awaitable);
     beast::flat_buffer buffer;
     http::response_parser<http::buffer_body> parser;
-    parser.body_limit(boost::none);
+    // No limit on a stream's length. Not boost::none: Boost 1.74's parser compares a Content-Length against the
+    // empty optional as "greater" and refuses every sized body (an error response) with body_limit.
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     co_await http::async_read_header(stream, buffer, parser, asio::use_awaitable);
     r.status = parser.get().result_int();
     std::string pending;
@@ -130,7 +134,9 @@ asio::awaitable<RequestResult> send_request(const Endpoint& ep, const BenchReque
       parser.get().body().data = buf;
       parser.get().body().size = sizeof buf;
       boost::system::error_code ec;
-      co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+      // read_some, not read: read would wait until the 16 KiB buffer is full, so events arriving one by one
+      // would be timed as one late chunk (TTFT = E2E).
+      co_await http::async_read_some(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
       if (ec && ec != http::error::need_buffer) throw boost::system::system_error(ec);
       pending.append(buf, sizeof buf - parser.get().body().size);
       if (r.status == 200 && !done) done = take_events(pending, start, last, chunks, r);

@@ -2,7 +2,7 @@
 // Expect: 100-continue, CORS, TLS, --chat-template, --generation-config, --max-logprobs and the access log.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
+import { spawn, spawnSync, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import https from 'node:https';
 import http from 'node:http';
@@ -171,5 +171,30 @@ test('TLS: --ssl-keyfile/--ssl-certfile serve HTTPS, streaming included', async 
     proc.kill('SIGTERM');
     assert.equal(await exited, 0);
     fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('kvik bench-serve drives kvik serve: every stream completes, events are timed as they arrive, errors are named', async () => {
+  const srv = await startServer(['--threads', '1', '--max-model-len', '96', '--max-num-seqs', '16']);
+  const bench = (...args) => {
+    const r = spawnSync(BINARY, ['bench-serve', '--base-url', `${srv.url}/v1`, '--json', ...args], { encoding: 'utf8' });
+    return { ...JSON.parse(r.stdout), status: r.status };
+  };
+  try {
+    const ok = bench('--num-prompts', '24', '--max-concurrency', '16', '--input-len', '4', '--output-len', '48');
+    assert.equal(ok.completed, 24, JSON.stringify(ok.errors));
+    assert.equal(ok.status, 0);
+    assert.equal(ok.failed, 0);
+    assert.equal(ok.total_output_tokens, 24 * 48);
+    // Read as the events come, not after the stream has ended: the first token arrives well before the last.
+    assert.ok(ok.e2el.median_ms - ok.ttft.median_ms > 0.2 * ok.e2el.median_ms, JSON.stringify([ok.ttft, ok.e2el]));
+    assert.ok(ok.itl.mean_ms > 0);
+    // Prompts longer than the context: each is a 400 with a JSON body (Content-Length), reported as such.
+    const refused = bench('--num-prompts', '4', '--max-concurrency', '4', '--input-len', '200', '--output-len', '8');
+    assert.equal(refused.completed, 0);
+    assert.equal(refused.status, 1, 'bench-serve fails when no request completed');
+    assert.deepEqual(refused.errors, { 'HTTP 400': 4 });
+  } finally {
+    await srv.stop();
   }
 });
