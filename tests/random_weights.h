@@ -18,7 +18,7 @@ struct Weights {
   WeightMatrix m;
 };
 
-// `unit` makes every product exact: block scales (and K-quant dmin) 1, F32 weights small integers.
+// `unit` makes every product exact: block scales (and K-quant dmin) 1, F32/F16/BF16 weights small integers.
 inline Weights random_weights(DType t, int64_t rows, int64_t cols, std::mt19937& rng, bool unit = false) {
   std::normal_distribution<float> g(0.0f, 1.0f);
   Weights w;
@@ -26,10 +26,11 @@ inline Weights random_weights(DType t, int64_t rows, int64_t cols, std::mt19937&
   w.data.resize(rb * static_cast<size_t>(rows));
   std::vector<float> row(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
-    for (auto& v : row) v = unit && t == DType::F32 ? std::round(g(rng) * 8.0f) : g(rng);
+    const bool plain = t == DType::F32 || t == DType::F16 || t == DType::BF16;
+    for (auto& v : row) v = unit && plain ? std::round(g(rng) * 8.0f) : g(rng);
     uint8_t* dst = w.data.data() + rb * static_cast<size_t>(r);
     quantize_row(t, row.data(), dst, cols);
-    if (!unit || t == DType::F32) continue;
+    if (!unit || plain) continue;
     const uint16_t one = f32_to_fp16(1.0f);
     for (int64_t b = 0; b < cols / traits(t).block_size; ++b) {
       switch (t) {

@@ -27,12 +27,16 @@ using kvik::test::Weights;
 
 namespace {
 
+bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
 double gamma(int64_t n) { return static_cast<double>(n + 64) * std::ldexp(1.0, -24); }
 
 // Activations of R rows in both packed partner forms.
 struct Acts {
   int64_t n = 0;
-  std::vector<float> xf;  // the float rows (F32 weights multiply these)
+  std::vector<float> xf;      // the float rows (F32 weights multiply these)
+  std::vector<float> xh, xb;  // rounded through fp16 / bf16 (F16 / BF16 weights multiply these)
+  const float* half(DType t) const { return t == DType::F16 ? xh.data() : xb.data(); }
   std::vector<int8_t> qs;
   std::vector<float> d;
   std::vector<int32_t> sums;
@@ -55,6 +59,9 @@ Acts random_acts(int64_t R, int64_t n, std::mt19937& rng, bool unit) {
   std::vector<float> x(static_cast<size_t>(R * n));
   for (auto& v : x) v = unit ? std::round(g(rng) * 8.0f) : g(rng);  // unit: small integers, exact F32 sums
   a.xf = x;
+  a.xh.resize(x.size()), a.xb.resize(x.size());
+  round_through_half(x.data(), a.xh.data(), R * n, true);
+  round_through_half(x.data(), a.xb.data(), R * n, false);
   a.qs.resize(R * n), a.d.resize(R * n / kQK8_0), a.sums.resize(R * n / kQK8_0);
   for (int64_t t = 0; t < R; ++t)
     quantize_act_q8s_ref(x.data() + t * n, a.qs.data() + t * n, a.d.data() + t * n / kQK8_0,
@@ -110,6 +117,16 @@ Exact exact(const WeightMatrix& w, int64_t r, const Acts& a, int64_t t) {
     }
     return e;
   }
+  if (w.dtype == DType::F16 || w.dtype == DType::BF16) {
+    const uint16_t* wr = reinterpret_cast<const uint16_t*>(row);
+    const float* x = a.half(w.dtype) + t * w.cols;
+    for (int64_t k = 0; k < w.cols; ++k) {
+      const double wk = w.dtype == DType::F16 ? fp16_to_f32(wr[k]) : bf16_to_f32(wr[k]);
+      const double term = wk * x[k];
+      e.value += term, e.mag += std::fabs(term);
+    }
+    return e;
+  }
   if (w.dtype == DType::Q6_K) {
     const int64_t nb = w.cols / kQK_K;
     for (int64_t b = 0; b < nb; ++b) {
@@ -160,6 +177,12 @@ void run_packed(const WeightMatrix& w, const uint8_t* packed, const Acts& a, int
       case DType::F32:
         (k ? k->gemm_f32_x16 : gemm_f32_x16_ref)(grp, w.cols, a.xf.data(), w.cols, R, tmp, kPackRows);
         break;
+      case DType::F16:
+        (k ? k->gemm_f16_x16 : gemm_f16_x16_ref)(grp, w.cols, a.xh.data(), w.cols, R, tmp, kPackRows);
+        break;
+      case DType::BF16:
+        (k ? k->gemm_bf16_x16 : gemm_bf16_x16_ref)(grp, w.cols, a.xb.data(), w.cols, R, tmp, kPackRows);
+        break;
       case DType::Q8_0:
         (k ? k->gemm_q8_0_x16 : gemm_q8_0_x16_ref)(grp, w.cols / kQK8_0, a.s8(), R, tmp, kPackRows);
         break;
@@ -188,7 +211,7 @@ class PackedTypes : public ::testing::TestWithParam<DType> {};
 TEST_P(PackedTypes, ReferenceEqualsExactDotWithinRoundingBound) {
   std::mt19937 rng(11);
   const DType t = GetParam();
-  for (int64_t cols : {t == DType::F32 ? int64_t{257} : int64_t{256}, int64_t{512}, int64_t{2048}})
+  for (int64_t cols : {is_float(t) ? int64_t{257} : int64_t{256}, int64_t{512}, int64_t{2048}})
     for (bool unit : {true, false}) {
       const int64_t rows = 37, R = kPackMaxTokens;  // 37: two full groups and a partial one
       const Weights w = random_weights(t, rows, cols, rng, unit);
@@ -221,6 +244,8 @@ TEST_P(PackedTypes, EveryTableKernelEqualsReferenceBitForBitForEveryTokenCount) 
   int tested = 0;
   for (const CpuKernels* k : tables) {
     const bool has = t == DType::F32      ? k->gemm_f32_x16 != nullptr
+                     : t == DType::F16    ? k->gemm_f16_x16 != nullptr
+                     : t == DType::BF16   ? k->gemm_bf16_x16 != nullptr
                      : t == DType::Q8_0   ? k->gemm_q8_0_x16 != nullptr
                      : t == DType::Q4_0   ? k->gemm_q4_0_x16 != nullptr
                      : t == DType::IQ4_NL ? k->gemm_iq4_nl_x16 != nullptr
@@ -229,7 +254,7 @@ TEST_P(PackedTypes, EveryTableKernelEqualsReferenceBitForBitForEveryTokenCount) 
                                           : k->gemm_q6_k_x16 != nullptr;
     if (!has) continue;
     ++tested;
-    for (int64_t cols : {t == DType::F32 ? int64_t{257} : int64_t{256}, int64_t{768}, int64_t{2048}}) {
+    for (int64_t cols : {is_float(t) ? int64_t{257} : int64_t{256}, int64_t{768}, int64_t{2048}}) {
       const int64_t rows = 40;
       const Weights w = random_weights(t, rows, cols, rng, false);
       const Acts a = random_acts(kPackMaxTokens, cols, rng, false);
@@ -288,8 +313,8 @@ TEST_P(PackedTypes, MatmulOnPackedWeightsIsBatchInvariantAndAgreesWithUnpacked) 
 }
 
 INSTANTIATE_TEST_SUITE_P(PackedWeightTypes, PackedTypes,
-                         ::testing::Values(DType::F32, DType::Q8_0, DType::Q4_0, DType::IQ4_NL, DType::Q4_K,
-                                           DType::Q5_K, DType::Q6_K),
+                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::IQ4_NL,
+                                           DType::Q4_K, DType::Q5_K, DType::Q6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(Packed, QuantizeActQ8SIsBitExactIncludingTiesAndZeroBlocks) {

@@ -100,6 +100,11 @@ struct CpuKernels {
   // result is independent of R. Null in tables without them: weights then stay unpacked.
   void (*gemm_f32_x16)(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y,
                        int64_t ys) = nullptr;
+  // F16 / BF16 groups against activations rounded through the weight's type (as f32, round_through_half).
+  void (*gemm_f16_x16)(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y,
+                       int64_t ys) = nullptr;
+  void (*gemm_bf16_x16)(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y,
+                        int64_t ys) = nullptr;
   void (*gemm_q8_0_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) = nullptr;
   void (*gemm_q4_0_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) = nullptr;
   void (*gemm_iq4_nl_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) = nullptr;

@@ -45,6 +45,27 @@ void gemm_f32_x16_r(const uint8_t* g, int64_t n, const float* x, int64_t xs, flo
   for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, _mm512_add_ps(a0[t], a1[t]));
 }
 
+// F16 / BF16: F32's loop over 16-bit weights widened per load (x is already rounded through the weight's type).
+template <int R, bool kF16>
+void gemm_half_x16_r(const uint8_t* g, int64_t n, const float* x, int64_t xs, float* y, int64_t ys) {
+  const uint16_t* w = reinterpret_cast<const uint16_t*>(g);
+  __m512 a0[R], a1[R];
+  for (int t = 0; t < R; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 2 <= n; k += 2) {
+    const __m512 w0 = load_half<kF16>(w + k * kPackRows), w1 = load_half<kF16>(w + (k + 1) * kPackRows);
+    for (int t = 0; t < R; ++t) {
+      a0[t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t * xs + k]), a0[t]);
+      a1[t] = _mm512_fmadd_ps(w1, _mm512_set1_ps(x[t * xs + k + 1]), a1[t]);
+    }
+  }
+  if (k < n) {
+    const __m512 w0 = load_half<kF16>(w + k * kPackRows);
+    for (int t = 0; t < R; ++t) a0[t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t * xs + k]), a0[t]);
+  }
+  for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, _mm512_add_ps(a0[t], a1[t]));
+}
+
 template <int R>
 void gemm_q8_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys) {
   __m512 acc[R];
@@ -207,6 +228,14 @@ struct F32x16 {
   static constexpr auto run = gemm_f32_x16_r<R>;
 };
 template <int R>
+struct F16x16 {
+  static constexpr auto run = gemm_half_x16_r<R, true>;
+};
+template <int R>
+struct BF16x16 {
+  static constexpr auto run = gemm_half_x16_r<R, false>;
+};
+template <int R>
 struct Q8_0x16 {
   static constexpr auto run = gemm_q8_0_x16_r<R>;
 };
@@ -232,6 +261,12 @@ struct Q6_Kx16 {
 };
 void gemm_f32_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
   by_tokens<F32x16>(R, g, n, x, xs, y, ys);
+}
+void gemm_f16_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
+  by_tokens<F16x16>(R, g, n, x, xs, y, ys);
+}
+void gemm_bf16_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
+  by_tokens<BF16x16>(R, g, n, x, xs, y, ys);
 }
 void gemm_q8_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   by_tokens<Q8_0x16>(R, g, nb, x, y, ys);

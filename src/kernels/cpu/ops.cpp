@@ -37,14 +37,18 @@ struct PreparedInput {
   std::vector<float>* act_s_d = nullptr;
   std::vector<int32_t>* act_s_sums = nullptr;
   std::vector<int16_t>* q8k_sums32 = nullptr;  // with q8k, for packed Q4_K / Q5_K
+  std::vector<float>* x_f16 = nullptr;         // x rounded through fp16, as f32 (packed F16)
+  std::vector<float>* x_bf16 = nullptr;        // through bf16 (packed BF16)
 };
 
 // Which conversion a weight type needs (one per kind and input).
-enum class Partner { kF32, kF16, kBF16, kActQ8, kActQ8Sums, kQ8K, kActQ8S, kQ8KSums, kCount };
+enum class Partner { kF32, kF16, kBF16, kActQ8, kActQ8Sums, kQ8K, kActQ8S, kQ8KSums, kF16Wide, kBF16Wide, kCount };
 Partner partner_of(const WeightMatrix& w) {
   if (w.packed) {
     switch (w.dtype) {
       case DType::F32: return Partner::kF32;
+      case DType::F16: return Partner::kF16Wide;
+      case DType::BF16: return Partner::kBF16Wide;
       case DType::Q4_K:
       case DType::Q5_K: return Partner::kQ8KSums;
       case DType::Q6_K: return Partner::kQ8K;
@@ -85,6 +89,28 @@ void prepare(PreparedInput& in, Partner p) {
         for (int64_t t = t0; t < t1; ++t) conv(x + t * n, h + t * n, n);
       });
       (p == Partner::kF16 ? in.f16 : in.bf16) = &buf;
+      return;
+    }
+    case Partner::kF16Wide:
+    case Partner::kBF16Wide: {
+      thread_local std::vector<float> f16_buf, bf16_buf;
+      const bool f16 = p == Partner::kF16Wide;
+      float* h = scratch(f16 ? f16_buf : bf16_buf, static_cast<size_t>(T * n));
+      // The table's conversion (vectorized; round_through_half's rounding), widened back (branch-free, vectorizes).
+      auto conv = f16 ? k.to_f16 : k.to_bf16;
+      split(T, T * n * 8, [&](int64_t t0, int64_t t1) {
+        thread_local std::vector<uint16_t> row;
+        uint16_t* r = scratch(row, static_cast<size_t>(n));
+        for (int64_t t = t0; t < t1; ++t) {
+          conv(x + t * n, r, n);
+          float* out = h + t * n;
+          if (f16)
+            for (int64_t i = 0; i < n; ++i) out[i] = fp16_to_f32(r[i]);
+          else
+            for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(r[i]);
+        }
+      });
+      (f16 ? in.x_f16 : in.x_bf16) = f16 ? &f16_buf : &bf16_buf;
       return;
     }
     case Partner::kActQ8Sums: {
@@ -181,6 +207,10 @@ void matmul_packed(const PreparedInput& in, const WeightMatrix& w, float* y, int
       const int64_t os = full ? w.rows : kPackRows;
       if (w.dtype == DType::F32) {
         k.gemm_f32_x16(g, n, in.x + t * n, n, R, out, os);
+      } else if (w.dtype == DType::F16) {
+        k.gemm_f16_x16(g, n, in.x_f16->data() + t * n, n, R, out, os);
+      } else if (w.dtype == DType::BF16) {
+        k.gemm_bf16_x16(g, n, in.x_bf16->data() + t * n, n, R, out, os);
       } else if (w.dtype == DType::Q4_K || w.dtype == DType::Q5_K || w.dtype == DType::Q6_K) {
         const int64_t nb = n / kQK_K;
         const int16_t* sums32 = in.q8k_sums32 ? in.q8k_sums32->data() + t * nb * 8 : nullptr;

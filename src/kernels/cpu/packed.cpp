@@ -27,6 +27,22 @@ void pack_row_f32(const float* src, int64_t n, int i, uint8_t* g) {
   for (int64_t k = 0; k < n; ++k) w[k * kPackRows + i] = src[k];
 }
 
+void pack_row_half(const uint16_t* src, int64_t n, int i, uint8_t* g) {
+  uint16_t* w = reinterpret_cast<uint16_t*>(g);
+  for (int64_t k = 0; k < n; ++k) w[k * kPackRows + i] = src[k];
+}
+
+template <float (*Widen)(uint16_t)>
+void gemm_half_x16_ref(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
+  const uint16_t* w = reinterpret_cast<const uint16_t*>(g);
+  for (int64_t t = 0; t < R; ++t)
+    for (int i = 0; i < kPackRows; ++i) {
+      float s[2] = {0.0f, 0.0f};
+      for (int64_t k = 0; k < n; ++k) s[k % 2] = std::fma(Widen(w[k * kPackRows + i]), x[t * xs + k], s[k % 2]);
+      y[t * ys + i] = s[0] + s[1];
+    }
+}
+
 void set_d(uint8_t* g, int64_t b, int64_t Q, int i, uint16_t d) {
   std::memcpy(g + packed_d_offset(b, Q) + 2 * i, &d, 2);
 }
@@ -104,6 +120,8 @@ void AlignedFree::operator()(uint8_t* p) const { std::free(p); }
 size_t packed_group_bytes(DType t, int64_t cols) {
   switch (t) {
     case DType::F32: return static_cast<size_t>(cols) * kPackRows * sizeof(float);
+    case DType::F16:
+    case DType::BF16: return static_cast<size_t>(cols) * kPackRows * sizeof(uint16_t);
     case DType::Q8_0: return static_cast<size_t>((cols / kQK8_0 + 1) / 2 * (2 * kQ8_0PackedQs + 64));
     case DType::Q4_0:
     case DType::IQ4_NL: return static_cast<size_t>((cols / kQK4_0 + 1) / 2 * (2 * kQ4_0PackedQs + 64));
@@ -118,6 +136,8 @@ bool packable(DType t) {
   const CpuKernels& k = cpu_kernels();
   switch (t) {
     case DType::F32: return k.gemm_f32_x16 != nullptr;
+    case DType::F16: return k.gemm_f16_x16 != nullptr;
+    case DType::BF16: return k.gemm_bf16_x16 != nullptr;
     case DType::Q8_0: return k.gemm_q8_0_x16 != nullptr;
     case DType::Q4_0: return k.gemm_q4_0_x16 != nullptr;
     case DType::IQ4_NL: return k.gemm_iq4_nl_x16 != nullptr;
@@ -155,6 +175,8 @@ void pack_into(WeightMatrix& w, uint8_t* dst) {
         const uint8_t* row = w.row(gi * kPackRows + i);
         switch (w.dtype) {
           case DType::F32: pack_row_f32(reinterpret_cast<const float*>(row), w.cols, i, g); break;
+          case DType::F16:
+          case DType::BF16: pack_row_half(reinterpret_cast<const uint16_t*>(row), w.cols, i, g); break;
           case DType::Q8_0: pack_row_q8_0(reinterpret_cast<const BlockQ8_0*>(row), nb, i, g); break;
           case DType::Q4_0:
           case DType::IQ4_NL: pack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(row), nb, i, g); break;  // same layout
@@ -197,6 +219,20 @@ void gemm_f32_x16_ref(const uint8_t* g, int64_t n, const float* x, int64_t xs, i
       for (int64_t k = 0; k < n; ++k) s[k % 2] = std::fma(w[k * kPackRows + i], x[t * xs + k], s[k % 2]);
       y[t * ys + i] = s[0] + s[1];
     }
+}
+
+void gemm_f16_x16_ref(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
+  gemm_half_x16_ref<fp16_to_f32>(g, n, x, xs, R, y, ys);
+}
+void gemm_bf16_x16_ref(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
+  gemm_half_x16_ref<bf16_to_f32>(g, n, x, xs, R, y, ys);
+}
+
+void round_through_half(const float* x, float* y, int64_t n, bool f16) {
+  if (f16)
+    for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_f32(f32_to_fp16(x[i]));
+  else
+    for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(f32_to_bf16(x[i]));
 }
 
 namespace {

@@ -11,6 +11,8 @@
 //
 // Group layouts (nb blocks per row; a last partial group is padded with zero rows):
 //   F32:  [cols][16 rows] floats (each input's 16 weights side by side; FMA with the input broadcast).
+//   F16, BF16: [cols][16 rows] of the 16-bit values (widened to f32 per load; the input is rounded through the
+//         same 16-bit type first, as llama.cpp pairs F16 weights with F16 activations, then FMA'd as F32's).
 //   Q8_0: per block qs [8 k-groups][16 rows][4] u8 (q + 128) (Q = 512 bytes) and d [16] fp16;
 //   Q4_0: per block qs [4 v][16 rows][4]: low nibble = element 4v + e, high nibble = element 16 + 4v + e
 //         (Q = 256 bytes) and d [16] fp16;
@@ -100,6 +102,12 @@ bool packable(DType t);
 // exact and the float operations are the same fmas in the same order). y[t·ys + i] for token t < R, row i < 16.
 // F32: two partial sums per (row, token), over even and odd inputs, added at the end.
 void gemm_f32_x16_ref(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys);
+// F16 / BF16: F32's sums over the widened weights; x holds the activations already rounded through the weight's
+// 16-bit type (round_through_half), as f32.
+void gemm_f16_x16_ref(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys);
+void gemm_bf16_x16_ref(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys);
+// y[i] = x[i] rounded to fp16 (bf16 when !f16, nearest even as f32_to_fp16 / f32_to_bf16) and widened back.
+void round_through_half(const float* x, float* y, int64_t n, bool f16);
 void gemm_q8_0_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
 void gemm_q4_0_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
 void gemm_iq4_nl_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
