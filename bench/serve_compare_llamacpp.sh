@@ -8,14 +8,15 @@
 # Usage: bench/serve_compare_llamacpp.sh MODEL.gguf [THREADS]
 # Environment: KVIK (build/kvik), LLAMA_SERVER (/tmp/kvik-peer/llama.cpp/build/bin/llama-server, native build:
 #              ../shared/peer/build-native.sh llama-server), CONCS ("16 64 256"), PROMPTS_PER_CONC (1: num-prompts =
-#              C x this), IN (32 words of prompt), OUT (32 tokens out), CTX (128).
+#              C x this), IN (32 words of prompt), OUT (32 tokens out), CTX (256: a 32-word prompt is ~100
+#              tokens with a 512-token vocabulary; kvik refuses prompt + max_tokens > --max-model-len with a 400).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODEL="${1:?usage: bench/serve_compare_llamacpp.sh MODEL.gguf [THREADS]}"
 THREADS="${2:-2}"
 KVIK="${KVIK:-$ROOT/build/kvik}"
 LLAMA_SERVER="${LLAMA_SERVER:-/tmp/kvik-peer/llama.cpp/build/bin/llama-server}"
-CONCS="${CONCS:-16 64 256}" PPC="${PROMPTS_PER_CONC:-1}" IN="${IN:-32}" OUT="${OUT:-32}" CTX="${CTX:-128}"
+CONCS="${CONCS:-16 64 256}" PPC="${PROMPTS_PER_CONC:-1}" IN="${IN:-32}" OUT="${OUT:-32}" CTX="${CTX:-256}"
 [[ -x "$LLAMA_SERVER" ]] || { echo "no llama-server at $LLAMA_SERVER" >&2; exit 1; }
 TMP="$(mktemp -d)"
 pid=""
@@ -28,8 +29,8 @@ wait_healthy() {  # port
   done
   echo "server on port $1 did not become healthy" >&2; return 1
 }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
-              echo $((20000 + RANDOM % 20000)); }
+free_port() { node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => {
+                console.log(s.address().port); s.close(); })'; }
 bench() {  # port conc out.json
   nice "$KVIK" bench-serve --base-url "http://127.0.0.1:$1" --num-prompts $(($2 * PPC)) --max-concurrency "$2" \
     --request-rate inf --input-len "$IN" --output-len "$OUT" --json > "$3"

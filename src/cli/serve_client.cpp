@@ -47,20 +47,16 @@ asio::awaitable<void> connect(beast::tcp_stream& stream, const Endpoint& ep) {
   co_await stream.async_connect(results, asio::use_awaitable);
 }
 
-// One SSE event's JSON: content chunks are timed; usage (when the server sends it) gives the token counts.
+// One SSE event's JSON: choice chunks are timed; usage (when the server sends it) gives the token counts.
 void on_event(const json& ev, Clock::time_point start, Clock::time_point& last, int64_t& chunks, RequestResult& r) {
   if (ev.contains("usage") && ev["usage"].is_object()) {
     r.prompt_tokens = ev["usage"].value("prompt_tokens", int64_t{0});
     r.output_tokens = ev["usage"].value("completion_tokens", int64_t{0});
   }
+  // Every event with a choice is a step of the stream, its text empty or not (a token may end inside a UTF-8
+  // character, or decode to nothing): timed as vLLM's benchmark_serving times chunks. The usage-only event at the
+  // end has no choices.
   if (!ev.contains("choices") || !ev["choices"].is_array() || ev["choices"].empty()) return;
-  const json& c = ev["choices"][0];
-  std::string text;
-  if (c.contains("text") && c["text"].is_string()) text = c["text"];
-  if (c.contains("delta") && c["delta"].is_object() && c["delta"].contains("content") &&
-      c["delta"]["content"].is_string())
-    text = c["delta"]["content"];
-  if (text.empty() && !(c.contains("logprobs") && !c["logprobs"].is_null())) return;
   const auto now = Clock::now();
   if (chunks++ == 0)
     r.ttft = std::chrono::duration<double>(now - start).count();
