@@ -2,8 +2,8 @@
 # kvik perplexity vs llama.cpp on the same model, text, context, batch and threads: tokens/s through the model
 # (chunks × ctx over the evaluation time, model load and tokenization excluded on both sides), run alternately for
 # ROUNDS rounds; prints one JSON object with medians and the kvik/llama.cpp ratio. llama.cpp side: the native
-# llama-perplexity of ../shared/peer/build-native.sh when it is built ($KVIK_PEER_DIR/llama.cpp/build/bin; its
-# "prompt eval" tokens/s and its PPL), otherwise bench/perplexity_llamacpp.mjs through the node-llama-cpp peer
+# llama-perplexity of ../shared/peer/build-native.sh when it is built ($KVIK_PEER_DIR/llama.cpp/build/bin; chunks
+# × n_ctx over the time between its "calculating perplexity" and "Final estimate" log lines, and its PPL), otherwise bench/perplexity_llamacpp.mjs through the node-llama-cpp peer
 # (the same windows prefilled, BATCH/CTX sequences at a time, no scoring).
 #
 # Usage: bench/perplexity.sh [MODEL.gguf] [TEXT]
@@ -45,8 +45,18 @@ llama_run() {
   if [[ -x "$LPPL" ]]; then
     local out
     out=$(nice "$LPPL" -m "$MODEL" -f "$TEXT" -c "$CTX" -b "$BATCH" -t "$THREADS" --no-warmup 2>&1)
-    echo "{\"ppl\":$(echo "$out" | sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' | tail -1),\"tok_s\":$(echo "$out" |
-      sed -n 's/.*prompt eval time.*, *\([0-9.]*\) tokens per second.*/\1/p' | tail -1)}"
+    # Its log lines carry a time stamp (M.SS.mmm.uuu): evaluation runs from "calculating perplexity over N chunks,
+    # n_ctx=C" to "Final estimate" (tokenization and model load before it, as kvik's own figure excludes them).
+    echo "$out" | node -e '
+      const out = require("fs").readFileSync(0, "utf8");
+      const ts = (re) => { const m = out.match(re); if (!m) throw new Error("llama-perplexity output lacks " + re);
+                           const [mi, s, ms, us] = m[1].split(".").map(Number);
+                           return mi * 60 + s + ms / 1e3 + us / 1e6; };
+      const head = out.match(/calculating perplexity over (\d+) chunks, n_ctx=(\d+)/);
+      const t0 = ts(/(\d+\.\d+\.\d+\.\d+) I perplexity: calculating/),
+            t1 = ts(/(\d+\.\d+\.\d+\.\d+) I Final estimate/);
+      console.log(JSON.stringify({ ppl: +out.match(/Final estimate: PPL = ([0-9.]+)/)[1],
+                                   tok_s: (head[1] * head[2]) / (t1 - t0) }));'
   else
     (cd "$PEER" && nice node perplexity_llamacpp.mjs "$MODEL" "$TEXT" "$CTX" "$BATCH" "$THREADS" 2>/dev/null | tail -n 1) |
       sed 's/"chunks":[0-9]*/"ppl":null/'
