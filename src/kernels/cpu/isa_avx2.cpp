@@ -3,6 +3,7 @@
 
 #include "core/fp16.h"
 #include "kernels/cpu/avx2_blocks.h"
+#include "kernels/cpu/avx2_packed.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/kv_quant_kernels.h"
 
@@ -259,6 +260,9 @@ constexpr CpuKernels kAvx2 = {
     .gemv_iq4_nl = gemv_iq4_nl,
     .quantize_act_q8 = quantize_act_q8,
     .quantize_q8_k = quantize_q8_k,
+    .gemm_f32_x16 = avx2::gemm_f32_x16,
+    .gemm_f16_x16 = avx2::gemm_f16_x16,
+    .gemm_bf16_x16 = avx2::gemm_bf16_x16,
     .to_f16 = to_f16,
     .to_bf16 = to_bf16,
 };

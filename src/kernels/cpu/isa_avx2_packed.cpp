@@ -1,0 +1,76 @@
+// AVX2 kernels on repacked F32 / F16 / BF16 weights: a 16-row group is two 8-lane halves. Per input k the group's
+// 16 weights (two loads, widened for F16 / BF16) meet the input broadcast, into two accumulators per token and
+// half (even and odd k), added at the end: the operations and their order of gemm_*_x16_ref, so the results are
+// theirs bit for bit. Sixteen ymm registers hold the accumulators of two tokens at a time; a tile of R tokens
+// runs in pairs, each token with its own accumulators, so no result depends on R.
+#include <immintrin.h>
+
+#include "kernels/cpu/avx2_packed.h"
+#include "kernels/cpu/packed.h"
+
+namespace kvik::avx2 {
+namespace {
+
+enum class Kind { kF32, kF16, kBF16 };
+
+template <Kind K>
+inline __m256 load8(const uint8_t* g, int64_t k, int half) {
+  if constexpr (K == Kind::kF32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(g) + k * kPackRows + 8 * half);
+  } else {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 2 * (k * kPackRows + 8 * half)));
+    if constexpr (K == Kind::kF16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+template <Kind K, int R>
+void gemm_x16_r(const uint8_t* g, int64_t n, const float* x, int64_t xs, float* y, int64_t ys) {
+  __m256 even[R][2], odd[R][2];
+  for (int t = 0; t < R; ++t) even[t][0] = even[t][1] = odd[t][0] = odd[t][1] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 2 <= n; k += 2) {
+    const __m256 w0l = load8<K>(g, k, 0), w0h = load8<K>(g, k, 1);
+    const __m256 w1l = load8<K>(g, k + 1, 0), w1h = load8<K>(g, k + 1, 1);
+    for (int t = 0; t < R; ++t) {
+      const __m256 x0 = _mm256_broadcast_ss(x + t * xs + k), x1 = _mm256_broadcast_ss(x + t * xs + k + 1);
+      even[t][0] = _mm256_fmadd_ps(w0l, x0, even[t][0]);
+      even[t][1] = _mm256_fmadd_ps(w0h, x0, even[t][1]);
+      odd[t][0] = _mm256_fmadd_ps(w1l, x1, odd[t][0]);
+      odd[t][1] = _mm256_fmadd_ps(w1h, x1, odd[t][1]);
+    }
+  }
+  if (k < n) {
+    const __m256 w0l = load8<K>(g, k, 0), w0h = load8<K>(g, k, 1);
+    for (int t = 0; t < R; ++t) {
+      const __m256 x0 = _mm256_broadcast_ss(x + t * xs + k);
+      even[t][0] = _mm256_fmadd_ps(w0l, x0, even[t][0]);
+      even[t][1] = _mm256_fmadd_ps(w0h, x0, even[t][1]);
+    }
+  }
+  for (int t = 0; t < R; ++t) {
+    _mm256_storeu_ps(y + t * ys, _mm256_add_ps(even[t][0], odd[t][0]));
+    _mm256_storeu_ps(y + t * ys + 8, _mm256_add_ps(even[t][1], odd[t][1]));
+  }
+}
+
+template <Kind K>
+void gemm_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
+  int64_t t = 0;
+  for (; t + 2 <= R; t += 2) gemm_x16_r<K, 2>(g, n, x + t * xs, xs, y + t * ys, ys);
+  if (t < R) gemm_x16_r<K, 1>(g, n, x + t * xs, xs, y + t * ys, ys);
+}
+
+}  // namespace
+
+void gemm_f32_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
+  gemm_x16<Kind::kF32>(g, n, x, xs, R, y, ys);
+}
+void gemm_f16_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
+  gemm_x16<Kind::kF16>(g, n, x, xs, R, y, ys);
+}
+void gemm_bf16_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
+  gemm_x16<Kind::kBF16>(g, n, x, xs, R, y, ys);
+}
+
+}  // namespace kvik::avx2
