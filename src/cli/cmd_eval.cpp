@@ -4,7 +4,6 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/engine_flags.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine_core.h"
@@ -86,10 +85,7 @@ Run add_eval(CLI::App& app) {
   add_perplexity_flags(c, o->ppl, o->kv, o->threads);
   c->add_flag("--json", o->json, "Print one JSON object");
   return [o]() {
-    if (o->ppl.batch_tokens < 1) fail("--batch-size must be positive");
-    o->ppl.kv_dtype = parse_kv_dtype(o->kv);
-    EngineConfig load_cfg;
-    load_cfg.num_threads = o->threads;
+    const EngineConfig load_cfg = resolve_perplexity_flags(o->ppl, o->kv, o->threads);
     for (const std::string& s : o->schemes) {
       bool known = false;
       for (const FakeQuantScheme& f : fake_quant_schemes()) known |= f.name == s;

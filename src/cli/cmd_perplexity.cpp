@@ -34,6 +34,14 @@ void add_perplexity_flags(CLI::App* c, PerplexityOptions& o, std::string& kv, in
   c->add_option("--threads,-t", threads, "Compute threads (default: all cores)");
 }
 
+EngineConfig resolve_perplexity_flags(PerplexityOptions& o, const std::string& kv, int threads) {
+  if (o.batch_tokens < 1) fail("--batch-size must be positive");
+  o.kv_dtype = parse_kv_dtype(kv);
+  EngineConfig load_cfg;
+  load_cfg.num_threads = threads;
+  return load_cfg;
+}
+
 Run add_perplexity(CLI::App& app) {
   struct Opts {
     std::string model, file, reference, kv = "auto";
@@ -50,10 +58,7 @@ Run add_perplexity(CLI::App& app) {
   add_perplexity_flags(c, o->ppl, o->kv, o->threads);
   c->add_flag("--json", o->json, "Print one JSON object");
   return [o]() {
-    if (o->ppl.batch_tokens < 1) fail("--batch-size must be positive");
-    o->ppl.kv_dtype = parse_kv_dtype(o->kv);
-    EngineConfig load_cfg;
-    load_cfg.num_threads = o->threads;
+    const EngineConfig load_cfg = resolve_perplexity_flags(o->ppl, o->kv, o->threads);
     auto model = load_model(o->model, load_cfg);
     auto tok = load_tokenizer(model->path());
     std::unique_ptr<LlamaModel> ref;

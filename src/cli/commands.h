@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "engine/engine_core.h"
 #include "eval/perplexity.h"
 
 namespace kvik::cli {
@@ -31,6 +32,8 @@ std::string read_text_file(const std::string& path);
 
 // --ctx, --chunks, --batch-size, --kv-cache-dtype and --threads of perplexity and eval.
 void add_perplexity_flags(CLI::App* c, PerplexityOptions& o, std::string& kv, int& threads);
+// Checks them, sets o.kv_dtype from `kv`, and returns the configuration the models load with (threads).
+EngineConfig resolve_perplexity_flags(PerplexityOptions& o, const std::string& kv, int threads);
 Run add_lens(CLI::App& app);
 Run add_direction(CLI::App& app);
 Run add_trace(CLI::App& app);

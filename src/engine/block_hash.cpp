@@ -2,7 +2,9 @@
 
 #include <xxhash.h>
 
+#include <cstring>
 #include <random>
+#include <vector>
 
 namespace kvik {
 
@@ -15,17 +17,23 @@ uint64_t process_seed() {
 
 BlockHash hash_block_tokens(const std::optional<BlockHash>& parent, std::span<const int32_t> tokens,
                             std::span<const int64_t> extra_keys) {
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_128bits_reset_withSeed(st, process_seed());
+  // The key's bytes laid end to end and hashed in one call (the same digest as feeding them to a streaming state
+  // one by one, without allocating a state per block).
+  thread_local std::vector<unsigned char> key;
+  key.clear();
+  auto put = [](const void* p, size_t n) {
+    const size_t at = key.size();
+    key.resize(at + n);
+    if (n) std::memcpy(key.data() + at, p, n);
+  };
   const uint64_t has_parent = parent.has_value();
-  XXH3_128bits_update(st, &has_parent, sizeof has_parent);
-  if (parent) XXH3_128bits_update(st, &*parent, sizeof(BlockHash));
+  put(&has_parent, sizeof has_parent);
+  if (parent) put(&*parent, sizeof(BlockHash));
   const uint64_t n = tokens.size();
-  XXH3_128bits_update(st, &n, sizeof n);
-  XXH3_128bits_update(st, tokens.data(), tokens.size_bytes());
-  XXH3_128bits_update(st, extra_keys.data(), extra_keys.size_bytes());
-  const XXH128_hash_t h = XXH3_128bits_digest(st);
-  XXH3_freeState(st);
+  put(&n, sizeof n);
+  put(tokens.data(), tokens.size_bytes());
+  put(extra_keys.data(), extra_keys.size_bytes());
+  const XXH128_hash_t h = XXH3_128bits_withSeed(key.data(), key.size(), process_seed());
   return BlockHash{h.low64, h.high64};
 }
 
