@@ -73,6 +73,43 @@ json chunk_json(const ResponseMeta& m, const Tokenizer& tok, const ChoiceDelta& 
   return j;
 }
 
+std::string tool_finish_reason(const std::string& reason, size_t num_calls) {
+  return num_calls > 0 && reason == "stop" ? "tool_calls" : reason;
+}
+
+std::vector<json> parsed_chunks_json(const ResponseMeta& m, const Tokenizer& tok, const ChoiceDelta& d,
+                                     const ChatDelta& p, bool first, size_t first_call, bool include_usage_field) {
+  ChoiceDelta text = d;
+  text.text = p.content;
+  if (!p.calls.empty()) text.finish_reason.reset();
+  std::vector<json> chunks;
+  chunks.push_back(chunk_json(m, tok, text, first, 0, include_usage_field));
+  json& delta = chunks.back()["choices"][0]["delta"];
+  if (!p.reasoning.empty()) delta["reasoning_content"] = p.reasoning;
+  if (!first && p.content.empty()) delta.erase("content");
+  ChoiceDelta bare;
+  bare.index = d.index;
+  for (size_t i = 0; i < p.calls.size(); ++i) {
+    const ToolCall& c = p.calls[i];
+    const int64_t index = static_cast<int64_t>(first_call + i);
+    json header = chunk_json(m, tok, bare, false, 0, include_usage_field);
+    header["choices"][0]["logprobs"] = nullptr;
+    header["choices"][0]["delta"] = {
+        {"tool_calls", json::array({{{"index", index},
+                                     {"id", c.id},
+                                     {"type", "function"},
+                                     {"function", {{"name", c.name}, {"arguments", ""}}}}})}};
+    chunks.push_back(std::move(header));
+    json args = chunk_json(m, tok, bare, false, 0, include_usage_field);
+    args["choices"][0]["logprobs"] = nullptr;
+    args["choices"][0]["delta"] = {
+        {"tool_calls", json::array({{{"index", index}, {"function", {{"arguments", c.arguments}}}}})}};
+    if (i + 1 == p.calls.size() && d.finish_reason) args["choices"][0]["finish_reason"] = *d.finish_reason;
+    chunks.push_back(std::move(args));
+  }
+  return chunks;
+}
+
 json usage_chunk_json(const ResponseMeta& m, const Usage& u) {
   return {{"id", m.id},
           {"object", m.chat ? "chat.completion.chunk" : "text_completion"},
@@ -90,10 +127,21 @@ json response_json(const ResponseMeta& m, const Tokenizer& tok, const std::vecto
     json choice = {{"index", i},
                    {"logprobs", m.logprobs ? logprobs_json(m, tok, c.logprobs, 0) : json(nullptr)},
                    {"finish_reason", c.finish_reason}};
-    if (m.chat)
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-    else
+    if (m.chat) {
+      json message = {{"role", "assistant"}, {"content", c.text}};
+      if (m.output.any() && c.text.empty() && !c.tool_calls.empty()) message["content"] = nullptr;
+      if (m.output.reasoning) message["reasoning_content"] = c.reasoning.empty() ? json(nullptr) : json(c.reasoning);
+      if (!c.tool_calls.empty()) {
+        json calls = json::array();
+        for (const ToolCall& t : c.tool_calls)
+          calls.push_back(
+              {{"id", t.id}, {"type", "function"}, {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+        message["tool_calls"] = calls;
+      }
+      choice["message"] = message;
+    } else {
       choice["text"] = c.text;
+    }
     cs.push_back(choice);
   }
   return {{"id", m.id},           {"object", m.chat ? "chat.completion" : "text_completion"},

@@ -18,6 +18,16 @@ namespace kvik::structured {
 // Throws kvik::Error ("json_schema: at /properties/age: unsupported keyword 'minimum'").
 std::string json_schema_to_gbnf(std::string_view schema_text);
 
+// One schema as rules of a larger grammar: `start` is the expression that matches it, `rules` its rules (names
+// begin with `prefix`, which keeps several schemas apart), without the primitives (ws, json-*), which
+// json_primitives_gbnf() adds once. Throws like json_schema_to_gbnf.
+struct SchemaRules {
+  std::string start;
+  std::string rules;
+};
+SchemaRules json_schema_rules(std::string_view schema_text, const std::string& prefix);
+std::string json_primitives_gbnf();
+
 // Any JSON object (response_format json_object).
 std::string json_object_gbnf();
 

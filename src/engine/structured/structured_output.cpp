@@ -14,8 +14,64 @@ namespace kvik::structured {
 GrammarMatcher::GrammarMatcher(std::shared_ptr<GrammarDfa> dfa, std::shared_ptr<const VocabTrie> trie)
     : dfa_(std::move(dfa)), trie_(std::move(trie)), cursor_(dfa_->start()) {}
 
+GrammarMatcher::GrammarMatcher(std::shared_ptr<GrammarDfa> dfa, std::shared_ptr<const VocabTrie> trie,
+                               std::vector<std::string> triggers,
+                               std::vector<std::pair<int32_t, std::string>> trigger_tokens)
+    : GrammarMatcher(std::move(dfa), std::move(trie)) {
+  triggers_ = std::move(triggers);
+  trigger_tokens_ = std::move(trigger_tokens);
+  if (triggers_.empty() && trigger_tokens_.empty()) return;
+  active_ = false;
+  auto all = std::make_shared<TokenMask>();
+  all->bits.assign((static_cast<size_t>(trie_->vocab_size()) + 63) / 64, ~uint64_t{0});
+  all->accepting = true;
+  all->any = true;
+  all_ = std::move(all);
+}
+
+std::shared_ptr<const TokenMask> GrammarMatcher::mask() { return active_ ? dfa_->mask(cursor_) : all_; }
+
+bool GrammarMatcher::watch(int32_t id) {
+  for (const auto& [tid, text] : trigger_tokens_) {
+    if (tid != id) continue;
+    DfaCursor c = cursor_;
+    if (dfa_->advance(c, text)) cursor_ = c, active_ = true;
+    return true;
+  }
+  const std::string& bytes = trie_->token_bytes(id);
+  const size_t old = tail_.size();
+  tail_ += bytes;
+  size_t best = std::string::npos;
+  for (const std::string& t : triggers_) {
+    if (!t.empty() && t[0] == '^') {
+      if (!at_start_) continue;
+      const size_t first = tail_.find_first_not_of(" \t\r\n");
+      if (first != std::string::npos && tail_.compare(first, t.size() - 1, t, 1) == 0) best = std::min(best, first);
+      continue;
+    }
+    const size_t from = old >= t.size() ? old - t.size() + 1 : 0;
+    const size_t k = tail_.find(t, from);
+    if (k != std::string::npos) best = std::min(best, k);
+  }
+  if (best != std::string::npos) {
+    DfaCursor c = cursor_;
+    // A trigger the grammar does not take from there (bytes after it in the same token it rejects) leaves the
+    // output unconstrained, as without a grammar.
+    if (dfa_->advance(c, std::string_view(tail_).substr(best))) cursor_ = c, active_ = true;
+    tail_.clear();
+    return true;
+  }
+  if (tail_.find_first_not_of(" \t\r\n") != std::string::npos) at_start_ = false;
+  size_t keep = 0;
+  for (const std::string& t : triggers_) keep = std::max(keep, t.size());
+  if (tail_.size() > keep) tail_.erase(0, tail_.size() - keep);
+  return true;
+}
+
 bool GrammarMatcher::accept_token(int32_t id) {
-  if (id < 0 || id >= trie_->vocab_size() || trie_->token_bytes(id).empty()) return false;
+  if (id < 0 || id >= trie_->vocab_size()) return false;
+  if (!active_) return watch(id);
+  if (trie_->token_bytes(id).empty()) return false;
   return dfa_->advance(cursor_, trie_->token_bytes(id));
 }
 
@@ -68,7 +124,7 @@ std::unique_ptr<GrammarMatcher> StructuredOutputManager::make_matcher(const Stru
         }
       }
     }
-    return std::make_unique<GrammarMatcher>(dfa, trie_);
+    return std::make_unique<GrammarMatcher>(dfa, trie_, spec.triggers, spec.trigger_tokens);
   } catch (const Error& e) {
     error = e.what();
     return nullptr;

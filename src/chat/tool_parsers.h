@@ -1,0 +1,75 @@
+// Tool calls in a model's output text, in the three call syntaxes of vLLM's tool parsers (same names):
+//   hermes       Hermes, Qwen2.5, Qwen3:  <tool_call>{"name": ..., "arguments": {...}}</tool_call>, several in a row
+//   llama3_json  Llama 3.1/3.2/3.3:       [<|python_tag|>]{"name": ..., "parameters": {...}} [; {...}]...
+//   mistral      Mistral v3, Nemo:        [TOOL_CALLS][{"name": ..., "arguments": {...}, "id": "abcDEF123"}, ...]
+//
+// One incremental parser serves streamed and whole responses alike (the whole text is one push), so the
+// streamed deltas always reassemble to the non-streamed result. Text that only looks like a call and does not
+// parse (truncated, malformed JSON, no name) stays content, verbatim; nothing here throws on model output.
+// When calls were found, trailing whitespace of the content is dropped (the "\n" between calls is no content).
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvik {
+
+enum class ToolCallFormat { kHermes, kLlama3Json, kMistral };
+
+// vLLM's parser names: "hermes", "llama3_json", "mistral"; nullopt for others.
+std::optional<ToolCallFormat> tool_call_format_from_name(std::string_view name);
+const char* tool_call_format_name(ToolCallFormat f);
+// The format a chat template teaches its model, by its markers: <tool_call> → hermes, [TOOL_CALLS] → mistral,
+// <|python_tag|> or "parameters" with ipython → llama3_json; nullopt when the template shows no tool syntax.
+std::optional<ToolCallFormat> detect_tool_call_format(std::string_view chat_template);
+
+struct ToolCall {
+  std::string id;         // call_… (mistral: 9 alphanumerics, the model's own id when it wrote a valid one)
+  std::string name;
+  std::string arguments;  // compact JSON text of an object
+};
+
+// What one push (or finish) produced: content that is final, and calls that are complete, in order.
+struct ToolCallDelta {
+  std::string content;
+  std::vector<ToolCall> calls;
+};
+
+class ToolCallParser {
+ public:
+  explicit ToolCallParser(ToolCallFormat format) : format_(format) {}
+  ToolCallDelta push(std::string_view text);
+  ToolCallDelta finish();  // the end of the output: whatever is held is resolved
+  size_t num_calls() const { return num_calls_; }
+
+ private:
+  void step(bool final, ToolCallDelta& out);
+  bool step_tagged(bool final, ToolCallDelta& out);  // hermes and mistral
+  bool step_llama3(bool final, ToolCallDelta& out);
+  void emit_content(std::string_view s, ToolCallDelta& out);
+  void emit_call(ToolCall call, ToolCallDelta& out);
+  std::string new_id();
+
+  ToolCallFormat format_;
+  std::string buf_;            // text not yet resolved
+  std::string held_ws_;        // trailing whitespace of the content so far (dropped at the end if there were calls)
+  bool llama3_started_ = false;  // past the output's start (llama3_json calls only open the output)
+  bool llama3_content_ = false;  // the rest is content
+  size_t num_calls_ = 0;
+  bool finished_ = false;
+};
+
+// The whole output at once: content (empty when there is none) and the calls.
+struct ParsedToolCalls {
+  std::string content;
+  std::vector<ToolCall> calls;
+};
+ParsedToolCalls parse_tool_calls(ToolCallFormat format, std::string_view text);
+
+// The trigger text that opens a call in the format's syntax ("<tool_call>", "[TOOL_CALLS]", "<|python_tag|>").
+const char* tool_call_trigger(ToolCallFormat f);
+
+}  // namespace kvik
