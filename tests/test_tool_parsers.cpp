@@ -115,8 +115,9 @@ TEST(ToolParsers, HermesTruncatedAndMalformedStayContent) {
 }
 
 TEST(ToolParsers, Llama3OneCallWithAndWithoutPythonTag) {
-  check(ToolCallFormat::kLlama3Json, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": "
-                                     "\"celsius\"}}",
+  check(ToolCallFormat::kLlama3Json,
+        "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": "
+        "\"celsius\"}}",
         {"", {{"get_weather", kWeather}}});
   check(ToolCallFormat::kLlama3Json, "<|python_tag|>{\"name\": \"f\", \"parameters\": " + kNested.dump() + "}",
         {"", {{"f", kNested}}});
@@ -131,8 +132,8 @@ TEST(ToolParsers, Llama3SeveralCallsSeparatedBySemicolons) {
 
 TEST(ToolParsers, Llama3TextAndMalformedStayContent) {
   check(ToolCallFormat::kLlama3Json, "The answer is {\"name\": \"f\"}", {"The answer is {\"name\": \"f\"}", {}});
-  check(ToolCallFormat::kLlama3Json, "{\"name\": \"f\", \"parameters\": {\"x\": ",
-        {"{\"name\": \"f\", \"parameters\": {\"x\": ", {}});
+  check(ToolCallFormat::kLlama3Json,
+        "{\"name\": \"f\", \"parameters\": {\"x\": ", {"{\"name\": \"f\", \"parameters\": {\"x\": ", {}});
   check(ToolCallFormat::kLlama3Json, "{\"city\": \"Paris\"}", {"{\"city\": \"Paris\"}", {}});
   check(ToolCallFormat::kLlama3Json, "<|python_tag|>print(1)", {"<|python_tag|>print(1)", {}});
   // After a good call, text that is not another call is content.

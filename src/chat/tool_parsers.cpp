@@ -153,6 +153,13 @@ std::string ToolCallParser::new_id() {
 }
 
 void ToolCallParser::emit_content(std::string_view s, ToolCallDelta& out) {
+  if (after_call_) {  // whitespace right after a call is no content
+    size_t first = 0;
+    while (first < s.size() && is_ws(s[first])) ++first;
+    s.remove_prefix(first);
+    if (s.empty()) return;
+    after_call_ = false;
+  }
   size_t last = s.size();
   while (last > 0 && is_ws(s[last - 1])) --last;
   if (last == 0) {
@@ -167,6 +174,8 @@ void ToolCallParser::emit_content(std::string_view s, ToolCallDelta& out) {
 
 void ToolCallParser::emit_call(ToolCall call, ToolCallDelta& out) {
   if (call.id.empty()) call.id = new_id();
+  held_ws_.clear();  // nor is whitespace right before one
+  after_call_ = true;
   out.calls.push_back(std::move(call));
   ++num_calls_;
 }

@@ -6,7 +6,8 @@
 // One incremental parser serves streamed and whole responses alike (the whole text is one push), so the
 // streamed deltas always reassemble to the non-streamed result. Text that only looks like a call and does not
 // parse (truncated, malformed JSON, no name) stays content, verbatim; nothing here throws on model output.
-// When calls were found, trailing whitespace of the content is dropped (the "\n" between calls is no content).
+// Whitespace next to a call is not content (the "\n" between calls), nor is trailing whitespace once calls were
+// found.
 #pragma once
 
 #include <cstddef>
@@ -27,7 +28,7 @@ const char* tool_call_format_name(ToolCallFormat f);
 std::optional<ToolCallFormat> detect_tool_call_format(std::string_view chat_template);
 
 struct ToolCall {
-  std::string id;         // call_… (mistral: 9 alphanumerics, the model's own id when it wrote a valid one)
+  std::string id;  // call_… (mistral: 9 alphanumerics, the model's own id when it wrote a valid one)
   std::string name;
   std::string arguments;  // compact JSON text of an object
 };
@@ -54,8 +55,9 @@ class ToolCallParser {
   std::string new_id();
 
   ToolCallFormat format_;
-  std::string buf_;            // text not yet resolved
-  std::string held_ws_;        // trailing whitespace of the content so far (dropped at the end if there were calls)
+  std::string buf_;              // text not yet resolved
+  std::string held_ws_;          // trailing whitespace of the content so far (dropped at the end if there were calls)
+  bool after_call_ = false;      // leading whitespace of the next content is dropped
   bool llama3_started_ = false;  // past the output's start (llama3_json calls only open the output)
   bool llama3_content_ = false;  // the rest is content
   size_t num_calls_ = 0;

@@ -90,6 +90,9 @@ ChatInputs chat_inputs(const std::string& body_text) {
   if (!body.is_object()) return in;
   if (auto m = body.find("messages"); m != body.end()) in.messages = *m;
   for (ordered_json& m : in.messages) {
+    // A null content (an assistant turn with tool calls only) is "" to the template, as vLLM passes it: templates
+    // concatenate it.
+    if (auto c = m.find("content"); c != m.end() && c->is_null()) *c = "";
     auto calls = m.find("tool_calls");
     if (calls == m.end() || !calls->is_array()) continue;
     for (ordered_json& c : *calls) {

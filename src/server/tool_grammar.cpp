@@ -42,21 +42,21 @@ std::string tool_calls_gbnf(const ojson& tools, const ToolGrammarOptions& o) {
   std::string root;
   switch (o.format) {
     case ToolCallFormat::kHermes:
-      rules += "tool-call ::= \"<tool_call>\" \"\\n\"? ws (" + calls + ") ws \"</tool_call>\"\n";
-      root = o.parallel ? "tool-call (ws tool-call)*" : "tool-call";
+      rules += "tool-call ::= \"<tool_call>\\n\" (" + calls + ") \"\\n</tool_call>\"\n";
+      root = o.parallel ? "tool-call (\"\\n\" tool-call)*" : "tool-call";
       break;
     case ToolCallFormat::kLlama3Json:
       rules += "tool-call ::= " + calls + "\n";
       root = std::string(o.lazy ? "\"<|python_tag|>\"? " : "") +
-             (o.parallel ? "tool-call (ws \";\" ws tool-call)*" : "tool-call");
+             (o.parallel ? "tool-call (\"; \" tool-call)*" : "tool-call");
       break;
     case ToolCallFormat::kMistral:
       rules += "tool-call ::= " + calls + "\n";
-      root = std::string("\"[TOOL_CALLS]\" ws \"[\" ws ") +
-             (o.parallel ? "tool-call (ws \",\" ws tool-call)*" : "tool-call") + " ws \"]\"";
+      root = std::string("\"[TOOL_CALLS]\" \" \"? \"[\" ") +
+             (o.parallel ? "tool-call (\", \" tool-call)*" : "tool-call") + " \"]\"";
       break;
   }
-  return "root ::= " + root + "\n" + rules + structured::json_primitives_gbnf();
+  return "root ::= " + root + "\n" + rules + structured::json_primitives_gbnf(/*compact=*/true);
 }
 
 StructuredOutputSpec tool_calls_spec(const ojson& tools, const ToolGrammarOptions& o, const Tokenizer& tok) {

@@ -27,6 +27,7 @@ std::string tool_calls_gbnf(const nlohmann::ordered_json& tools, const ToolGramm
 
 // The spec for SamplingParams::structured_output (source "tools"); lazy specs carry the family's triggers, the
 // trigger token's id looked up in `tok` when the trigger is a single token of the vocabulary.
-StructuredOutputSpec tool_calls_spec(const nlohmann::ordered_json& tools, const ToolGrammarOptions& o, const Tokenizer& tok);
+StructuredOutputSpec tool_calls_spec(const nlohmann::ordered_json& tools, const ToolGrammarOptions& o,
+                                     const Tokenizer& tok);
 
 }  // namespace kvik::server

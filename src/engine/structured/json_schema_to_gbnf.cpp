@@ -442,7 +442,11 @@ SchemaRules json_schema_rules(std::string_view schema_text, const std::string& p
   return {start, rules};
 }
 
-std::string json_primitives_gbnf() { return kPrimitives; }
+std::string json_primitives_gbnf(bool compact) {
+  if (!compact) return kPrimitives;
+  std::string p = kPrimitives;
+  return "ws ::= \" \"?\n" + p.substr(p.find('\n') + 1);
+}
 
 std::string json_schema_to_gbnf(std::string_view schema_text) {
   const SchemaRules r = json_schema_rules(schema_text, "");

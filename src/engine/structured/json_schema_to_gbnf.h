@@ -26,7 +26,8 @@ struct SchemaRules {
   std::string rules;
 };
 SchemaRules json_schema_rules(std::string_view schema_text, const std::string& prefix);
-std::string json_primitives_gbnf();
+// `compact`: ws is at most one space (tool calls as models write them, with no room to ramble in blanks).
+std::string json_primitives_gbnf(bool compact = false);
 
 // Any JSON object (response_format json_object).
 std::string json_object_gbnf();
