@@ -4,6 +4,8 @@
 // with required (properties come in the schema's order; optional ones may be left out), enum, const,
 // items with minItems/maxItems, nested objects, anyOf/oneOf (as alternatives), allOf of one schema,
 // local $ref (#/$defs/…, #/definitions/…, #), string minLength/maxLength, string pattern (regex_to_gbnf.h),
+// integer/number minimum/maximum/exclusiveMinimum/exclusiveMaximum (integers: exactly the range as canonical
+// decimals; numbers: the range's integers, and decimals k.ddd whose whole unit interval lies inside it, no exponent),
 // additionalProperties: false unless a schema is given (then only for objects without properties).
 // Annotations (title, description, default, examples, …) are ignored. Any other keyword is an error that
 // names it and where it is, rather than a grammar that could emit JSON the schema rejects.
