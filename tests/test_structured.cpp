@@ -279,7 +279,8 @@ TEST(StructuredOutputManager, LazyMatcherSwitchesOnAtTheTrigger) {
   auto g = m.make_matcher(spec, err);
   ASSERT_TRUE(g) << err;
   EXPECT_FALSE(g->active());
-  EXPECT_TRUE(g->mask()->allowed(0));  // a control token (no bytes) is allowed while inactive
+  EXPECT_TRUE(g->mask()->allowed(0));    // a control token (no bytes) is allowed while inactive
+  EXPECT_EQ(g->mask()->bits[0], 0x7Fu);  // every token of the vocabulary, nothing past it
   EXPECT_TRUE(g->mask()->allowed(5));
   EXPECT_TRUE(g->accept_token(1));
   EXPECT_TRUE(g->accept_token(5));
@@ -308,6 +309,37 @@ TEST(StructuredOutputManager, LazyMatcherSwitchesOnAtTheTrigger) {
   EXPECT_TRUE(b->accept_token(1));
   EXPECT_TRUE(b->accept_token(4));
   EXPECT_FALSE(b->active());
+}
+
+// With a reasoning model's think block, triggers inside the thinking do not count; after </think> they do.
+TEST(StructuredOutputManager, LazyMatcherIgnoresTriggersWhileThinking) {
+  std::vector<std::string> vocab = {"<think>", "<tool>", "</think>", "\n", "{\"a\":1}", "</tool>", "x"};
+  StructuredOutputManager m(std::make_shared<VocabTrie>(vocab));
+  StructuredOutputSpec spec = StructuredOutputSpec::grammar(R"(root ::= "<tool>" "{\"a\":" [0-9] "}" "</tool>")");
+  spec.triggers = {"<tool>"};
+  spec.think_open = "<think>";
+  spec.think_close = "</think>";
+  std::string err;
+  auto g = m.make_matcher(spec, err);
+  for (int32_t t : {0, 6, 1, 4, 5, 3}) EXPECT_TRUE(g->accept_token(t));  // <think>x<tool>{"a":1}</tool>\n
+  EXPECT_FALSE(g->active());
+  EXPECT_TRUE(g->accept_token(2));  // </think>
+  EXPECT_FALSE(g->active());
+  EXPECT_TRUE(g->accept_token(1));  // <tool> after the thinking
+  EXPECT_TRUE(g->active());
+  // Without a leading <think> (thinking disabled), triggers count from the start ...
+  auto n = m.make_matcher(spec, err);
+  EXPECT_TRUE(n->accept_token(3));
+  EXPECT_TRUE(n->accept_token(1));
+  EXPECT_TRUE(n->active());
+  // ... unless the template opened the block (deepseek_r1): then only after </think>.
+  spec.think_always = true;
+  auto d = m.make_matcher(spec, err);
+  EXPECT_TRUE(d->accept_token(1));
+  EXPECT_FALSE(d->active());
+  EXPECT_TRUE(d->accept_token(2));
+  EXPECT_TRUE(d->accept_token(1));
+  EXPECT_TRUE(d->active());
 }
 
 // The trie walk must give exactly the tokens whose bytes the grammar accepts from the current state.

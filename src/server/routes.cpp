@@ -320,6 +320,11 @@ std::optional<ApiError> Router::apply_tools(const GenerateRequest& r, const orde
   o.lazy = !forced;
   try {
     params.structured_output = tool_calls_spec(tools, o, *ctx_.tokenizer);
+    if (o.lazy && !config_.reasoning_parser.empty()) {  // no call is triggered inside the thinking
+      params.structured_output->think_open = "<think>";
+      params.structured_output->think_close = "</think>";
+      params.structured_output->think_always = config_.reasoning_parser == "deepseek_r1";
+    }
   } catch (const Error& e) {
     return ApiError::bad_request(fmt::format("tools: {}", e.what()), "tools");
   }

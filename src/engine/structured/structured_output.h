@@ -22,8 +22,9 @@ namespace kvik::structured {
 class GrammarMatcher {
  public:
   GrammarMatcher(std::shared_ptr<GrammarDfa> dfa, std::shared_ptr<const VocabTrie> trie);
+  // Lazy when the spec has triggers (StructuredOutputSpec: triggers, trigger_tokens, think_*).
   GrammarMatcher(std::shared_ptr<GrammarDfa> dfa, std::shared_ptr<const VocabTrie> trie,
-                 std::vector<std::string> triggers, std::vector<std::pair<int32_t, std::string>> trigger_tokens);
+                 const StructuredOutputSpec& spec);
 
   // Tokens allowed next (EOS excluded: allowed exactly when mask->accepting). Throws kvik::Error only for
   // a pathological grammar (too ambiguous or too deeply nested at this point).
@@ -34,7 +35,9 @@ class GrammarMatcher {
   bool active() const { return active_; }  // the grammar holds (always, unless lazy and not triggered yet)
 
  private:
-  bool watch(int32_t id);  // lazy: looks for a trigger in the output; true when the token was taken
+  bool watch(int32_t id);                    // lazy: looks for a trigger in the output; true when the token was taken
+  bool past_thinking();                      // lazy: moves the thinking state on over tail_; true once triggers count
+  bool watch_bytes(std::string_view bytes);  // lazy: the trigger search over the output's next bytes
 
   std::shared_ptr<GrammarDfa> dfa_;
   std::shared_ptr<const VocabTrie> trie_;
@@ -42,8 +45,10 @@ class GrammarMatcher {
   bool active_ = true;
   std::vector<std::string> triggers_;
   std::vector<std::pair<int32_t, std::string>> trigger_tokens_;
-  std::string tail_;                      // lazy: the output's last bytes, enough to hold a trigger split across tokens
-  bool at_start_ = true;                  // lazy: only whitespace so far ("^" triggers)
+  std::string tail_;      // lazy: the output's last bytes, enough to hold a trigger split across tokens
+  bool at_start_ = true;  // lazy: only whitespace so far ("^" triggers)
+  enum class Think { kNone, kStart, kInside } think_ = Think::kNone;  // lazy: a reasoning model's thinking
+  std::string think_open_, think_close_;
   std::shared_ptr<const TokenMask> all_;  // lazy: every token allowed
 };
 

@@ -20,19 +20,25 @@ struct StructuredOutputSpec {
   // bytes) feeds its text to the grammar. Empty both: the grammar holds from the first token.
   std::vector<std::string> triggers;
   std::vector<std::pair<int32_t, std::string>> trigger_tokens;
+  // Lazy and a reasoning model: triggers do not count inside its thinking — an output that opens with
+  // `think_open` (or every output, when `think_always`: the template opened the block) until `think_close`.
+  std::string think_open, think_close;
+  bool think_always = false;
 
-  static StructuredOutputSpec json_object() { return {Kind::kJsonObject, {}, {}, "response_format", {}, {}}; }
+  static StructuredOutputSpec json_object() {
+    return {Kind::kJsonObject, {}, {}, "response_format", {}, {}, {}, {}, false};
+  }
   static StructuredOutputSpec json_schema(std::string schema) {
-    return {Kind::kJsonSchema, std::move(schema), {}, "response_format", {}, {}};
+    return {Kind::kJsonSchema, std::move(schema), {}, "response_format", {}, {}, {}, {}, false};
   }
   static StructuredOutputSpec regex(std::string pattern) {
-    return {Kind::kRegex, std::move(pattern), {}, "guided_regex", {}, {}};
+    return {Kind::kRegex, std::move(pattern), {}, "guided_regex", {}, {}, {}, {}, false};
   }
   static StructuredOutputSpec grammar(std::string gbnf) {
-    return {Kind::kGrammar, std::move(gbnf), {}, "guided_grammar", {}, {}};
+    return {Kind::kGrammar, std::move(gbnf), {}, "guided_grammar", {}, {}, {}, {}, false};
   }
   static StructuredOutputSpec choice(std::vector<std::string> c) {
-    return {Kind::kChoice, {}, std::move(c), "guided_choice", {}, {}};
+    return {Kind::kChoice, {}, std::move(c), "guided_choice", {}, {}, {}, {}, false};
   }
 };
 
