@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "chat/reasoning_parser.h"
 #include "chat/tool_parsers.h"
@@ -172,6 +173,66 @@ TEST(ToolParsers, DetectsTheFormatFromTemplateMarkers) {
   EXPECT_EQ(detect_tool_call_format("{{ messages[0].content }}"), std::nullopt);
   EXPECT_EQ(tool_call_format_from_name("llama3_json"), ToolCallFormat::kLlama3Json);
   EXPECT_EQ(tool_call_format_from_name("pythonic"), std::nullopt);
+}
+
+// Random soups of markup fragments: no parser crashes, any random split streams to the whole result, and an
+// output without calls is its own content, byte for byte (nothing is lost or invented).
+TEST(ToolParsers, RandomMarkupStreamsLikeTheWholeAndLosesNothing) {
+  const std::vector<std::string> pieces = {"<tool_call>",
+                                           "</tool_call>",
+                                           "{",
+                                           "}",
+                                           "\"name\"",
+                                           ": ",
+                                           "\"f\"",
+                                           ", ",
+                                           "\"arguments\"",
+                                           "\"parameters\"",
+                                           "[TOOL_CALLS]",
+                                           "[",
+                                           "]",
+                                           ";",
+                                           " ",
+                                           "\n",
+                                           "<|python_tag|>",
+                                           "\\",
+                                           "\"",
+                                           "x",
+                                           "<think>",
+                                           "</think>",
+                                           "\xc3\xa9",
+                                           "<tool",
+                                           "[TOOL",
+                                           "{}"};
+  std::mt19937 rng(16);
+  for (ToolCallFormat f : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kMistral}) {
+    int with_calls = 0;
+    for (int i = 0; i < 3000; ++i) {
+      std::string text;
+      const int n = 1 + static_cast<int>(rng() % 24);
+      for (int k = 0; k < n; ++k) text += pieces[rng() % pieces.size()];
+      if (i % 3 == 0) {  // a valid call at the end (Llama 3: the start), so calls are found too (unless an unclosed
+        // call before it swallows it)
+        const std::string call = f == ToolCallFormat::kHermes
+                                     ? "<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>"
+                                 : f == ToolCallFormat::kMistral ? "[TOOL_CALLS][{\"name\": \"g\", \"arguments\": {}}]"
+                                                                 : "{\"name\": \"g\", \"parameters\": {}}";
+        text = f == ToolCallFormat::kLlama3Json ? call + text : text + call;
+      }
+      const ParsedToolCalls whole = parse_tool_calls(f, text);
+      with_calls += !whole.calls.empty();
+      if (whole.calls.empty()) EXPECT_EQ(whole.content, text) << tool_call_format_name(f);
+      ToolCallParser p(f);
+      std::vector<std::string_view> parts;
+      for (size_t at = 0; at < text.size();) {
+        const size_t len = std::min(text.size() - at, static_cast<size_t>(1 + rng() % 7));
+        parts.push_back(std::string_view(text).substr(at, len));
+        at += len;
+      }
+      expect_same_calls(collect(p, parts), whole, text);
+    }
+    EXPECT_GT(with_calls, 500) << tool_call_format_name(f);
+  }
 }
 
 void check_reasoning(ReasoningFormat f, const std::string& text, const std::string& reasoning,

@@ -295,3 +295,29 @@ test('qwen3: chat_template_kwargs reach the template (enable_thinking: false add
   const off = await ask({ enable_thinking: false });
   assert.ok(off.usage.prompt_tokens > on.usage.prompt_tokens, `${off.usage.prompt_tokens} vs ${on.usage.prompt_tokens}`);
 });
+
+// Without --enable-auto-tool-choice, "auto" (the default with tools) is a 400 naming the flag, as in vLLM; "required"
+// still works, in hermes syntax for a model whose template shows no call syntax (stories260K has none).
+test('stories260K without --enable-auto-tool-choice: auto is a 400, required still calls', async () => {
+  const srv = await startServer(['--threads', '1']);
+  try {
+    const url = `${srv.url}/v1/chat/completions`;
+    const auto = await post(url, { messages: USER, tools: TOOLS });
+    assert.equal(auto.status, 400, auto.text);
+    assert.equal(auto.body.error.param, 'tool_choice');
+    assert.match(auto.body.error.message, /--enable-auto-tool-choice/);
+    const none = await post(url, { messages: USER, tools: TOOLS, tool_choice: 'none', max_tokens: 4 });
+    assert.equal(none.status, 200, none.text);
+    assert.equal(none.body.choices[0].message.tool_calls, undefined);
+    const client = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: 'x', maxRetries: 0 });
+    for (let seed = 0; seed < 4; seed++) {
+      const r = await client.chat.completions.create({
+        messages: USER, tools: TOOLS, tool_choice: 'required', parallel_tool_calls: false, temperature: 1, seed,
+        max_tokens: 400,
+      });
+      checkCalls(r.choices[0].message, r.choices[0].finish_reason);
+    }
+  } finally {
+    await srv.stop();
+  }
+});
