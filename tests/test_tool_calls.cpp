@@ -89,6 +89,8 @@ TEST(ToolRequests, MalformedDefinitionsAre400NamingTheField) {
   EXPECT_EQ(param_of(chat({{"tools", "get_weather"}})), "tools");
   EXPECT_EQ(param_of(chat({{"tools", kTools}, {"tool_choice", "always"}})), "tool_choice");
   EXPECT_EQ(param_of(chat({{"tools", kTools}, {"tool_choice", {{"type", "function"}}}})), "tool_choice");
+  EXPECT_EQ(param_of(chat({{"tools", kTools}, {"tool_choice", {{"type", 1}, {"function", {{"name", "noop"}}}}}})),
+            "tool_choice");
   EXPECT_EQ(param_of(chat({{"tools", kTools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "x"}}}}}})),
             "tool_choice");
   EXPECT_EQ(param_of(chat({{"tool_choice", "required"}})), "tool_choice");

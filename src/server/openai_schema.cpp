@@ -237,7 +237,7 @@ void parse_tools(const Fields& f, GenerateRequest& r) {
       else
         throw ApiError::bad_request(
             fmt::format("'tool_choice' '{}' is not one of none, auto, required or a function", s), "tool_choice");
-    } else if (tc->is_object() && tc->value("type", "") == "function" && tc->contains("function") &&
+    } else if (tc->is_object() && tc->contains("type") && (*tc)["type"] == "function" && tc->contains("function") &&
                (*tc)["function"].is_object() && (*tc)["function"].contains("name") &&
                (*tc)["function"]["name"].is_string()) {
       r.tool_choice = ToolChoice::kNamed;
