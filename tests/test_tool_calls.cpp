@@ -177,7 +177,7 @@ TEST(ToolChunks, CallsAreAHeaderChunkThenAnArgumentsChunk) {
   d.finish_reason = tool_finish_reason("stop", parser.num_calls());
   EXPECT_EQ(*d.finish_reason, "tool_calls");
   const std::unique_ptr<Tokenizer> tok = test_models::stories_tokenizer("");
-  const std::vector<json> chunks = parsed_chunks_json(m, *tok, d, p, true, 0, false);
+  const std::vector<json> chunks = parsed_chunks_json(m, *tok, d, p, true, false);
   ASSERT_EQ(chunks.size(), 3u);
   EXPECT_EQ(chunks[0]["choices"][0]["delta"]["content"], "Sure.");
   EXPECT_EQ(chunks[0]["choices"][0]["finish_reason"], nullptr);
@@ -191,4 +191,49 @@ TEST(ToolChunks, CallsAreAHeaderChunkThenAnArgumentsChunk) {
   EXPECT_FALSE(args.contains("id"));
   EXPECT_EQ(args["function"]["arguments"], "{\"a\":[1]}");
   EXPECT_EQ(chunks[2]["choices"][0]["finish_reason"], "tool_calls");
+}
+
+// Under the tool grammar the arguments stream: the header chunk as soon as the name is read, then a chunk per
+// piece of the arguments as it is generated, which add up to the whole response's arguments.
+TEST(ToolChunks, GrammarCallsStreamTheirArguments) {
+  ResponseMeta m;
+  m.chat = true;
+  m.output.tools = ToolCallFormat::kHermes;
+  m.output.tool_grammar = true;
+  const std::string text = "<tool_call>\n{\"name\":\"noop\",\"arguments\":{\"a\":[1,2],\"b\":\"x\"}}\n</tool_call>";
+  const std::unique_ptr<Tokenizer> tok = test_models::stories_tokenizer("");
+  ChatOutputParser parser(m.output);
+  std::vector<json> chunks;
+  for (size_t i = 0; i < text.size(); i += 4) {
+    ChoiceDelta d;
+    d.text = text.substr(i, 4);
+    ChatDelta p = parser.push(d.text);
+    if (i + 4 >= text.size()) {
+      ChatDelta end = parser.finish();
+      p.calls.insert(p.calls.end(), end.calls.begin(), end.calls.end());
+      d.finish_reason = tool_finish_reason("stop", parser.num_calls());
+    }
+    for (json& c : parsed_chunks_json(m, *tok, d, p, i == 0, false)) chunks.push_back(std::move(c));
+  }
+  std::string args;
+  int headers = 0, pieces = 0;
+  for (const json& c : chunks) {
+    const json& delta = c["choices"][0]["delta"];
+    EXPECT_FALSE(delta.contains("content") && !delta["content"].get<std::string>().empty()) << c.dump();
+    if (!delta.contains("tool_calls")) continue;
+    const json& t = delta["tool_calls"][0];
+    EXPECT_EQ(t["index"], 0);
+    if (t.contains("id")) {
+      ++headers;
+      EXPECT_EQ(t["function"]["name"], "noop");
+      EXPECT_TRUE(args.empty());
+    } else {
+      ++pieces;
+      args += t["function"]["arguments"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(headers, 1);
+  EXPECT_GT(pieces, 3);
+  EXPECT_EQ(args, "{\"a\":[1,2],\"b\":\"x\"}");
+  EXPECT_EQ(chunks.back()["choices"][0]["finish_reason"], "tool_calls");
 }

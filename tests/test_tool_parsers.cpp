@@ -1,7 +1,9 @@
 // The tool-call and reasoning parsers (chat/tool_parsers, chat/reasoning_parser) on hand-written model outputs:
 // per family one call, several, calls after text, nested/unicode/escaped arguments, truncated and malformed
 // markup (→ content), and every output streamed split at every byte position (two pieces) and byte by byte,
-// which must reassemble to the whole-output result.
+// which must reassemble to the whole-output result. Under the tool grammar, well-formed calls also parse to
+// the same calls, their arguments the model's own text, and byte by byte the arguments arrive in many fragments
+// before the call's markup is complete.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -26,11 +28,18 @@ std::string describe(const ParsedToolCalls& p) {
   return s + "]";
 }
 
-ParsedToolCalls collect(ToolCallParser& p, const std::vector<std::string_view>& pieces) {
+// The pieces streamed through `p`. `args_fragments`: per call, how many pushes gave it arguments text.
+ParsedToolCalls collect(ToolCallParser& p, const std::vector<std::string_view>& pieces,
+                        std::vector<size_t>* args_fragments = nullptr) {
   ParsedToolCalls r;
   auto take = [&](ToolCallDelta d) {
     r.content += d.content;
-    for (ToolCall& c : d.calls) r.calls.push_back(std::move(c));
+    append_fragments(r.calls, d.fragments);
+    if (args_fragments)
+      for (const ToolCallFragment& f : d.fragments) {
+        if (args_fragments->size() <= f.index) args_fragments->resize(f.index + 1);
+        (*args_fragments)[f.index] += !f.arguments.empty();
+      }
   };
   for (std::string_view piece : pieces) take(p.push(piece));
   take(p.finish());
@@ -46,9 +55,10 @@ void expect_same_calls(const ParsedToolCalls& a, const ParsedToolCalls& b, const
   }
 }
 
-// The whole-output parse is `want`, and every streamed split gives the same.
-void check(ToolCallFormat f, const std::string& text, const Expected& want) {
-  const ParsedToolCalls whole = parse_tool_calls(f, text);
+// The whole-output parse is `want`, and every streamed split gives the same. `grammar`: parsed as output of the
+// tool grammar (calls commit at their header and stream their arguments).
+void check(ToolCallFormat f, const std::string& text, const Expected& want, bool grammar = false) {
+  const ParsedToolCalls whole = parse_tool_calls(f, text, grammar);
   EXPECT_EQ(whole.content, want.content) << describe(whole);
   ASSERT_EQ(whole.calls.size(), want.calls.size()) << describe(whole);
   for (size_t i = 0; i < want.calls.size(); ++i) {
@@ -56,16 +66,36 @@ void check(ToolCallFormat f, const std::string& text, const Expected& want) {
     EXPECT_EQ(json::parse(whole.calls[i].arguments), want.calls[i].second);
     EXPECT_FALSE(whole.calls[i].id.empty());
     if (f == ToolCallFormat::kMistral) EXPECT_EQ(whole.calls[i].id.size(), 9u);
+    // Under the grammar the arguments are the model's text as written.
+    if (grammar) EXPECT_NE(text.find(whole.calls[i].arguments), std::string::npos) << whole.calls[i].arguments;
   }
   for (size_t cut = 0; cut <= text.size(); ++cut) {
-    ToolCallParser p(f);
+    ToolCallParser p(f, grammar);
     std::string_view t = text;
     expect_same_calls(collect(p, {t.substr(0, cut), t.substr(cut)}), whole, "split at " + std::to_string(cut));
   }
-  ToolCallParser p(f);
+  ToolCallParser p(f, grammar);
   std::vector<std::string_view> bytes;
   for (size_t i = 0; i < text.size(); ++i) bytes.push_back(std::string_view(text).substr(i, 1));
-  expect_same_calls(collect(p, bytes), whole, "byte by byte");
+  std::vector<size_t> fragments;
+  expect_same_calls(collect(p, bytes, &fragments), whole, "byte by byte");
+  ASSERT_EQ(fragments.size(), whole.calls.size());
+  for (size_t i = 0; i < whole.calls.size(); ++i) {
+    if (!grammar) {
+      EXPECT_EQ(fragments[i], 1u) << "without a grammar a call comes out whole";
+      continue;
+    }
+    // One fragment per byte but inside a UTF-8 character: well before the call's markup is complete.
+    size_t chars = 0;
+    for (unsigned char c : whole.calls[i].arguments) chars += (c & 0xC0) != 0x80;
+    EXPECT_EQ(fragments[i], chars) << whole.calls[i].arguments;
+  }
+}
+
+// Well-formed calls: the same calls with and without the grammar.
+void check_both(ToolCallFormat f, const std::string& text, const Expected& want) {
+  check(f, text, want, false);
+  check(f, text, want, true);
 }
 
 const json kWeather = {{"city", "Paris"}, {"unit", "celsius"}};
@@ -74,23 +104,23 @@ const json kNested = {{"q", {{"a", json::array({1, 2, {{"b", nullptr}}})}}},
                       {"u", "\xc3\xa9t\xc3\xa9 \xe2\x98\x83 \xf0\x9f\x98\x80"}};
 
 TEST(ToolParsers, HermesOneCall) {
-  check(ToolCallFormat::kHermes,
-        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n"
-        "</tool_call>",
-        {"", {{"get_weather", kWeather}}});
+  check_both(ToolCallFormat::kHermes,
+             "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n"
+             "</tool_call>",
+             {"", {{"get_weather", kWeather}}});
 }
 
 TEST(ToolParsers, HermesSeveralCallsAfterText) {
-  check(ToolCallFormat::kHermes,
-        "Let me check both.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n"
-        "{\"name\": \"b\", \"arguments\": {\"x\": 1}}\n</tool_call>\n",
-        {"Let me check both.", {{"a", json::object()}, {"b", {{"x", 1}}}}});
+  check_both(ToolCallFormat::kHermes,
+             "Let me check both.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n"
+             "{\"name\": \"b\", \"arguments\": {\"x\": 1}}\n</tool_call>\n",
+             {"Let me check both.", {{"a", json::object()}, {"b", {{"x", 1}}}}});
 }
 
 TEST(ToolParsers, HermesNestedUnicodeEscapedArguments) {
   const std::string args = kNested.dump();
-  check(ToolCallFormat::kHermes, "<tool_call>{\"name\": \"f\", \"arguments\": " + args + "}</tool_call>",
-        {"", {{"f", kNested}}});
+  check_both(ToolCallFormat::kHermes, "<tool_call>{\"name\": \"f\", \"arguments\": " + args + "}</tool_call>",
+             {"", {{"f", kNested}}});
 }
 
 TEST(ToolParsers, HermesKeepsArgumentKeyOrder) {
@@ -116,19 +146,20 @@ TEST(ToolParsers, HermesTruncatedAndMalformedStayContent) {
 }
 
 TEST(ToolParsers, Llama3OneCallWithAndWithoutPythonTag) {
-  check(ToolCallFormat::kLlama3Json,
-        "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": "
-        "\"celsius\"}}",
-        {"", {{"get_weather", kWeather}}});
-  check(ToolCallFormat::kLlama3Json, "<|python_tag|>{\"name\": \"f\", \"parameters\": " + kNested.dump() + "}",
-        {"", {{"f", kNested}}});
+  check_both(ToolCallFormat::kLlama3Json,
+             "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": "
+             "\"celsius\"}}",
+             {"", {{"get_weather", kWeather}}});
+  check_both(ToolCallFormat::kLlama3Json, "<|python_tag|>{\"name\": \"f\", \"parameters\": " + kNested.dump() + "}",
+             {"", {{"f", kNested}}});
 }
 
 TEST(ToolParsers, Llama3SeveralCallsSeparatedBySemicolons) {
-  check(ToolCallFormat::kLlama3Json,
-        " {\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"x\": \"}\"}};{\"name\": \"c\", "
-        "\"arguments\": {}}\n",
-        {"", {{"a", json::object()}, {"b", {{"x", "}"}}}, {"c", json::object()}}});
+  check_both(
+      ToolCallFormat::kLlama3Json,
+      " {\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"x\": \"}\"}};{\"name\": \"c\", "
+      "\"arguments\": {}}\n",
+      {"", {{"a", json::object()}, {"b", {{"x", "}"}}}, {"c", json::object()}}});
 }
 
 TEST(ToolParsers, Llama3TextAndMalformedStayContent) {
@@ -143,9 +174,9 @@ TEST(ToolParsers, Llama3TextAndMalformedStayContent) {
 }
 
 TEST(ToolParsers, MistralV3AndNemoForms) {
-  check(ToolCallFormat::kMistral,
-        "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}]",
-        {"", {{"get_weather", kWeather}}});
+  check_both(ToolCallFormat::kMistral,
+             "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}]",
+             {"", {{"get_weather", kWeather}}});
   const auto nemo = parse_tool_calls(
       ToolCallFormat::kMistral,
       "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}, \"id\": \"abcDEF123\"}, {\"name\": \"b\", \"arguments\": "
@@ -154,16 +185,56 @@ TEST(ToolParsers, MistralV3AndNemoForms) {
   EXPECT_EQ(nemo.calls[0].id, "abcDEF123");  // the model's own id
   EXPECT_EQ(nemo.calls[1].id.size(), 9u);    // a fresh one for an invalid id
   EXPECT_NE(nemo.calls[1].id, "bad");
-  check(ToolCallFormat::kMistral,
-        "Calling.[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}}, {\"name\": \"f\", \"arguments\": " +
-            kNested.dump() + "}]",
-        {"Calling.", {{"a", json::object()}, {"f", kNested}}});
+  check_both(ToolCallFormat::kMistral,
+             "Calling.[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}}, {\"name\": \"f\", \"arguments\": " +
+                 kNested.dump() + "}]",
+             {"Calling.", {{"a", json::object()}, {"f", kNested}}});
 }
 
 TEST(ToolParsers, MistralMalformedStaysContent) {
   for (const std::string text : {"[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}", "[TOOL_CALLS] hello",
                                  "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": 3}]", "[TOOL_CALLS][]", "[TOOL"})
     check(ToolCallFormat::kMistral, text, {text, {}});
+}
+
+// Under the grammar a call is committed at its header: cut short (max_tokens, a stop string) it stays a call with
+// the arguments written so far, and the rest of its markup is no content; text that never reaches a header is
+// content as without the grammar.
+TEST(ToolParsers, GrammarCallsCommitAtTheirHeader) {
+  const std::string head = "Sure.<tool_call>\n{\"name\": \"f\", \"arguments\": ";
+  for (const std::string& text : {head + "{\"x\": [1, ", head + "{\"x\": \"caf\xc3"}) {
+    const ParsedToolCalls p = parse_tool_calls(ToolCallFormat::kHermes, text, true);
+    EXPECT_EQ(p.content, "Sure.");
+    ASSERT_EQ(p.calls.size(), 1u);
+    EXPECT_EQ(p.calls[0].name, "f");
+    EXPECT_EQ(p.calls[0].arguments, text.substr(head.size()));
+    for (size_t cut = 0; cut <= text.size(); ++cut) {
+      ToolCallParser s(ToolCallFormat::kHermes, true);
+      expect_same_calls(collect(s, {std::string_view(text).substr(0, cut), std::string_view(text).substr(cut)}), p,
+                        "split at " + std::to_string(cut));
+    }
+  }
+  // The closing markup cut short is no content either; after the closing tag text is content again.
+  check(ToolCallFormat::kHermes, "<tool_call>{\"name\": \"f\", \"arguments\": {}}\n</tool",
+        {"", {{"f", json::object()}}}, true);
+  check(ToolCallFormat::kHermes,
+        "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"</tool_call>\"}}</tool_call> ok",
+        {"ok", {{"f", {{"s", "</tool_call>"}}}}}, true);
+  // No header: content, as without the grammar.
+  for (const std::string text : {"<tool_call>{\"name\": 1}</tool_call>", "<tool_call>{\"arguments\": {}}</tool_call>",
+                                 "Sure.<tool_call>\n{\"name\": \"f\", \"argu"})
+    check(ToolCallFormat::kHermes, text, {text, {}}, true);
+  // Llama 3: "parameters"; Mistral: the model's id after the arguments is not used (the header went out first).
+  check(ToolCallFormat::kLlama3Json, "{\"name\": \"a\", \"parameters\": {\"x\": \"}\"}}; oops",
+        {"; oops", {{"a", {{"x", "}"}}}}}, true);
+  const ParsedToolCalls m = parse_tool_calls(ToolCallFormat::kMistral,
+                                             "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}, \"id\": "
+                                             "\"abcDEF123\"}, {\"name\": \"b\", \"arguments\": {}}] x",
+                                             true);
+  EXPECT_EQ(m.content, "x");
+  ASSERT_EQ(m.calls.size(), 2u);
+  EXPECT_EQ(m.calls[0].id.size(), 9u);
+  EXPECT_EQ(m.calls[1].name, "b");
 }
 
 TEST(ToolParsers, DetectsTheFormatFromTemplateMarkers) {
@@ -219,17 +290,19 @@ TEST(ToolParsers, RandomMarkupStreamsLikeTheWholeAndLosesNothing) {
                                                                  : "{\"name\": \"g\", \"parameters\": {}}";
         text = f == ToolCallFormat::kLlama3Json ? call + text : text + call;
       }
-      const ParsedToolCalls whole = parse_tool_calls(f, text);
-      with_calls += !whole.calls.empty();
-      if (whole.calls.empty()) EXPECT_EQ(whole.content, text) << tool_call_format_name(f);
-      ToolCallParser p(f);
       std::vector<std::string_view> parts;
       for (size_t at = 0; at < text.size();) {
         const size_t len = std::min(text.size() - at, static_cast<size_t>(1 + rng() % 7));
         parts.push_back(std::string_view(text).substr(at, len));
         at += len;
       }
-      expect_same_calls(collect(p, parts), whole, text);
+      for (bool grammar : {false, true}) {
+        const ParsedToolCalls whole = parse_tool_calls(f, text, grammar);
+        with_calls += !grammar && !whole.calls.empty();
+        if (whole.calls.empty()) EXPECT_EQ(whole.content, text) << tool_call_format_name(f);
+        ToolCallParser p(f, grammar);
+        expect_same_calls(collect(p, parts), whole, text + (grammar ? " (grammar)" : ""));
+      }
     }
     EXPECT_GT(with_calls, 500) << tool_call_format_name(f);
   }

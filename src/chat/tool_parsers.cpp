@@ -107,6 +107,73 @@ std::optional<std::vector<ToolCall>> calls_from_text(std::string_view text, bool
   return calls;
 }
 
+// The number of bytes at the end of `s` that begin a UTF-8 character without finishing it.
+size_t partial_utf8(std::string_view s) {
+  for (size_t back = 1; back <= std::min<size_t>(3, s.size()); ++back) {
+    const auto c = static_cast<unsigned char>(s[s.size() - back]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    const size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return len > back ? back : 0;
+  }
+  return 0;
+}
+
+// The header of the call object at s[i]: {"name": "NAME", "arguments"|"parameters": { — its name and where the
+// arguments' "{" is. Decided by the text up to that "{" alone, so any split of the output decides the same.
+enum class Header { kYes, kNo, kNeed };
+
+struct HeaderScan {
+  std::string_view s;
+  size_t i;
+  Header lit(std::string_view l) {  // whitespace, then `l`
+    i = skip_ws(s, i);
+    const size_t n = std::min(l.size(), s.size() - i);
+    if (s.substr(i, n) != l.substr(0, n)) return Header::kNo;
+    if (n < l.size()) return Header::kNeed;
+    i += n;
+    return Header::kYes;
+  }
+  Header name(std::string& out) {  // a JSON string, not empty
+    i = skip_ws(s, i);
+    if (i == s.size()) return Header::kNeed;
+    if (s[i] != '"') return Header::kNo;
+    bool escaped = false;
+    for (size_t j = i + 1; j < s.size(); ++j) {
+      if (escaped) {
+        escaped = false;
+      } else if (s[j] == '\\') {
+        escaped = true;
+      } else if (s[j] == '"') {
+        const ojson v = ojson::parse(s.substr(i, j + 1 - i), nullptr, /*allow_exceptions=*/false);
+        if (!v.is_string() || v.get<std::string>().empty()) return Header::kNo;
+        out = v.get<std::string>();
+        i = j + 1;
+        return Header::kYes;
+      }
+    }
+    return Header::kNeed;
+  }
+};
+
+Header call_header(std::string_view s, size_t i, std::string& name, size_t& args) {
+  HeaderScan h{s, i};
+  Header r = Header::kYes;
+  auto ok = [&r](Header x) {
+    r = x;
+    return x == Header::kYes;
+  };
+  if (!(ok(h.lit("{")) && ok(h.lit("\"name\"")) && ok(h.lit(":")) && ok(h.name(name)) && ok(h.lit(",")))) return r;
+  const size_t key = h.i;
+  if (!ok(h.lit("\"arguments\""))) {
+    const Header arguments = r;
+    h.i = key;
+    if (!ok(h.lit("\"parameters\""))) return arguments == Header::kNeed || r == Header::kNeed ? Header::kNeed : r;
+  }
+  if (!(ok(h.lit(":")) && ok(h.lit("{")))) return r;
+  args = h.i - 1;
+  return Header::kYes;
+}
+
 }  // namespace
 
 std::optional<ToolCallFormat> tool_call_format_from_name(std::string_view name) {
@@ -173,11 +240,113 @@ void ToolCallParser::emit_content(std::string_view s, ToolCallDelta& out) {
 }
 
 void ToolCallParser::emit_call(ToolCall call, ToolCallDelta& out) {
-  if (call.id.empty()) call.id = new_id();
   held_ws_.clear();  // nor is whitespace right before one
   after_call_ = true;
-  out.calls.push_back(std::move(call));
-  ++num_calls_;
+  ToolCallFragment f;
+  f.index = num_calls_++;
+  f.id = call.id.empty() ? new_id() : std::move(call.id);
+  f.name = std::move(call.name);
+  f.arguments = std::move(call.arguments);
+  out.fragments.push_back(std::move(f));
+}
+
+void ToolCallParser::emit_args(std::string_view s, ToolCallDelta& out) {
+  if (s.empty()) return;
+  if (out.fragments.empty() || out.fragments.back().index + 1 != num_calls_) {
+    out.fragments.emplace_back();
+    out.fragments.back().index = num_calls_ - 1;
+  }
+  out.fragments.back().arguments += s;
+}
+
+int ToolCallParser::try_commit(size_t i, bool final, ToolCallDelta& out) {
+  std::string name;
+  size_t args = 0;
+  const Header h = call_header(buf_, i, name, args);
+  if (h == Header::kNeed) return final ? 0 : -1;
+  if (h == Header::kNo) return 0;
+  emit_call({"", std::move(name), ""}, out);
+  buf_.erase(0, args);  // the markup before the arguments' "{" (buf_ holds no content before the call)
+  stream_ = Stream::kArgs;
+  depth_ = 0;
+  in_string_ = escaped_ = false;
+  return 1;
+}
+
+// A committed call: its arguments up to their closing brace (passed on as they come), then the rest of the call
+// object, then what follows it in the format's syntax. Returns true when it should run again.
+bool ToolCallParser::step_committed(bool final, ToolCallDelta& out) {
+  if (stream_ == Stream::kMistralNext) return step_mistral_next(final, out);
+  if (stream_ == Stream::kAfter) return step_after(final);
+  const bool args = stream_ == Stream::kArgs;
+  const size_t n = buf_.size() - (args && !final ? partial_utf8(buf_) : 0);
+  size_t end = kNpos;
+  for (size_t j = 0; j < n && end == kNpos; ++j) {
+    const char c = buf_[j];
+    if (in_string_) {
+      if (escaped_)
+        escaped_ = false;
+      else if (c == '\\')
+        escaped_ = true;
+      else if (c == '"')
+        in_string_ = false;
+    } else if (c == '"') {
+      in_string_ = true;
+    } else if (c == '{' || c == '[') {
+      ++depth_;
+    } else if ((c == '}' || c == ']') && --depth_ == 0) {
+      end = j + 1;
+    }
+  }
+  const size_t upto = end == kNpos ? n : end;
+  if (args) emit_args(std::string_view(buf_).substr(0, upto), out);
+  buf_.erase(0, upto);
+  if (end == kNpos) {
+    if (final) buf_.clear(), stream_ = Stream::kNone;  // cut short: the call ends with the output
+    return false;
+  }
+  if (args) {
+    stream_ = Stream::kTail;  // the rest of the call object, inside its braces
+    depth_ = 1;
+  } else {
+    stream_ = Stream::kAfter;
+  }
+  return true;
+}
+
+// After a committed call's object: hermes its "</tool_call>", mistral ", {call}" or "]"; Llama 3's ";" is
+// step_llama3's. Text that is not the syntax's is content again.
+bool ToolCallParser::step_after(bool final) {
+  if (format_ != ToolCallFormat::kHermes) {
+    stream_ = format_ == ToolCallFormat::kMistral ? Stream::kMistralNext : Stream::kNone;
+    return true;
+  }
+  const size_t i = skip_ws(buf_, 0);
+  const std::string_view rest = std::string_view(buf_).substr(i);
+  if (rest.size() < kHermesClose.size() && kHermesClose.substr(0, rest.size()) == rest) {
+    if (!final) return false;
+    buf_.clear();  // the output ends in the closing tag
+  } else if (rest.substr(0, kHermesClose.size()) == kHermesClose) {
+    buf_.erase(0, i + kHermesClose.size());
+  }
+  stream_ = Stream::kNone;
+  return true;
+}
+
+bool ToolCallParser::step_mistral_next(bool final, ToolCallDelta& out) {
+  size_t i = skip_ws(buf_, 0);
+  if (i < buf_.size() && buf_[i] == ',') i = skip_ws(buf_, i + 1);
+  if (i == buf_.size()) {
+    if (!final) return false;
+    buf_.clear();
+  } else if (buf_[i] == ']') {
+    buf_.erase(0, i + 1);
+  } else if (buf_[i] == '{' && buf_.find(',') < i) {
+    const int r = try_commit(i, final, out);
+    if (r != 0) return r > 0;
+  }
+  stream_ = Stream::kNone;  // the array ends, or what follows is content
+  return true;
 }
 
 // <tool_call>…</tool_call> or [TOOL_CALLS][…]: content up to the tag, then the call region once it is whole.
@@ -194,6 +363,15 @@ bool ToolCallParser::step_tagged(bool final, ToolCallDelta& out) {
   }
   emit_content(std::string_view(buf_).substr(0, t), out);
   buf_.erase(0, t);
+  if (grammar_) {  // the call object's header commits the call
+    size_t i = skip_ws(buf_, open.size());
+    if (!hermes && i < buf_.size() && buf_[i] == '[') i = skip_ws(buf_, i + 1);
+    if (i == buf_.size() && !final) return false;
+    if (i < buf_.size() && buf_[i] == '{') {
+      const int r = try_commit(i, final, out);
+      if (r != 0) return r > 0;
+    }
+  }
   // The region: hermes up to the closing tag; mistral the JSON value after the tag.
   size_t end = kNpos, body = open.size(), body_end = kNpos;
   if (hermes) {
@@ -254,6 +432,13 @@ bool ToolCallParser::step_llama3(bool final, ToolCallDelta& out) {
     llama3_content_ = true;
     return true;
   }
+  if (grammar_) {
+    const int r = try_commit(i, final, out);
+    if (r != 0) {
+      llama3_started_ = llama3_started_ || r > 0;
+      return r > 0;
+    }
+  }
   const size_t end = json_value_end(buf_, i);
   if (end == kNpos && !final) return false;
   std::optional<std::vector<ToolCall>> calls;
@@ -269,12 +454,20 @@ bool ToolCallParser::step_llama3(bool final, ToolCallDelta& out) {
 }
 
 void ToolCallParser::step(bool final, ToolCallDelta& out) {
-  if (format_ == ToolCallFormat::kLlama3Json) {
-    while (step_llama3(final, out)) {
-    }
-  } else {
-    while (step_tagged(final, out)) {
-    }
+  for (bool more = true; more;) {
+    if (stream_ != Stream::kNone)
+      more = step_committed(final, out) || (final && stream_ == Stream::kNone && !buf_.empty());
+    else if (format_ == ToolCallFormat::kLlama3Json)
+      more = step_llama3(final, out);
+    else
+      more = step_tagged(final, out);
+  }
+}
+
+void append_fragments(std::vector<ToolCall>& calls, const std::vector<ToolCallFragment>& fragments) {
+  for (const ToolCallFragment& f : fragments) {
+    if (!f.id.empty()) calls.push_back({f.id, f.name, ""});
+    if (f.index < calls.size()) calls[f.index].arguments += f.arguments;
   }
 }
 
@@ -296,14 +489,14 @@ ToolCallDelta ToolCallParser::finish() {
   return out;
 }
 
-ParsedToolCalls parse_tool_calls(ToolCallFormat format, std::string_view text) {
-  ToolCallParser p(format);
+ParsedToolCalls parse_tool_calls(ToolCallFormat format, std::string_view text, bool grammar) {
+  ToolCallParser p(format, grammar);
   ToolCallDelta a = p.push(text);
   ToolCallDelta b = p.finish();
   ParsedToolCalls r;
   r.content = a.content + b.content;
-  r.calls = std::move(a.calls);
-  for (ToolCall& c : b.calls) r.calls.push_back(std::move(c));
+  append_fragments(r.calls, a.fragments);
+  append_fragments(r.calls, b.fragments);
   return r;
 }
 

@@ -4,7 +4,7 @@ namespace kvik::server {
 
 ChatOutputParser::ChatOutputParser(const ChatOutputOptions& o) {
   if (o.reasoning) reasoning_.emplace(*o.reasoning);
-  if (o.tools) tools_.emplace(*o.tools);
+  if (o.tools) tools_.emplace(*o.tools, o.tool_grammar);
 }
 
 void ChatOutputParser::take_content(std::string_view text, bool final, ChatDelta& out) {
@@ -14,7 +14,7 @@ void ChatOutputParser::take_content(std::string_view text, bool final, ChatDelta
   }
   for (ToolCallDelta d : {tools_->push(text), final ? tools_->finish() : ToolCallDelta{}}) {
     out.content += d.content;
-    for (ToolCall& c : d.calls) out.calls.push_back(std::move(c));
+    for (ToolCallFragment& f : d.fragments) out.calls.push_back(std::move(f));
   }
 }
 

@@ -16,13 +16,14 @@ namespace kvik::server {
 struct ChatOutputOptions {
   std::optional<ReasoningFormat> reasoning;
   std::optional<ToolCallFormat> tools;
+  bool tool_grammar = false;  // calls are decoded under the tool grammar: their arguments stream in fragments
   bool any() const { return reasoning || tools; }
 };
 
 struct ChatDelta {
   std::string reasoning;
   std::string content;
-  std::vector<ToolCall> calls;
+  std::vector<ToolCallFragment> calls;
 };
 
 class ChatOutputParser {

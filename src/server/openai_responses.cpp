@@ -78,7 +78,7 @@ std::string tool_finish_reason(const std::string& reason, size_t num_calls) {
 }
 
 std::vector<json> parsed_chunks_json(const ResponseMeta& m, const Tokenizer& tok, const ChoiceDelta& d,
-                                     const ChatDelta& p, bool first, size_t first_call, bool include_usage_field) {
+                                     const ChatDelta& p, bool first, bool include_usage_field) {
   ChoiceDelta text = d;
   text.text = p.content;
   if (!p.calls.empty()) text.finish_reason.reset();
@@ -87,26 +87,24 @@ std::vector<json> parsed_chunks_json(const ResponseMeta& m, const Tokenizer& tok
   json& delta = chunks.back()["choices"][0]["delta"];
   if (!p.reasoning.empty()) delta["reasoning_content"] = p.reasoning;
   if (!first && p.content.empty()) delta.erase("content");
+  // An empty delta before call fragments is left out (unless it carries the tokens' logprobs).
+  if (delta.empty() && !p.calls.empty() && !m.logprobs) chunks.pop_back();
   ChoiceDelta bare;
   bare.index = d.index;
-  for (size_t i = 0; i < p.calls.size(); ++i) {
-    const ToolCall& c = p.calls[i];
-    const int64_t index = static_cast<int64_t>(first_call + i);
-    json header = chunk_json(m, tok, bare, false, 0, include_usage_field);
-    header["choices"][0]["logprobs"] = nullptr;
-    header["choices"][0]["delta"] = {
-        {"tool_calls", json::array({{{"index", index},
-                                     {"id", c.id},
-                                     {"type", "function"},
-                                     {"function", {{"name", c.name}, {"arguments", ""}}}}})}};
-    chunks.push_back(std::move(header));
-    json args = chunk_json(m, tok, bare, false, 0, include_usage_field);
-    args["choices"][0]["logprobs"] = nullptr;
-    args["choices"][0]["delta"] = {
-        {"tool_calls", json::array({{{"index", index}, {"function", {{"arguments", c.arguments}}}}})}};
-    if (i + 1 == p.calls.size() && d.finish_reason) args["choices"][0]["finish_reason"] = *d.finish_reason;
-    chunks.push_back(std::move(args));
+  auto call_chunk = [&](json call) {
+    json c = chunk_json(m, tok, bare, false, 0, include_usage_field);
+    c["choices"][0]["logprobs"] = nullptr;
+    c["choices"][0]["delta"] = {{"tool_calls", json::array({std::move(call)})}};
+    chunks.push_back(std::move(c));
+  };
+  for (const ToolCallFragment& f : p.calls) {
+    const int64_t index = static_cast<int64_t>(f.index);
+    if (!f.id.empty())
+      call_chunk(
+          {{"index", index}, {"id", f.id}, {"type", "function"}, {"function", {{"name", f.name}, {"arguments", ""}}}});
+    if (!f.arguments.empty()) call_chunk({{"index", index}, {"function", {{"arguments", f.arguments}}}});
   }
+  if (!p.calls.empty() && d.finish_reason) chunks.back()["choices"][0]["finish_reason"] = *d.finish_reason;
   return chunks;
 }
 

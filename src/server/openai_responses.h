@@ -37,12 +37,11 @@ nlohmann::json logprobs_json(const ResponseMeta& m, const Tokenizer& tok, const 
 // One SSE chunk (without "data: "). `first` adds the chat delta's role.
 nlohmann::json chunk_json(const ResponseMeta& m, const Tokenizer& tok, const ChoiceDelta& d, bool first,
                           size_t text_offset, bool include_usage_field);
-// The chunks of one chat choice's parsed delta (ResponseMeta::output set): the content/reasoning chunk, then for
-// each new call a chunk with its index, id, type and name and one with its arguments. `first_call` is the index
-// of the first new call in the choice; finish_reason goes on the last chunk.
+// The chunks of one chat choice's parsed delta (ResponseMeta::output set): the content/reasoning chunk, then per
+// call fragment a chunk with the call's index, id, type and name when the call starts there and one with the
+// fragment of its arguments when there is one. finish_reason goes on the last chunk.
 std::vector<nlohmann::json> parsed_chunks_json(const ResponseMeta& m, const Tokenizer& tok, const ChoiceDelta& d,
-                                               const ChatDelta& p, bool first, size_t first_call,
-                                               bool include_usage_field);
+                                               const ChatDelta& p, bool first, bool include_usage_field);
 // finish_reason "tool_calls" when calls were made and the model stopped by itself.
 std::string tool_finish_reason(const std::string& reason, size_t num_calls);
 nlohmann::json usage_chunk_json(const ResponseMeta& m, const Usage& u);

@@ -13,7 +13,6 @@ ResponseStream::ResponseStream(std::shared_ptr<GenerationJob> job, ResponseMeta 
   results_.resize(stream_ ? 0 : n);
   sent_first_.assign(n, false);
   text_offset_.assign(n, 0);
-  num_calls_.assign(n, 0);
   if (meta_.chat && meta_.output.any())
     for (size_t i = 0; i < n; ++i) parsers_.push_back(std::make_unique<ChatOutputParser>(meta_.output));
 }
@@ -25,7 +24,7 @@ ChatDelta ResponseStream::parse(ChoiceDelta& d) {
     ChatDelta end = p.finish();
     out.reasoning += end.reasoning;
     out.content += end.content;
-    for (ToolCall& c : end.calls) out.calls.push_back(std::move(c));
+    for (ToolCallFragment& f : end.calls) out.calls.push_back(std::move(f));
     d.finish_reason = tool_finish_reason(*d.finish_reason, p.num_calls());
   }
   return out;
@@ -37,9 +36,7 @@ void ResponseStream::take_streamed(std::vector<ChoiceDelta>& deltas, std::string
     sent_first_[d.index] = true;
     if (!parsers_.empty()) {
       const ChatDelta p = parse(d);
-      for (const nlohmann::json& c : parsed_chunks_json(meta_, tok_, d, p, first, num_calls_[d.index], include_usage_))
-        out += sse(c);
-      num_calls_[d.index] += p.calls.size();
+      for (const nlohmann::json& c : parsed_chunks_json(meta_, tok_, d, p, first, include_usage_)) out += sse(c);
       continue;
     }
     out += sse(chunk_json(meta_, tok_, d, first, text_offset_[d.index], include_usage_));
@@ -61,7 +58,7 @@ bool ResponseStream::drain(std::string& out) {
         ChatDelta p = parse(d);
         c.text += p.content;
         c.reasoning += p.reasoning;
-        for (ToolCall& t : p.calls) c.tool_calls.push_back(std::move(t));
+        append_fragments(c.tool_calls, p.calls);
       } else {
         c.text += d.text;
       }

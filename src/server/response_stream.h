@@ -46,7 +46,6 @@ class ResponseStream {
   std::vector<bool> sent_first_;                            // streaming: the chat role goes on a choice's first chunk
   std::vector<size_t> text_offset_;                         // streaming: completions logprobs' text_offset
   std::vector<std::unique_ptr<ChatOutputParser>> parsers_;  // per choice, when meta_.output asks for parsing
-  std::vector<size_t> num_calls_;                           // per choice: tool calls sent so far
 };
 
 }  // namespace kvik::server

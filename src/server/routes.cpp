@@ -369,6 +369,10 @@ HttpReply Router::generate(const HttpRequest& req, bool chat, std::function<void
   if (chat && !config_.reasoning_parser.empty())
     output.reasoning = reasoning_format_from_name(config_.reasoning_parser);
   if (tools) output.tools = tool_format_;
+  // Calls made under the tool grammar (not beside a response_format's) stream their arguments in fragments.
+  output.tool_grammar =
+      tools && r.params.structured_output &&
+      (r.params.structured_output->source == "tools" || r.params.structured_output->source == "tool_choice");
   auto job = std::make_shared<GenerationJob>(*ctx_.engine, tok, std::move(ids), r.params, r.n, r.stop,
                                              /*skip_special_tokens=*/output.tools != ToolCallFormat::kMistral);
   job->set_on_output(std::move(on_engine_output));

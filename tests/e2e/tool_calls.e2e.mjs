@@ -141,9 +141,10 @@ async function streamed(client, params) {
         if (t.id) {
           assert.equal(calls.length, t.index, 'the first chunk of each call carries the next index');
           assert.equal(t.type, 'function');
-          calls.push({ id: t.id, type: t.type, function: { name: t.function.name, arguments: '' } });
+          calls.push({ id: t.id, type: t.type, function: { name: t.function.name, arguments: '' }, fragments: 0 });
         }
         calls[t.index].function.arguments += t.function.arguments ?? '';
+        if (t.function.arguments) calls[t.index].fragments++;
       }
       if (c.finish_reason) finish = c.finish_reason;
     }
@@ -198,6 +199,8 @@ for (const family of Object.keys(FAMILIES)) {
       assert.deepEqual(s.calls.map((c) => [c.function.name, c.function.arguments]),
         (whole.message.tool_calls ?? []).map((c) => [c.function.name, c.function.arguments]));
       assert.ok(s.calls.length >= 1);
+      // The arguments arrive in pieces as they are generated (grammar-constrained calls stream), not in one.
+      assert.ok(s.calls.every((c) => c.fragments > 1), JSON.stringify(s.calls));
     }
   });
 
