@@ -224,6 +224,18 @@ TEST(ToolParsers, GrammarCallsCommitAtTheirHeader) {
   for (const std::string text : {"<tool_call>{\"name\": 1}</tool_call>", "<tool_call>{\"arguments\": {}}</tool_call>",
                                  "Sure.<tool_call>\n{\"name\": \"f\", \"argu"})
     check(ToolCallFormat::kHermes, text, {text, {}}, true);
+  // A header not in the grammar's shape was not generated under it: the call is parsed whole (and a broken one
+  // is content).
+  const std::string loose = "<tool_call>{\n  \"name\": \"f\",\n  \"arguments\": {\"x\": 1}}</tool_call>";
+  check(ToolCallFormat::kHermes, loose, {"", {{"f", {{"x", 1}}}}});
+  ToolCallParser whole(ToolCallFormat::kHermes, true);
+  std::vector<std::string_view> bytes;
+  for (size_t i = 0; i < loose.size(); ++i) bytes.push_back(std::string_view(loose).substr(i, 1));
+  std::vector<size_t> fragments;
+  expect_same_calls(collect(whole, bytes, &fragments), parse_tool_calls(ToolCallFormat::kHermes, loose), loose);
+  EXPECT_EQ(fragments, std::vector<size_t>{1});
+  const std::string broken = "<tool_call>{\"name\":  \"f\", \"arguments\": {\"x\": }}</tool_call>";
+  check(ToolCallFormat::kHermes, broken, {broken, {}}, true);
   // Llama 3: "parameters"; Mistral: the model's id after the arguments is not used (the header went out first).
   check(ToolCallFormat::kLlama3Json, "{\"name\": \"a\", \"parameters\": {\"x\": \"}\"}}; oops",
         {"; oops", {{"a", {{"x", "}"}}}}}, true);

@@ -119,14 +119,19 @@ size_t partial_utf8(std::string_view s) {
 }
 
 // The header of the call object at s[i]: {"name": "NAME", "arguments"|"parameters": { — its name and where the
-// arguments' "{" is. Decided by the text up to that "{" alone, so any split of the output decides the same.
+// arguments' "{" is. Decided by the text up to that "{" alone, so any split of the output decides the same. Only
+// the call grammar's own shape counts (at most one space between tokens): a header written otherwise was not
+// generated under the grammar (a lazy trigger the grammar did not take), so its call is parsed whole.
 enum class Header { kYes, kNo, kNeed };
 
 struct HeaderScan {
   std::string_view s;
   size_t i;
-  Header lit(std::string_view l) {  // whitespace, then `l`
-    i = skip_ws(s, i);
+  void space() {
+    if (i < s.size() && s[i] == ' ') ++i;
+  }
+  Header lit(std::string_view l) {  // a space, then `l`
+    space();
     const size_t n = std::min(l.size(), s.size() - i);
     if (s.substr(i, n) != l.substr(0, n)) return Header::kNo;
     if (n < l.size()) return Header::kNeed;
@@ -134,7 +139,7 @@ struct HeaderScan {
     return Header::kYes;
   }
   Header name(std::string& out) {  // a JSON string, not empty
-    i = skip_ws(s, i);
+    space();
     if (i == s.size()) return Header::kNeed;
     if (s[i] != '"') return Header::kNo;
     bool escaped = false;
