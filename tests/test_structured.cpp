@@ -311,6 +311,32 @@ TEST(StructuredOutputManager, LazyMatcherSwitchesOnAtTheTrigger) {
   EXPECT_FALSE(b->active());
 }
 
+// A "^" trigger split across tokens still counts at the output's start (Llama 3's {"name"); a start that
+// leaves it ({"age"), or text before it, does not.
+TEST(StructuredOutputManager, AnchoredTriggerSplitAcrossTokens) {
+  std::vector<std::string> vocab = {"{", "\"name\"", ":1}", " ", "\"age\"", "x"};
+  StructuredOutputManager m(std::make_shared<VocabTrie>(vocab));
+  StructuredOutputSpec spec = StructuredOutputSpec::grammar(R"(root ::= "{\"name\":1}")");
+  spec.triggers = {"^{\"name\""};
+  std::string err;
+  auto g = m.make_matcher(spec, err);
+  for (int32_t t : {3, 0}) {
+    EXPECT_TRUE(g->accept_token(t));
+    EXPECT_FALSE(g->active());
+  }
+  EXPECT_TRUE(g->accept_token(1));
+  EXPECT_TRUE(g->active());
+  EXPECT_FALSE(g->mask()->allowed(5));
+  EXPECT_TRUE(g->accept_token(2));
+  EXPECT_TRUE(g->accepting());
+  auto h = m.make_matcher(spec, err);
+  for (int32_t t : {0, 4, 2}) EXPECT_TRUE(h->accept_token(t));
+  EXPECT_FALSE(h->active());  // {"age" is a JSON answer, not a call
+  auto k = m.make_matcher(spec, err);
+  for (int32_t t : {5, 0, 1}) EXPECT_TRUE(k->accept_token(t));
+  EXPECT_FALSE(k->active());  // not at the start
+}
+
 // With a reasoning model's think block, triggers inside the thinking do not count; after </think> they do.
 TEST(StructuredOutputManager, LazyMatcherIgnoresTriggersWhileThinking) {
   std::vector<std::string> vocab = {"<think>", "<tool>", "</think>", "\n", "{\"a\":1}", "</tool>", "x"};

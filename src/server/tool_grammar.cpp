@@ -65,7 +65,8 @@ StructuredOutputSpec tool_calls_spec(const ojson& tools, const ToolGrammarOption
   if (!o.lazy) return spec;
   const std::string trigger = tool_call_trigger(o.format);
   spec.triggers.push_back(trigger);
-  if (o.format == ToolCallFormat::kLlama3Json) spec.triggers.push_back("^{");
+  if (o.format == ToolCallFormat::kLlama3Json)  // a bare call opens the output: {"name" as the grammar writes it
+    for (const char* t : {"^{\"name\"", "^{ \"name\""}) spec.triggers.push_back(t);
   const int32_t id = tok.vocab().find(trigger);
   if (id >= 0 && tok.is_special(id)) spec.trigger_tokens.emplace_back(id, trigger);
   return spec;

@@ -2,8 +2,9 @@
 // tool's arguments constrained by its `parameters` schema, as a structured-output spec for the engine.
 //   tool_choice "required" / named: the grammar holds from the first token (calls only, then EOS).
 //   tool_choice "auto": the same grammar, lazy — it switches on when the output shows the family's trigger
-//   (<tool_call>, [TOOL_CALLS], <|python_tag|> or a "{" opening a Llama 3 output), so a model that decides to
-//   call a tool writes a well-formed call, and text without calls is left alone.
+//   (<tool_call>, [TOOL_CALLS], <|python_tag|> or {"name" opening a Llama 3 output — not any "{", so a JSON
+//   answer is left alone), so a model that decides to call a tool writes a well-formed call, and text without
+//   calls is left alone.
 #pragma once
 
 #include <nlohmann/json.hpp>

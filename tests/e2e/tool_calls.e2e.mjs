@@ -7,7 +7,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
@@ -73,8 +73,8 @@ const TOOLS = [weather, plot];
 const ajv = new Ajv({ allErrors: true, strict: false });
 const validators = Object.fromEntries(TOOLS.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
 
-function tokenId(pkg, text) {
-  const t = JSON.parse(readFileSync(path.join(TOKENIZERS, `tokenizer-${pkg}/models/tokenizer.json`), 'utf8'));
+function tokenId(family, text) {
+  const t = JSON.parse(readFileSync(path.join(tokenizerDirs[family], 'tokenizer.json'), 'utf8'));
   const added = t.added_tokens.find((a) => a.content === text);
   if (added) return added.id;
   return t.model.vocab[text];
@@ -83,20 +83,34 @@ function tokenId(pkg, text) {
 // family → { pkg, arch, args, trigger (the token logit_bias pushes to make "auto" call) }
 const FAMILIES = {
   qwen3: { pkg: 'qwen3', arch: 'qwen3', args: ['--reasoning-parser', 'qwen3'], trigger: '<tool_call>' },
-  llama31: { pkg: 'llama3_1', arch: 'llama', args: ['--chat-template', LLAMA31_TEMPLATE], trigger: '{' },
+  llama31: { pkg: 'llama3_1', arch: 'llama', args: ['--chat-template', LLAMA31_TEMPLATE], trigger: '<|python_tag|>' },
   nemo: { pkg: 'mistral_nemo', arch: 'llama', args: [], trigger: '[TOOL_CALLS]' },
 };
 
 let dir;
 const servers = {};
 const clients = {};
+const tokenizerDirs = {};
+
+// The npm Llama 3.1 tokenizer is Llama 3's: id 128010 is <|reserved_special_token_5|> where Meta's 3.1 tokenizer
+// has <|python_tag|>. The model gets a copy with 3.1's token, so "auto" can be pushed into a call by the trigger
+// token (Llama 3's other trigger, {"name" opening the output, spans several tokens).
+function llama31Tokenizer(src) {
+  const dst = path.join(dir, 'llama31-tokenizer');
+  mkdirSync(dst);
+  for (const f of readdirSync(src))
+    writeFileSync(path.join(dst, f),
+      readFileSync(path.join(src, f), 'utf8').replaceAll('<|reserved_special_token_5|>', '<|python_tag|>'));
+  return dst;
+}
 
 before(async () => {
   dir = mkdtempSync(path.join(os.tmpdir(), 'kvik-tools-'));
   for (const [name, f] of Object.entries(FAMILIES)) {
     const model = path.join(dir, name);
-    execFileSync(BINARY, ['synth', '--hf', model, '--arch', f.arch, '--tokenizer-dir', path.join(TOKENIZERS,
-      `tokenizer-${f.pkg}/models`), '--dim', '64', '--layers', '2', '--heads', '4', '--kv-heads', '2', '--ff', '128',
+    const tokenizer = path.join(TOKENIZERS, `tokenizer-${f.pkg}/models`);
+    tokenizerDirs[name] = name === 'llama31' ? llama31Tokenizer(tokenizer) : tokenizer;
+    execFileSync(BINARY, ['synth', '--hf', model, '--arch', f.arch, '--tokenizer-dir', tokenizerDirs[name], '--dim', '64', '--layers', '2', '--heads', '4', '--kv-heads', '2', '--ff', '128',
       '--tied', '--context', '4096', '--seed', '7'], { stdio: 'ignore' });
     servers[name] = await startServer(['--threads', '1', '--enable-auto-tool-choice', ...f.args], {}, model);
     clients[name] = new OpenAI({ baseURL: `${servers[name].url}/v1`, apiKey: 'x', maxRetries: 0, timeout: 120000 });
@@ -178,7 +192,7 @@ for (const family of Object.keys(FAMILIES)) {
   });
 
   test(`${family}: "auto" with the call trigger pushed gives a valid call (lazy grammar)`, async () => {
-    const id = tokenId(FAMILIES[family].pkg, FAMILIES[family].trigger);
+    const id = tokenId(family, FAMILIES[family].trigger);
     assert.ok(Number.isInteger(id));
     for (let seed = 0; seed < 4; seed++) {
       const r = await clients[family].chat.completions.create({
@@ -248,6 +262,21 @@ for (const family of Object.keys(FAMILIES)) {
     await bad({ chat_template_kwargs: 3 }, 'chat_template_kwargs');
   });
 }
+
+// Llama 3's bare-call trigger is {"name" at the output's start, not any "{": an answer that opens with other JSON
+// (here "{" pushed by logit_bias, so "{{{…") stays content under "auto".
+test('llama31: "auto" leaves an answer opening with "{" but no call alone', async () => {
+  const id = tokenId('llama31', '{');
+  for (let seed = 0; seed < 2; seed++) {
+    const r = await clients.llama31.chat.completions.create({
+      messages: USER, tools: TOOLS, temperature: 1, seed, max_tokens: 16, logit_bias: { [id]: 100 },
+    });
+    const c = r.choices[0];
+    assert.equal((c.message.tool_calls ?? []).length, 0, JSON.stringify(c.message));
+    assert.ok(c.message.content.startsWith('{'), JSON.stringify(c.message));
+    assert.equal(c.finish_reason, 'length');
+  }
+});
 
 // Qwen3 with --reasoning-parser qwen3: the text before </think> is reasoning_content. guided_grammar makes the
 // random model write a think block (or none) around random letters; logprobs show the raw tokens, from which the

@@ -103,7 +103,15 @@ bool GrammarMatcher::watch_bytes(std::string_view bytes) {
     tail_.clear();
     return true;
   }
-  if (tail_.find_first_not_of(" \t\r\n") != std::string::npos) at_start_ = false;
+  if (at_start_) {  // the start holds while the text past leading whitespace may still become a "^" trigger
+    const size_t first = tail_.find_first_not_of(" \t\r\n");
+    const std::string_view rest = first == std::string::npos ? "" : std::string_view(tail_).substr(first);
+    bool prefix = rest.empty();
+    for (const std::string& t : triggers_)
+      prefix =
+          prefix || (!t.empty() && t[0] == '^' && rest.size() < t.size() - 1 && t.compare(1, rest.size(), rest) == 0);
+    at_start_ = prefix;
+  }
   size_t keep = 0;
   for (const std::string& t : triggers_) keep = std::max(keep, t.size());
   if (tail_.size() > keep) tail_.erase(0, tail_.size() - keep);
