@@ -46,7 +46,7 @@ class GrammarMatcher {
   std::vector<std::string> triggers_;
   std::vector<std::pair<int32_t, std::string>> trigger_tokens_;
   std::string tail_;      // lazy: the output's last bytes, enough to hold a trigger split across tokens
-  bool at_start_ = true;  // lazy: only whitespace so far ("^" triggers)
+  bool at_start_ = true;  // lazy: only whitespace so far, or the start of a "^" trigger
   enum class Think { kNone, kStart, kInside } think_ = Think::kNone;  // lazy: a reasoning model's thinking
   std::string think_open_, think_close_;
   std::shared_ptr<const TokenMask> all_;  // lazy: every token allowed

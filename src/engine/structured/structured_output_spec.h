@@ -16,8 +16,8 @@ struct StructuredOutputSpec {
   std::string source = "response_format";  // the request field that asked for it (named in errors)
   // Lazy (tool_choice "auto", the idea of llama.cpp's grammar triggers): no constraint until the output shows a
   // trigger, then the grammar from the trigger on. A text trigger may end inside a token; one that starts with
-  // "^" counts only at the output's start (after whitespace). A trigger token (a control token, which has no
-  // bytes) feeds its text to the grammar. Empty both: the grammar holds from the first token.
+  // "^" counts only at the output's start (after whitespace; it may span tokens). A trigger token (a control token,
+  // which has no bytes) feeds its text to the grammar. Empty both: the grammar holds from the first token.
   std::vector<std::string> triggers;
   std::vector<std::pair<int32_t, std::string>> trigger_tokens;
   // Lazy and a reasoning model: triggers do not count inside its thinking — an output that opens with
