@@ -204,8 +204,10 @@ for (const family of Object.keys(FAMILIES)) {
   });
 
   test(`${family}: streamed tool calls equal the non-streamed response`, async () => {
-    for (const tool_choice of ['required', { type: 'function', function: { name: 'plot_points' } }]) {
+    const trigger = { [tokenId(family, FAMILIES[family].trigger)]: 100 };
+    for (const tool_choice of ['required', { type: 'function', function: { name: 'plot_points' } }, 'auto']) {
       const params = { messages: USER, tools: TOOLS, tool_choice, temperature: 1, seed: 11, max_tokens: 400 };
+      if (tool_choice === 'auto') Object.assign(params, { logit_bias: trigger, parallel_tool_calls: false });
       const whole = (await clients[family].chat.completions.create(params)).choices[0];
       const s = await streamed(clients[family], params);
       assert.equal(s.finish, whole.finish_reason);
