@@ -2,6 +2,7 @@
 // a brute-force check of every token.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 
 #include "core/error.h"
@@ -172,15 +173,199 @@ TEST(JsonSchema, ArraysEnumsConstAnyOfRefsAndPatterns) {
 
 TEST(JsonSchema, UnsupportedKeywordsAreErrorsThatNameThePath) {
   try {
-    json_schema_to_gbnf(R"({"type":"object","properties":{"age":{"type":"integer","minimum":0}}})");
+    json_schema_to_gbnf(R"({"type":"object","properties":{"age":{"type":"integer","multipleOf":2}}})");
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("/properties/age"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("'minimum'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'multipleOf'"), std::string::npos) << e.what();
   }
   EXPECT_THROW(json_schema_to_gbnf("{not json"), Error);
   EXPECT_THROW(json_schema_to_gbnf(R"({"required":["x"]})"), Error);
   EXPECT_THROW(json_schema_to_gbnf(R"({"$ref":"http://x"})"), Error);
+}
+
+// minimum/maximum (inclusive and exclusive, draft 4 booleans too) on integers: exactly the integers in range,
+// checked against every integer in a window around the bounds; canonical spelling only.
+TEST(JsonSchema, IntegerBoundsAcceptExactlyTheRange) {
+  struct Case {
+    const char* schema;
+    int64_t lo, hi;  // inclusive; INT64_MIN/MAX = open
+  };
+  const int64_t kMin = std::numeric_limits<int64_t>::min(), kMax = std::numeric_limits<int64_t>::max();
+  const Case cases[] = {
+      {R"({"type":"integer","minimum":0})", 0, kMax},
+      {R"({"type":"integer","minimum":-17,"maximum":250})", -17, 250},
+      {R"({"type":"integer","exclusiveMinimum":-3,"exclusiveMaximum":1000})", -2, 999},
+      {R"({"type":"integer","minimum":5,"exclusiveMinimum":true,"maximum":99})", 6, 99},
+      {R"({"type":"integer","maximum":-40})", kMin, -40},
+      {R"({"type":"integer","minimum":1.5,"maximum":12.5})", 2, 12},
+      {R"({"type":"integer","minimum":7,"maximum":7})", 7, 7},
+      {R"({"type":"integer","minimum":99,"maximum":1001})", 99, 1001},
+  };
+  for (const Case& c : cases) {
+    const std::string gbnf = json_schema_to_gbnf(c.schema);
+    GrammarDfa dfa(parse_gbnf(gbnf), byte_trie());
+    for (int64_t v = -1200; v <= 1200; ++v) {
+      DfaCursor cur = dfa.start();
+      const bool ok = dfa.advance(cur, std::to_string(v)) && dfa.accepting(cur);
+      EXPECT_EQ(ok, v >= c.lo && v <= c.hi) << c.schema << " value " << v;
+    }
+    for (const char* bad : {"-0", "007", "1.5", "1e3", "+1"}) EXPECT_FALSE(matches_gbnf(gbnf, bad)) << c.schema << bad;
+  }
+  EXPECT_TRUE(matches_schema(R"({"type":"integer","minimum":0})", "1234567890123456"));
+  EXPECT_THROW(json_schema_to_gbnf(R"({"type":"integer","minimum":5,"maximum":4})"), Error);
+  EXPECT_THROW(json_schema_to_gbnf(R"({"type":"integer","minimum":"0"})"), Error);
+}
+
+// Numbers with bounds: every accepted text is a number inside the bounds (integers, and fractions whose unit
+// interval lies inside); the integers of the range are all accepted.
+TEST(JsonSchema, NumberBoundsAcceptOnlyValuesInRange) {
+  struct Case {
+    const char* schema;
+    double lo, hi;
+    bool lo_open, hi_open;
+  };
+  const Case cases[] = {
+      {R"({"type":"number","minimum":0,"maximum":1})", 0, 1, false, false},
+      {R"({"type":"number","exclusiveMinimum":-2.5,"exclusiveMaximum":3})", -2.5, 3, true, true},
+      {R"({"type":"number","minimum":-10})", -10, 1e300, false, false},
+      {R"({"type":"number","exclusiveMaximum":0})", -1e300, 0, false, true},
+  };
+  std::vector<std::string> texts;
+  for (int i = -120; i <= 120; ++i) {
+    texts.push_back(std::to_string(i));
+    for (const char* f : {".5", ".25", ".0", ".05", ".999"}) {
+      texts.push_back(std::to_string(i) + f);
+      if (i == 0) texts.push_back(std::string("-0") + f);
+    }
+  }
+  for (const Case& c : cases) {
+    GrammarDfa dfa(parse_gbnf(json_schema_to_gbnf(c.schema)), byte_trie());
+    int accepted = 0;
+    for (const std::string& t : texts) {
+      DfaCursor cur = dfa.start();
+      if (!(dfa.advance(cur, t) && dfa.accepting(cur))) continue;
+      ++accepted;
+      const double v = std::stod(t);
+      EXPECT_TRUE(c.lo_open ? v > c.lo : v >= c.lo) << c.schema << " accepted " << t;
+      EXPECT_TRUE(c.hi_open ? v < c.hi : v <= c.hi) << c.schema << " accepted " << t;
+      EXPECT_EQ(t.back() == '0' && t.find('.') != std::string::npos, false) << "trailing zero " << t;
+    }
+    EXPECT_GT(accepted, 2) << c.schema;
+  }
+  EXPECT_TRUE(matches_schema(R"({"type":"number","minimum":0,"maximum":1})", "0.5"));
+  EXPECT_TRUE(matches_schema(R"({"type":"number","minimum":0,"maximum":1})", "1"));
+  EXPECT_FALSE(matches_schema(R"({"type":"number","minimum":0,"maximum":1})", "1.5"));
+  EXPECT_TRUE(matches_schema(R"({"minimum":3})", "4.25"));  // bounds alone imply a number
+}
+
+// Properties come in the schema's order, not sorted.
+TEST(JsonSchema, PropertiesFollowTheSchemaOrder) {
+  const char* schema = R"({"type":"object","properties":{"zeta":{"type":"integer"},"alpha":{"type":"string"}},
+                          "required":["zeta","alpha"]})";
+  EXPECT_TRUE(matches_schema(schema, R"({"zeta": 1, "alpha": "x"})"));
+  EXPECT_FALSE(matches_schema(schema, R"({"alpha": "x", "zeta": 1})"));
+}
+
+// A lazy matcher allows everything, control tokens included, until a trigger shows in the output (here split
+// across two tokens), then follows its grammar from the trigger's first byte; a trigger token feeds its text.
+TEST(StructuredOutputManager, LazyMatcherSwitchesOnAtTheTrigger) {
+  std::vector<std::string> vocab = {"", "hello ", "<to", "ol>", "{\"a\":1}", "x", "</tool>"};
+  StructuredOutputManager m(std::make_shared<VocabTrie>(vocab));
+  StructuredOutputSpec spec = StructuredOutputSpec::grammar(R"(root ::= "<tool>" "{\"a\":" [0-9] "}" "</tool>")");
+  spec.triggers = {"<tool>"};
+  spec.trigger_tokens = {{0, "<tool>"}};
+  std::string err;
+  auto g = m.make_matcher(spec, err);
+  ASSERT_TRUE(g) << err;
+  EXPECT_FALSE(g->active());
+  EXPECT_TRUE(g->mask()->allowed(0));    // a control token (no bytes) is allowed while inactive
+  EXPECT_EQ(g->mask()->bits[0], 0x7Fu);  // every token of the vocabulary, nothing past it
+  EXPECT_TRUE(g->mask()->allowed(5));
+  EXPECT_TRUE(g->accept_token(1));
+  EXPECT_TRUE(g->accept_token(5));
+  EXPECT_TRUE(g->accept_token(2));
+  EXPECT_FALSE(g->active());
+  EXPECT_TRUE(g->accept_token(3));  // "<to" + "ol>" completes the trigger
+  EXPECT_TRUE(g->active());
+  EXPECT_FALSE(g->mask()->allowed(5));
+  EXPECT_TRUE(g->mask()->allowed(4));
+  EXPECT_FALSE(g->accepting());
+  EXPECT_TRUE(g->accept_token(4));
+  EXPECT_TRUE(g->accept_token(6));
+  EXPECT_TRUE(g->accepting());
+  auto t = m.make_matcher(spec, err);  // by the trigger token
+  EXPECT_TRUE(t->accept_token(0));
+  EXPECT_TRUE(t->active());
+  EXPECT_TRUE(t->mask()->allowed(4));
+  // "^" triggers count only at the output's start.
+  StructuredOutputSpec anchored = StructuredOutputSpec::grammar(R"(root ::= "{\"a\":" [0-9] "}")");
+  anchored.triggers = {"^{"};
+  auto a = m.make_matcher(anchored, err);
+  EXPECT_TRUE(a->accept_token(4));
+  EXPECT_TRUE(a->active());
+  EXPECT_TRUE(a->accepting());
+  auto b = m.make_matcher(anchored, err);
+  EXPECT_TRUE(b->accept_token(1));
+  EXPECT_TRUE(b->accept_token(4));
+  EXPECT_FALSE(b->active());
+}
+
+// A "^" trigger split across tokens still counts at the output's start (Llama 3's {"name"); a start that
+// leaves it ({"age"), or text before it, does not.
+TEST(StructuredOutputManager, AnchoredTriggerSplitAcrossTokens) {
+  std::vector<std::string> vocab = {"{", "\"name\"", ":1}", " ", "\"age\"", "x"};
+  StructuredOutputManager m(std::make_shared<VocabTrie>(vocab));
+  StructuredOutputSpec spec = StructuredOutputSpec::grammar(R"(root ::= "{\"name\":1}")");
+  spec.triggers = {"^{\"name\""};
+  std::string err;
+  auto g = m.make_matcher(spec, err);
+  for (int32_t t : {3, 0}) {
+    EXPECT_TRUE(g->accept_token(t));
+    EXPECT_FALSE(g->active());
+  }
+  EXPECT_TRUE(g->accept_token(1));
+  EXPECT_TRUE(g->active());
+  EXPECT_FALSE(g->mask()->allowed(5));
+  EXPECT_TRUE(g->accept_token(2));
+  EXPECT_TRUE(g->accepting());
+  auto h = m.make_matcher(spec, err);
+  for (int32_t t : {0, 4, 2}) EXPECT_TRUE(h->accept_token(t));
+  EXPECT_FALSE(h->active());  // {"age" is a JSON answer, not a call
+  auto k = m.make_matcher(spec, err);
+  for (int32_t t : {5, 0, 1}) EXPECT_TRUE(k->accept_token(t));
+  EXPECT_FALSE(k->active());  // not at the start
+}
+
+// With a reasoning model's think block, triggers inside the thinking do not count; after </think> they do.
+TEST(StructuredOutputManager, LazyMatcherIgnoresTriggersWhileThinking) {
+  std::vector<std::string> vocab = {"<think>", "<tool>", "</think>", "\n", "{\"a\":1}", "</tool>", "x"};
+  StructuredOutputManager m(std::make_shared<VocabTrie>(vocab));
+  StructuredOutputSpec spec = StructuredOutputSpec::grammar(R"(root ::= "<tool>" "{\"a\":" [0-9] "}" "</tool>")");
+  spec.triggers = {"<tool>"};
+  spec.think_open = "<think>";
+  spec.think_close = "</think>";
+  std::string err;
+  auto g = m.make_matcher(spec, err);
+  for (int32_t t : {0, 6, 1, 4, 5, 3}) EXPECT_TRUE(g->accept_token(t));  // <think>x<tool>{"a":1}</tool>\n
+  EXPECT_FALSE(g->active());
+  EXPECT_TRUE(g->accept_token(2));  // </think>
+  EXPECT_FALSE(g->active());
+  EXPECT_TRUE(g->accept_token(1));  // <tool> after the thinking
+  EXPECT_TRUE(g->active());
+  // Without a leading <think> (thinking disabled), triggers count from the start ...
+  auto n = m.make_matcher(spec, err);
+  EXPECT_TRUE(n->accept_token(3));
+  EXPECT_TRUE(n->accept_token(1));
+  EXPECT_TRUE(n->active());
+  // ... unless the template opened the block (deepseek_r1): then only after </think>.
+  spec.think_always = true;
+  auto d = m.make_matcher(spec, err);
+  EXPECT_TRUE(d->accept_token(1));
+  EXPECT_FALSE(d->active());
+  EXPECT_TRUE(d->accept_token(2));
+  EXPECT_TRUE(d->accept_token(1));
+  EXPECT_TRUE(d->active());
 }
 
 // The trie walk must give exactly the tokens whose bytes the grammar accepts from the current state.

@@ -107,8 +107,15 @@ struct SchemaGen {
                                          "^\"?[^\"\\\\]{0,3}\\\\?$"};
         return {{"type", "string"}, {"pattern", patterns[pick(6)]}};
       }
-      case 2: return {{"type", "integer"}};
-      case 3: return {{"type", "number"}};
+      case 2:
+      case 3: {  // integer / number, half of them with bounds (inclusive or exclusive, either side or both)
+        json s = {{"type", kind == 2 ? "integer" : "number"}};
+        if (pick(2) == 0) return s;
+        const int lo = pick(200) - 100, hi = lo + 1 + pick(150);
+        if (pick(3) != 0) s[pick(2) ? "minimum" : "exclusiveMinimum"] = kind == 3 && pick(2) ? lo + 0.5 : lo;
+        if (pick(3) != 0) s[pick(2) ? "maximum" : "exclusiveMaximum"] = hi;
+        return s;
+      }
       case 4: return {{"type", "boolean"}};
       case 5: return {{"type", "null"}};
       case 6: {
@@ -261,10 +268,10 @@ TEST(StructuredEngine, MaxTokensCutsWithLengthAndBadSpecsAreRefusedByName) {
       R"({"type":"object","properties":{"a":{"type":"string","minLength":20,"maxLength":30}},"required":["a"]})");
   ASSERT_EQ(msg(e->add_request("cut", prompt("Lily"), p)), "");
   p.structured_output =
-      StructuredOutputSpec::json_schema(R"({"type":"object","properties":{"n":{"type":"integer","maximum":3}}})");
+      StructuredOutputSpec::json_schema(R"({"type":"object","properties":{"n":{"type":"integer","multipleOf":3}}})");
   const std::string err = msg(e->add_request("bad", prompt("Lily"), p));
   EXPECT_NE(err.find("/properties/n"), std::string::npos) << err;
-  EXPECT_NE(err.find("'maximum'"), std::string::npos) << err;
+  EXPECT_NE(err.find("'multipleOf'"), std::string::npos) << err;
   p.structured_output = StructuredOutputSpec::grammar("root ::= undefined-rule\n");
   EXPECT_NE(msg(e->add_request("bad2", prompt("Lily"), p)).find("'undefined-rule' is used but not defined"),
             std::string::npos);

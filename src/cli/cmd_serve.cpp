@@ -84,6 +84,14 @@ void add_http_flags(CLI::App* c, server::ServerConfig& s) {
       ->check(CLI::Range(0, 20))
       ->capture_default_str();
   c->add_flag("--disable-log-requests{false}", s.log_requests, "No access-log line per request");
+  c->add_option("--tool-call-parser", s.tool_call_parser,
+                "Tool-call syntax of the model: hermes, llama3_json or mistral (default: from the chat template)")
+      ->check(CLI::IsMember({"hermes", "llama3_json", "mistral"}));
+  c->add_flag("--enable-auto-tool-choice", s.enable_auto_tool_choice,
+              "tool_choice \"auto\": parse the model's tool calls (a lazy grammar keeps them well-formed)");
+  c->add_option("--reasoning-parser", s.reasoning_parser,
+                "Move <think>…</think> into reasoning_content: qwen3 or deepseek_r1")
+      ->check(CLI::IsMember({"qwen3", "deepseek_r1"}));
 }
 
 // --direction NAME=FILE, each checked against the model's d.

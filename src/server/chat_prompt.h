@@ -23,5 +23,8 @@ std::vector<int32_t> encode_chat_prompt(const Tokenizer& tok, const ChatPrompt& 
 // (objects with a string role; content string, parts or null). Throws kvik::Error when the model's template
 // fails (the message carries line and column).
 std::vector<int32_t> chat_prompt_ids(const Tokenizer& tok, const nlohmann::json& messages, bool add_generation_prompt);
+// The same in the client's key order, with further template variables (tools, chat_template_kwargs).
+std::vector<int32_t> chat_prompt_ids(const Tokenizer& tok, const nlohmann::ordered_json& messages,
+                                     bool add_generation_prompt, const nlohmann::ordered_json& extra);
 
 }  // namespace kvik::server

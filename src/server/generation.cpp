@@ -11,7 +11,8 @@ std::string next_request_id() {
 }
 
 GenerationJob::GenerationJob(AsyncEngine& engine, const Tokenizer& tokenizer, std::vector<std::vector<int32_t>> prompts,
-                             const SamplingParams& params, int32_t n, std::vector<std::string> stop)
+                             const SamplingParams& params, int32_t n, std::vector<std::string> stop,
+                             bool skip_special_tokens)
     : engine_(engine), tokenizer_(tokenizer), prompts_(std::move(prompts)), params_(params), n_(n) {
   params_.n = n_;
   const std::string base = next_request_id();
@@ -21,7 +22,7 @@ GenerationJob::GenerationJob(AsyncEngine& engine, const Tokenizer& tokenizer, st
       Choice c;
       c.request_id = sequence_id(prompt_ids_.back(), i, n_);
       c.prompt_index = p;
-      c.detok = std::make_unique<StreamingDetokenizer>(tokenizer_, prompts_[p]);
+      c.detok = std::make_unique<StreamingDetokenizer>(tokenizer_, prompts_[p], skip_special_tokens);
       c.stop = std::make_unique<StopStringMatcher>(stop);
       choices_.push_back(std::move(c));
     }

@@ -36,8 +36,10 @@ struct Usage {
 class GenerationJob {
  public:
   // prompts: token ids of each prompt; choice index = prompt_index · n + i; choice i uses seed + i.
+  // skip_special_tokens false: control tokens stay in the text (Mistral's [TOOL_CALLS] for its tool parser).
   GenerationJob(AsyncEngine& engine, const Tokenizer& tokenizer, std::vector<std::vector<int32_t>> prompts,
-                const SamplingParams& params, int32_t n, std::vector<std::string> stop);
+                const SamplingParams& params, int32_t n, std::vector<std::string> stop,
+                bool skip_special_tokens = true);
   ~GenerationJob();  // aborts whatever is still running
 
   // Queues every choice in the engine. Returns an error (and queues nothing) when the engine refuses one.

@@ -73,6 +73,41 @@ json chunk_json(const ResponseMeta& m, const Tokenizer& tok, const ChoiceDelta& 
   return j;
 }
 
+std::string tool_finish_reason(const std::string& reason, size_t num_calls) {
+  return num_calls > 0 && reason == "stop" ? "tool_calls" : reason;
+}
+
+std::vector<json> parsed_chunks_json(const ResponseMeta& m, const Tokenizer& tok, const ChoiceDelta& d,
+                                     const ChatDelta& p, bool first, bool include_usage_field) {
+  ChoiceDelta text = d;
+  text.text = p.content;
+  if (!p.calls.empty()) text.finish_reason.reset();
+  std::vector<json> chunks;
+  chunks.push_back(chunk_json(m, tok, text, first, 0, include_usage_field));
+  json& delta = chunks.back()["choices"][0]["delta"];
+  if (!p.reasoning.empty()) delta["reasoning_content"] = p.reasoning;
+  if (!first && p.content.empty()) delta.erase("content");
+  // An empty delta before call fragments is left out (unless it carries the tokens' logprobs).
+  if (delta.empty() && !p.calls.empty() && !m.logprobs) chunks.pop_back();
+  ChoiceDelta bare;
+  bare.index = d.index;
+  auto call_chunk = [&](json call) {
+    json c = chunk_json(m, tok, bare, false, 0, include_usage_field);
+    c["choices"][0]["logprobs"] = nullptr;
+    c["choices"][0]["delta"] = {{"tool_calls", json::array({std::move(call)})}};
+    chunks.push_back(std::move(c));
+  };
+  for (const ToolCallFragment& f : p.calls) {
+    const int64_t index = static_cast<int64_t>(f.index);
+    if (!f.id.empty())
+      call_chunk(
+          {{"index", index}, {"id", f.id}, {"type", "function"}, {"function", {{"name", f.name}, {"arguments", ""}}}});
+    if (!f.arguments.empty()) call_chunk({{"index", index}, {"function", {{"arguments", f.arguments}}}});
+  }
+  if (!p.calls.empty() && d.finish_reason) chunks.back()["choices"][0]["finish_reason"] = *d.finish_reason;
+  return chunks;
+}
+
 json usage_chunk_json(const ResponseMeta& m, const Usage& u) {
   return {{"id", m.id},
           {"object", m.chat ? "chat.completion.chunk" : "text_completion"},
@@ -90,10 +125,21 @@ json response_json(const ResponseMeta& m, const Tokenizer& tok, const std::vecto
     json choice = {{"index", i},
                    {"logprobs", m.logprobs ? logprobs_json(m, tok, c.logprobs, 0) : json(nullptr)},
                    {"finish_reason", c.finish_reason}};
-    if (m.chat)
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-    else
+    if (m.chat) {
+      json message = {{"role", "assistant"}, {"content", c.text}};
+      if (m.output.any() && c.text.empty() && !c.tool_calls.empty()) message["content"] = nullptr;
+      if (m.output.reasoning) message["reasoning_content"] = c.reasoning.empty() ? json(nullptr) : json(c.reasoning);
+      if (!c.tool_calls.empty()) {
+        json calls = json::array();
+        for (const ToolCall& t : c.tool_calls)
+          calls.push_back(
+              {{"id", t.id}, {"type", "function"}, {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+        message["tool_calls"] = calls;
+      }
+      choice["message"] = message;
+    } else {
       choice["text"] = c.text;
+    }
     cs.push_back(choice);
   }
   return {{"id", m.id},           {"object", m.chat ? "chat.completion" : "text_completion"},

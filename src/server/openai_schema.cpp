@@ -4,7 +4,11 @@
 #include <cmath>
 #include <limits>
 
+#include <set>
+
+#include "core/error.h"
 #include "engine/sample/sampler.h"
+#include "engine/structured/json_schema_to_gbnf.h"
 
 namespace kvik::server {
 
@@ -113,6 +117,24 @@ std::vector<Prompt> parse_prompt(const json& v) {
   return prompts;
 }
 
+// An assistant turn's tool_calls: [{"id"?, "type": "function", "function": {"name": str, "arguments": str|object}}].
+void validate_tool_calls(const json& v, const std::string& where) {
+  if (!v.is_array()) throw ApiError::bad_request(where + " must be a list", where);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& c = v[i];
+    const std::string at = fmt::format("{}[{}]", where, i);
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
+      throw ApiError::bad_request(at + " must be an object with a 'function'", at);
+    const json& f = c["function"];
+    if (!f.contains("name") || !f["name"].is_string())
+      throw ApiError::bad_request(at + ".function.name must be a string", at + ".function.name");
+    if (f.contains("arguments") && !f["arguments"].is_string() && !f["arguments"].is_object())
+      throw ApiError::bad_request(at + ".function.arguments must be a JSON string", at + ".function.arguments");
+    if (c.contains("id") && !c["id"].is_string() && !c["id"].is_null())
+      throw ApiError::bad_request(at + ".id must be a string", at + ".id");
+  }
+}
+
 void validate_messages(const json& v) {
   const char* kField = "messages";
   if (!v.is_array() || v.empty()) throw ApiError::bad_request("'messages' must be a non-empty list", kField);
@@ -123,6 +145,10 @@ void validate_messages(const json& v) {
     auto role = m.find("role");
     if (role == m.end() || !role->is_string())
       throw ApiError::bad_request(where + ".role must be a string", where + ".role");
+    if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null())
+      validate_tool_calls(*tc, where + ".tool_calls");
+    if (auto id = m.find("tool_call_id"); id != m.end() && !id->is_null() && !id->is_string())
+      throw ApiError::bad_request(where + ".tool_call_id must be a string", where + ".tool_call_id");
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) continue;  // e.g. an assistant turn with tool calls only
     if (content->is_string()) continue;
@@ -138,6 +164,108 @@ void validate_messages(const json& v) {
       if (!part.contains("text") || !part["text"].is_string())
         throw ApiError::bad_request(where + ".content text parts need a string 'text'", where + ".content");
     }
+  }
+}
+
+// OpenAI's function names: 1..64 of [a-zA-Z0-9_-].
+bool valid_function_name(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+      return false;
+  return true;
+}
+
+// tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}]; each parameters
+// schema must compile to a grammar (what "required" and a named tool_choice constrain decoding with).
+void validate_tools(const json& tools) {
+  if (!tools.is_array()) throw ApiError::bad_request("'tools' must be a list of tool definitions", "tools");
+  if (tools.size() > kMaxTools)
+    throw ApiError::bad_request(fmt::format("'tools' holds {} tools; at most {} are allowed", tools.size(), kMaxTools),
+                                "tools");
+  std::set<std::string> names;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const json& t = tools[i];
+    const std::string where = fmt::format("tools[{}]", i);
+    if (!t.is_object()) throw ApiError::bad_request(where + " must be an object", where);
+    if (!t.contains("type") || t["type"] != "function")
+      throw ApiError::bad_request(where + ".type must be \"function\"", where + ".type");
+    if (!t.contains("function") || !t["function"].is_object())
+      throw ApiError::bad_request(where + ".function must be an object", where + ".function");
+    const json& f = t["function"];
+    if (!f.contains("name") || !f["name"].is_string() || !valid_function_name(f["name"].get<std::string>()))
+      throw ApiError::bad_request(where + ".function.name must be 1 to 64 letters, digits, '_' or '-'",
+                                  where + ".function.name");
+    const std::string name = f["name"].get<std::string>();
+    if (!names.insert(name).second)
+      throw ApiError::bad_request(
+          fmt::format("{}.function.name: the name '{}' is used by an earlier tool", where, name),
+          where + ".function.name");
+    if (f.contains("description") && !f["description"].is_string() && !f["description"].is_null())
+      throw ApiError::bad_request(where + ".function.description must be a string", where + ".function.description");
+    if (f.contains("strict") && !f["strict"].is_boolean() && !f["strict"].is_null())
+      throw ApiError::bad_request(where + ".function.strict must be a boolean", where + ".function.strict");
+    if (f.contains("parameters") && !f["parameters"].is_null()) {
+      const std::string field = where + ".function.parameters";
+      if (!f["parameters"].is_object()) throw ApiError::bad_request(field + " must be a JSON Schema object", field);
+      try {
+        structured::json_schema_to_gbnf(f["parameters"].dump());
+      } catch (const Error& e) {
+        throw ApiError::bad_request(fmt::format("{}: {}", field, e.what()), field);
+      }
+    }
+  }
+}
+
+// tools, tool_choice, parallel_tool_calls and chat_template_kwargs (chat only).
+void parse_tools(const Fields& f, GenerateRequest& r) {
+  const json* tools = f.get("tools");
+  if (tools) {
+    validate_tools(*tools);
+    if (!tools->empty()) r.tools = *tools;
+  }
+  r.tool_choice = r.tools.is_null() ? ToolChoice::kNone : ToolChoice::kAuto;
+  if (const json* tc = f.get("tool_choice")) {
+    if (tc->is_string()) {
+      const std::string s = tc->get<std::string>();
+      if (s == "none")
+        r.tool_choice = ToolChoice::kNone;
+      else if (s == "auto")
+        r.tool_choice = ToolChoice::kAuto;
+      else if (s == "required")
+        r.tool_choice = ToolChoice::kRequired;
+      else
+        throw ApiError::bad_request(
+            fmt::format("'tool_choice' '{}' is not one of none, auto, required or a function", s), "tool_choice");
+    } else if (tc->is_object() && tc->contains("type") && (*tc)["type"] == "function" && tc->contains("function") &&
+               (*tc)["function"].is_object() && (*tc)["function"].contains("name") &&
+               (*tc)["function"]["name"].is_string()) {
+      r.tool_choice = ToolChoice::kNamed;
+      r.tool_choice_name = (*tc)["function"]["name"].get<std::string>();
+    } else {
+      throw ApiError::bad_request(
+          "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
+          "{\"name\": ...}}",
+          "tool_choice");
+    }
+    if (r.tools.is_null() && (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed))
+      throw ApiError::bad_request("'tool_choice' requires 'tools'", "tool_choice");
+    if (r.tools.is_null() && r.tool_choice == ToolChoice::kAuto) r.tool_choice = ToolChoice::kNone;
+  }
+  if (r.tool_choice == ToolChoice::kNamed) {
+    bool found = false;
+    for (const json& t : r.tools) found |= t["function"]["name"] == r.tool_choice_name;
+    if (!found)
+      throw ApiError::bad_request(
+          fmt::format("'tool_choice' names the function '{}', which is not in 'tools'", r.tool_choice_name),
+          "tool_choice");
+  }
+  if (auto v = f.boolean("parallel_tool_calls")) r.parallel_tool_calls = *v;
+  if (const json* kw = f.get("chat_template_kwargs")) {
+    if (!kw->is_object())
+      throw ApiError::bad_request("'chat_template_kwargs' must be an object of template variables",
+                                  "chat_template_kwargs");
+    r.chat_template_kwargs = *kw;
   }
 }
 
@@ -311,6 +439,7 @@ GenerateRequest parse(const json& body, bool chat) {
     if (!m) throw ApiError::bad_request("'messages' is required", "messages");
     validate_messages(*m);
     r.messages = *m;
+    parse_tools(f, r);
   } else {
     const json* p = f.get("prompt");
     if (!p) throw ApiError::bad_request("'prompt' is required", "prompt");

@@ -19,6 +19,10 @@ namespace kvik::server {
 inline constexpr int32_t kMaxN = 16;
 inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr size_t kMaxPrompts = 64;
+inline constexpr size_t kMaxTools = 128;
+
+// tool_choice: what the model may or must do with `tools`.
+enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
 
 // A prompt is text (tokenized by the server) or token ids.
 using Prompt = std::variant<std::string, std::vector<int32_t>>;
@@ -36,6 +40,12 @@ struct GenerateRequest {
   bool include_usage = false;
   bool echo = false;
   std::vector<InterventionSpec> interventions;  // kvik extension (server/interventions.h)
+  // Chat tools (validated: type function, unique names, parameters a schema the grammar compiler accepts).
+  nlohmann::json tools;                        // null or a non-empty array, as given
+  ToolChoice tool_choice = ToolChoice::kNone;  // default: auto with tools, none without
+  std::string tool_choice_name;                // kNamed: the function
+  bool parallel_tool_calls = true;
+  nlohmann::json chat_template_kwargs = nlohmann::json::object();  // extra template variables
 };
 
 // Parses a JSON body. `chat` selects the chat schema. Returns the request or the 400 naming the field.

@@ -13,12 +13,32 @@ ResponseStream::ResponseStream(std::shared_ptr<GenerationJob> job, ResponseMeta 
   results_.resize(stream_ ? 0 : n);
   sent_first_.assign(n, false);
   text_offset_.assign(n, 0);
+  if (meta_.chat && meta_.output.any())
+    for (size_t i = 0; i < n; ++i) parsers_.push_back(std::make_unique<ChatOutputParser>(meta_.output));
+}
+
+ChatDelta ResponseStream::parse(ChoiceDelta& d) {
+  ChatOutputParser& p = *parsers_[d.index];
+  ChatDelta out = p.push(d.text);
+  if (d.finish_reason) {
+    ChatDelta end = p.finish();
+    out.reasoning += end.reasoning;
+    out.content += end.content;
+    for (ToolCallFragment& f : end.calls) out.calls.push_back(std::move(f));
+    d.finish_reason = tool_finish_reason(*d.finish_reason, p.num_calls());
+  }
+  return out;
 }
 
 void ResponseStream::take_streamed(std::vector<ChoiceDelta>& deltas, std::string& out) {
   for (ChoiceDelta& d : deltas) {
     const bool first = !sent_first_[d.index];
     sent_first_[d.index] = true;
+    if (!parsers_.empty()) {
+      const ChatDelta p = parse(d);
+      for (const nlohmann::json& c : parsed_chunks_json(meta_, tok_, d, p, first, include_usage_)) out += sse(c);
+      continue;
+    }
     out += sse(chunk_json(meta_, tok_, d, first, text_offset_[d.index], include_usage_));
     for (const auto& lp : d.logprobs) text_offset_[d.index] += tok_.token_to_piece(lp.token).size();
   }
@@ -34,7 +54,14 @@ bool ResponseStream::drain(std::string& out) {
   } else {
     for (ChoiceDelta& d : deltas) {
       ChoiceResult& c = results_[d.index];
-      c.text += d.text;
+      if (!parsers_.empty()) {
+        ChatDelta p = parse(d);
+        c.text += p.content;
+        c.reasoning += p.reasoning;
+        append_fragments(c.tool_calls, p.calls);
+      } else {
+        c.text += d.text;
+      }
       c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
       if (d.finish_reason) c.finish_reason = *d.finish_reason;
     }

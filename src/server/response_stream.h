@@ -31,6 +31,8 @@ class ResponseStream {
 
  private:
   void take_streamed(std::vector<ChoiceDelta>& deltas, std::string& out);
+  // With a parser: the delta's text through it (and its end on the last delta); finish_reason "tool_calls".
+  ChatDelta parse(ChoiceDelta& d);
 
   std::shared_ptr<GenerationJob> job_;
   ResponseMeta meta_;
@@ -40,9 +42,10 @@ class ResponseStream {
   bool complete_ = false;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   double ttft_s_ = -1;
-  std::vector<ChoiceResult> results_;  // non-streaming: accumulated per choice
-  std::vector<bool> sent_first_;       // streaming: the chat role goes on a choice's first chunk
-  std::vector<size_t> text_offset_;    // streaming: completions logprobs' text_offset
+  std::vector<ChoiceResult> results_;                       // non-streaming: accumulated per choice
+  std::vector<bool> sent_first_;                            // streaming: the chat role goes on a choice's first chunk
+  std::vector<size_t> text_offset_;                         // streaming: completions logprobs' text_offset
+  std::vector<std::unique_ptr<ChatOutputParser>> parsers_;  // per choice, when meta_.output asks for parsing
 };
 
 }  // namespace kvik::server

@@ -8,10 +8,12 @@
 #include "server/generation.h"
 #include "server/openai_responses.h"
 #include "server/openai_schema.h"
+#include "server/tool_grammar.h"
 
 namespace kvik::server {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 
 namespace {
 
@@ -73,13 +75,50 @@ void apply_defaults(json& body, const json& defaults, bool chat) {
   }
 }
 
+// A chat request's messages and template variables in the client's key order (a template's `tojson` of the
+// tools shows it). Assistant tool_calls arguments given as JSON text become objects, as templates expect
+// (vLLM does the same); chat_template_kwargs and the tools are the template's further variables.
+struct ChatInputs {
+  ordered_json messages;
+  ordered_json extra = ordered_json::object();
+  ordered_json tools;
+};
+
+ChatInputs chat_inputs(const std::string& body_text) {
+  const ordered_json body = ordered_json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+  ChatInputs in;
+  if (!body.is_object()) return in;
+  if (auto m = body.find("messages"); m != body.end()) in.messages = *m;
+  for (ordered_json& m : in.messages) {
+    // A null content (an assistant turn with tool calls only) is "" to the template, as vLLM passes it: templates
+    // concatenate it.
+    if (auto c = m.find("content"); c != m.end() && c->is_null()) *c = "";
+    auto calls = m.find("tool_calls");
+    if (calls == m.end() || !calls->is_array()) continue;
+    for (ordered_json& c : *calls) {
+      ordered_json& f = c["function"];
+      if (!f.contains("arguments") || !f["arguments"].is_string()) continue;
+      ordered_json args = ordered_json::parse(f["arguments"].get<std::string>(), nullptr, false);
+      if (args.is_object()) f["arguments"] = std::move(args);
+    }
+  }
+  if (auto kw = body.find("chat_template_kwargs"); kw != body.end() && kw->is_object())
+    for (auto it = kw->begin(); it != kw->end(); ++it)
+      if (it.key() != "messages") in.extra[it.key()] = it.value();
+  if (auto t = body.find("tools"); t != body.end() && t->is_array() && !t->empty()) {
+    in.tools = *t;
+    in.extra["tools"] = *t;
+  }
+  return in;
+}
+
 // Prompts → token ids; a chat template failure is the client's 400.
 std::variant<std::vector<std::vector<int32_t>>, ApiError> prompt_ids(const Tokenizer& tok, const GenerateRequest& r,
-                                                                     bool chat) {
+                                                                     const ChatInputs* chat) {
   std::vector<std::vector<int32_t>> prompts;
   if (chat) {
     try {
-      prompts.push_back(chat_prompt_ids(tok, r.messages, true));
+      prompts.push_back(chat_prompt_ids(tok, chat->messages, true, chat->extra));
     } catch (const Error& e) {
       return ApiError::bad_request(fmt::format("chat template: {}", e.what()), "messages");
     }
@@ -134,6 +173,10 @@ HttpReply Router::error(const ApiError& e) {
 
 void Router::set_ready(const ModelContext& ctx) {
   ctx_ = ctx;
+  if (auto f = tool_call_format_from_name(config_.tool_call_parser))
+    tool_format_ = *f;
+  else if (auto d = detect_tool_call_format(ctx.tokenizer->chat_template()))
+    tool_format_ = *d;
   ready_ = true;
 }
 
@@ -256,6 +299,38 @@ HttpReply Router::detokenize(const HttpRequest& req) {
   return json_reply(200, {{"prompt", ctx_.tokenizer->decode(ids, true)}});
 }
 
+std::optional<ApiError> Router::apply_tools(const GenerateRequest& r, const ordered_json& tools,
+                                            SamplingParams& params) const {
+  const bool forced = r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed;
+  if (r.tool_choice == ToolChoice::kAuto && !config_.enable_auto_tool_choice)
+    return ApiError::bad_request(
+        "\"auto\" tool choice requires the server to run with --enable-auto-tool-choice (and, unless the chat "
+        "template shows the model's call syntax, --tool-call-parser)",
+        "tool_choice");
+  if (params.structured_output) {
+    if (forced)
+      return ApiError::bad_request(
+          fmt::format("'tool_choice' cannot be combined with '{}'", params.structured_output->source), "tool_choice");
+    return std::nullopt;  // auto beside response_format: calls are parsed, the format's grammar holds
+  }
+  ToolGrammarOptions o;
+  o.format = tool_format_;
+  o.only_name = r.tool_choice == ToolChoice::kNamed ? r.tool_choice_name : "";
+  o.parallel = r.parallel_tool_calls && r.tool_choice != ToolChoice::kNamed;
+  o.lazy = !forced;
+  try {
+    params.structured_output = tool_calls_spec(tools, o, *ctx_.tokenizer);
+    if (o.lazy && !config_.reasoning_parser.empty()) {  // no call is triggered inside the thinking
+      params.structured_output->think_open = "<think>";
+      params.structured_output->think_close = "</think>";
+      params.structured_output->think_always = config_.reasoning_parser == "deepseek_r1";
+    }
+  } catch (const Error& e) {
+    return ApiError::bad_request(fmt::format("tools: {}", e.what()), "tools");
+  }
+  return std::nullopt;
+}
+
 HttpReply Router::generate(const HttpRequest& req, bool chat, std::function<void()> on_engine_output) {
   auto body = parse_body(req.body);
   if (auto* e = std::get_if<ApiError>(&body)) return error(*e);
@@ -274,7 +349,12 @@ HttpReply Router::generate(const HttpRequest& req, bool chat, std::function<void
         fmt::format("at most {} logprobs per token are served (--max-logprobs)", config_.max_logprobs),
         chat ? "top_logprobs" : "logprobs"));
   const Tokenizer& tok = *ctx_.tokenizer;
-  auto prompts = prompt_ids(tok, r, chat);
+  ChatInputs inputs;
+  if (chat) inputs = chat_inputs(req.body);
+  const bool tools = chat && r.tool_choice != ToolChoice::kNone;
+  if (tools)
+    if (auto e = apply_tools(r, inputs.tools, r.params)) return error(*e);
+  auto prompts = prompt_ids(tok, r, chat ? &inputs : nullptr);
   if (auto* e = std::get_if<ApiError>(&prompts)) return error(*e);
   auto& ids = std::get<std::vector<std::vector<int32_t>>>(prompts);
   if (auto e = check_lengths(tok, ids, r, chat, ctx_.max_model_len, chat && fields.contains("max_completion_tokens")))
@@ -285,7 +365,16 @@ HttpReply Router::generate(const HttpRequest& req, bool chat, std::function<void
     return error(e);
   }
 
-  auto job = std::make_shared<GenerationJob>(*ctx_.engine, tok, std::move(ids), r.params, r.n, r.stop);
+  ChatOutputOptions output;
+  if (chat && !config_.reasoning_parser.empty())
+    output.reasoning = reasoning_format_from_name(config_.reasoning_parser);
+  if (tools) output.tools = tool_format_;
+  // Calls made under the tool grammar (not beside a response_format's) stream their arguments in fragments.
+  output.tool_grammar =
+      tools && r.params.structured_output &&
+      (r.params.structured_output->source == "tools" || r.params.structured_output->source == "tool_choice");
+  auto job = std::make_shared<GenerationJob>(*ctx_.engine, tok, std::move(ids), r.params, r.n, r.stop,
+                                             /*skip_special_tokens=*/output.tools != ToolCallFormat::kMistral);
   job->set_on_output(std::move(on_engine_output));
   {
     std::lock_guard<std::mutex> lock(admission_mu_);
@@ -303,6 +392,7 @@ HttpReply Router::generate(const HttpRequest& req, bool chat, std::function<void
   meta.created = static_cast<int64_t>(std::time(nullptr));
   meta.model = config_.served_model_name;
   meta.logprobs = r.params.logprobs >= 0;
+  meta.output = output;
   HttpReply reply;
   reply.stream = std::make_shared<ResponseStream>(std::move(job), std::move(meta), tok, r.stream, r.include_usage);
   if (r.stream) {

@@ -14,10 +14,12 @@
 #include <utility>
 #include <vector>
 
+#include "chat/tool_parsers.h"
 #include "engine/async_engine.h"
 #include "server/api_error.h"
 #include "server/interventions.h"
 #include "server/metrics.h"
+#include "server/openai_schema.h"
 #include "server/response_stream.h"
 #include "tokenizer/tokenizer.h"
 
@@ -42,6 +44,9 @@ struct ServerConfig {
   bool log_requests = true;                          // one access-log line per request
   int32_t max_logprobs = 20;
   nlohmann::json generation_defaults = nlohmann::json::object();  // generation_config.json, as request fields
+  std::string tool_call_parser;          // --tool-call-parser (vLLM's names); "" = from the chat template
+  bool enable_auto_tool_choice = false;  // --enable-auto-tool-choice: tool_choice "auto" parses calls
+  std::string reasoning_parser;          // --reasoning-parser qwen3|deepseek_r1; "" = none
 };
 
 // What the routes need once the model is loaded; all owned elsewhere and alive until the server stops.
@@ -91,8 +96,13 @@ class Router {
   HttpReply tokenize(const HttpRequest& req);
   HttpReply detokenize(const HttpRequest& req);
 
+  // Tools of a chat request: the parse format, and the grammar when tool_choice asks for one.
+  std::optional<ApiError> apply_tools(const GenerateRequest& r, const nlohmann::ordered_json& tools,
+                                      SamplingParams& params) const;
+
   const ServerConfig& config_;
   ModelContext ctx_;
+  ToolCallFormat tool_format_ = ToolCallFormat::kHermes;  // --tool-call-parser, else the template's, else hermes
   std::atomic<bool> ready_{false};
   std::mutex admission_mu_;  // check-then-add of the waiting limit
 };

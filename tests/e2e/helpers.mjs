@@ -22,10 +22,10 @@ export async function freePort() {
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// Starts a server and waits for /health 200. Returns { url, proc, log(), stop() }.
-export async function startServer(args = [], env = {}) {
+// Starts a server (on `model`, stories260K by default) and waits for /health 200. Returns { url, proc, log(), stop() }.
+export async function startServer(args = [], env = {}, model = MODEL) {
   const port = await freePort();
-  const proc = spawn(BINARY, ['serve', MODEL, '--host', '127.0.0.1', '--port', String(port), ...args], {
+  const proc = spawn(BINARY, ['serve', model, '--host', '127.0.0.1', '--port', String(port), ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -1,5 +1,7 @@
 #include "engine/structured/json_schema_to_gbnf.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -15,7 +17,8 @@ namespace kvik::structured {
 
 namespace {
 
-using nlohmann::json;
+// Ordered: properties are generated in the schema's order, the order the model was shown.
+using json = nlohmann::ordered_json;
 
 // The JSON lexical rules. Whitespace is bounded so that a model which does not know JSON cannot spend
 // its whole budget on blanks; \u escapes leave out surrogates so that a string's length in the schema's
@@ -32,19 +35,72 @@ json-object ::= "{" ws (json-string ws ":" ws json-value ws ("," ws json-string 
 json-array ::= "[" ws (json-value ws ("," ws json-value ws)*)? "]"
 )";
 
+// Integer ranges as digit grammars (the idea of llama.cpp's _build_min_max_int): canonical decimals only (no
+// leading zeros, no "-0"), at most kMaxDigits digits like json-integer.
+constexpr int kMaxDigits = 16;
+constexpr int64_t kMaxMagnitude = 9999999999999999;  // 16 nines
+
+// L-digit strings (leading zeros allowed) whose values lie in [lo, hi]; lo and hi have the same length.
+std::string digits_range(const std::string& lo, const std::string& hi) {
+  if (lo.empty()) return "";
+  if (lo.size() == 1) return lo == hi ? fmt::format("\"{}\"", lo) : fmt::format("[{}-{}]", lo, hi);
+  const std::string lrest = lo.substr(1), hrest = hi.substr(1);
+  if (lo[0] == hi[0]) return fmt::format("\"{}\" {}", lo[0], digits_range(lrest, hrest));
+  const size_t n = lrest.size();
+  std::string body = fmt::format("\"{}\" {}", lo[0], digits_range(lrest, std::string(n, '9')));
+  if (lo[0] + 1 <= hi[0] - 1)
+    body += fmt::format(" | [{}-{}] [0-9]{{{}}}", static_cast<char>(lo[0] + 1), static_cast<char>(hi[0] - 1), n);
+  body += fmt::format(" | \"{}\" {}", hi[0], digits_range(std::string(n, '0'), hrest));
+  return "(" + body + ")";
+}
+
+int64_t pow10(size_t n) {
+  int64_t p = 1;
+  while (n--) p *= 10;
+  return p;
+}
+
+// Non-negative integers in [a, b] (b < 0: no upper bound); "" when the range is empty.
+std::string uint_range(int64_t a, int64_t b) {
+  if (b >= 0 && b < a) return "";
+  const size_t la = std::to_string(a).size();
+  const size_t lb = b < 0 ? kMaxDigits : std::to_string(b).size();
+  std::string body;
+  for (size_t len = la; len <= lb; ++len) {
+    if (b < 0 && len > la) {  // every longer number
+      body += fmt::format(" | [1-9] [0-9]{{{},{}}}", la, kMaxDigits - 1);
+      break;
+    }
+    const int64_t lo = len == la ? a : pow10(len - 1);
+    const int64_t hi = b < 0 || len < lb ? pow10(len) - 1 : b;
+    body += " | " + digits_range(std::to_string(lo), std::to_string(hi));
+  }
+  return "(" + body.substr(3) + ")";
+}
+
+// Integers in [lo, hi], either bound optional; "" when empty.
+std::string int_range(std::optional<int64_t> lo, std::optional<int64_t> hi) {
+  if (lo && hi && *hi < *lo) return "";
+  if (lo && *lo >= 0) return uint_range(*lo, hi ? *hi : -1);
+  if (hi && *hi < 0) return "(\"-\" " + uint_range(-*hi, lo ? -*lo : -1) + ")";
+  const std::string neg = "\"-\" " + uint_range(1, lo ? -*lo : -1);
+  return "(" + neg + " | " + uint_range(0, hi ? *hi : -1) + ")";
+}
+
 const std::set<std::string, std::less<>> kAnnotations = {"title",    "description", "default",  "examples",
                                                          "$schema",  "$id",         "$comment", "deprecated",
                                                          "readOnly", "writeOnly",   "$defs",    "definitions"};
 
 class SchemaConverter {
  public:
-  explicit SchemaConverter(const json& root) : root_(root) {}
+  SchemaConverter(const json& root, std::string prefix) : root_(root), prefix_(std::move(prefix)) {}
 
-  std::string convert() {
-    const std::string r = visit(root_, "");
-    std::string out = "root ::= " + r + "\n";
-    for (const auto& line : rules_) out += line;
-    return out + kPrimitives;
+  // The rules of the schema (without the primitives) and the expression that matches it.
+  std::pair<std::string, std::string> convert() {
+    const std::string start = visit(root_, "");
+    std::string rules;
+    for (const auto& line : rules_) rules += line;
+    return {start, rules};
   }
 
  private:
@@ -60,7 +116,7 @@ class SchemaConverter {
       else if (!base.empty() && base.back() != '-')
         base += '-';
     if (base.empty() || base.size() > 40) base = "schema";
-    const std::string name = fmt::format("s{}-{}", rules_.size(), base);
+    const std::string name = fmt::format("{}s{}-{}", prefix_, rules_.size(), base);
     rules_.push_back(name + " ::= " + body + "\n");
     if (rules_.size() > 100000) error("", "the schema is too large");
     return name;
@@ -114,7 +170,7 @@ class SchemaConverter {
     const std::string ref = s["$ref"];
     if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
     // Name the rule before visiting so that a recursive definition refers to itself.
-    const std::string name = fmt::format("ref{}", refs_.size());
+    const std::string name = fmt::format("{}ref{}", prefix_, refs_.size());
     refs_[ref] = name;
     const std::string body = visit(resolve_ref(ref, path), path + "/$ref");
     rules_.push_back(name + " ::= " + body + "\n");
@@ -172,6 +228,9 @@ class SchemaConverter {
       types.push_back("array");
     } else if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength")) {
       types.push_back("string");
+    } else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+               s.contains("exclusiveMaximum")) {
+      types.push_back("number");
     }
     return types;
   }
@@ -184,7 +243,7 @@ class SchemaConverter {
     }
     check_keywords(s, path,
                    {"type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
-                    "pattern", "minLength", "maxLength"});
+                    "pattern", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"});
     std::string body;
     for (const std::string& t : types) {
       std::string alt;
@@ -195,9 +254,9 @@ class SchemaConverter {
       else if (t == "string")
         alt = string(s, path);
       else if (t == "number")
-        alt = "json-number";
+        alt = number(s, path, false);
       else if (t == "integer")
-        alt = "json-integer";
+        alt = number(s, path, true);
       else if (t == "boolean")
         alt = "json-boolean";
       else if (t == "null")
@@ -222,6 +281,70 @@ class SchemaConverter {
   static std::string repeat_suffix(int64_t min, int64_t max) {  // max < 0: unbounded
     if (max < 0) return fmt::format("{{{},}}", min);
     return fmt::format("{{{},{}}}", min, max);
+  }
+
+  // A numeric bound: minimum/maximum, and exclusiveMinimum/exclusiveMaximum as numbers (draft 6+) or as booleans
+  // that make minimum/maximum exclusive (draft 4). nullopt when absent.
+  struct Bound {
+    double value;
+    bool exclusive;
+  };
+  static std::optional<Bound> bound(const json& s, const char* key, const char* exclusive_key,
+                                    const std::string& path) {
+    std::optional<Bound> b;
+    if (s.contains(key)) {
+      if (!s[key].is_number()) error(path, fmt::format("{} must be a number", key));
+      b = Bound{s[key].get<double>(), false};
+    }
+    if (s.contains(exclusive_key)) {
+      const json& e = s[exclusive_key];
+      if (e.is_boolean()) {
+        if (e.get<bool>() && !b) error(path, fmt::format("{}: true needs {}", exclusive_key, key));
+        if (b) b->exclusive = e.get<bool>();
+      } else if (e.is_number()) {
+        const Bound x{e.get<double>(), true};
+        const bool tighter = !b || (std::string(key) == "minimum" ? x.value >= b->value : x.value <= b->value);
+        if (tighter) b = x;
+      } else {
+        error(path, fmt::format("{} must be a number or a boolean", exclusive_key));
+      }
+    }
+    if (b && !(std::abs(b->value) <= 1e300)) error(path, fmt::format("{} must be finite", key));
+    return b;
+  }
+
+  // integer / number with bounds. Integers: exactly the range. Numbers: the integers of the range, and
+  // k.ddd (a fraction ending in a nonzero digit, no exponent) for each integer part k whose whole unit interval
+  // lies inside the range — every output is in range; non-integers too close to a fractional bound are left out.
+  std::string number(const json& s, const std::string& path, bool integer) {
+    const std::optional<Bound> lo = bound(s, "minimum", "exclusiveMinimum", path);
+    const std::optional<Bound> hi = bound(s, "maximum", "exclusiveMaximum", path);
+    if (!lo && !hi) return integer ? "json-integer" : "json-number";
+    auto clamp = [](double v) { return static_cast<int64_t>(std::clamp(v, -1e16, 1e16)); };
+    // The integer range: ⌈lo⌉ (⌊lo⌋ + 1 when exclusive) .. ⌊hi⌋ (⌈hi⌉ − 1 when exclusive).
+    std::optional<int64_t> ilo, ihi;
+    if (lo) ilo = clamp(lo->exclusive ? std::floor(lo->value) + 1 : std::ceil(lo->value));
+    if (hi) ihi = clamp(hi->exclusive ? std::ceil(hi->value) - 1 : std::floor(hi->value));
+    if (ilo && *ilo > kMaxMagnitude) error(path, "minimum is above the supported magnitude (16 digits)");
+    if (ihi && *ihi < -kMaxMagnitude) error(path, "maximum is below the supported magnitude (16 digits)");
+    if (ilo && *ilo < -kMaxMagnitude) ilo.reset();
+    if (ihi && *ihi > kMaxMagnitude) ihi.reset();
+    std::string body = int_range(ilo, ihi);
+    if (!integer) {
+      const std::string frac = "\".\" [0-9]{0,15} [1-9]";
+      // k.f ∈ (k, k+1), k ≥ 0: k ≥ ⌈lo⌉, k + 1 ≤ ⌊hi⌋.
+      std::optional<int64_t> klo = std::max<int64_t>(0, lo ? clamp(std::ceil(lo->value)) : 0), khi;
+      if (hi) khi = clamp(std::floor(hi->value)) - 1;
+      const std::string pos = int_range(klo, khi);
+      if (!pos.empty()) body += (body.empty() ? "" : " | ") + pos + " " + frac;
+      // −m.f ∈ (−m−1, −m), m ≥ 0: m + 1 ≤ ⌊−lo⌋, m ≥ ⌈−hi⌉.
+      std::optional<int64_t> mlo = std::max<int64_t>(0, hi ? clamp(std::ceil(-hi->value)) : 0), mhi;
+      if (lo) mhi = clamp(std::floor(-lo->value)) - 1;
+      const std::string neg = int_range(mlo, mhi);
+      if (!neg.empty()) body += (body.empty() ? "" : " | ") + std::string("\"-\" ") + neg + " " + frac;
+    }
+    if (body.empty()) error(path, "no value satisfies minimum/maximum");
+    return new_rule(path + (integer ? "-integer" : "-number"), body);
   }
 
   std::string object(const json& s, const std::string& path) {
@@ -300,6 +423,7 @@ class SchemaConverter {
   }
 
   const json& root_;
+  std::string prefix_;
   std::vector<std::string> rules_;
   std::map<std::string, std::string> refs_;
   int depth_ = 0;
@@ -307,14 +431,26 @@ class SchemaConverter {
 
 }  // namespace
 
-std::string json_schema_to_gbnf(std::string_view schema_text) {
+SchemaRules json_schema_rules(std::string_view schema_text, const std::string& prefix) {
   json schema;
   try {
     schema = json::parse(schema_text);
   } catch (const json::parse_error& e) {
     fail("json_schema: not valid JSON: {}", e.what());
   }
-  return SchemaConverter(schema).convert();
+  auto [start, rules] = SchemaConverter(schema, prefix).convert();
+  return {start, rules};
+}
+
+std::string json_primitives_gbnf(bool compact) {
+  if (!compact) return kPrimitives;
+  std::string p = kPrimitives;
+  return "ws ::= \" \"?\n" + p.substr(p.find('\n') + 1);
+}
+
+std::string json_schema_to_gbnf(std::string_view schema_text) {
+  const SchemaRules r = json_schema_rules(schema_text, "");
+  return "root ::= " + r.start + "\n" + r.rules + kPrimitives;
 }
 
 std::string json_object_gbnf() { return std::string("root ::= json-object\n") + kPrimitives; }

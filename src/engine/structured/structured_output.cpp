@@ -14,8 +14,114 @@ namespace kvik::structured {
 GrammarMatcher::GrammarMatcher(std::shared_ptr<GrammarDfa> dfa, std::shared_ptr<const VocabTrie> trie)
     : dfa_(std::move(dfa)), trie_(std::move(trie)), cursor_(dfa_->start()) {}
 
+GrammarMatcher::GrammarMatcher(std::shared_ptr<GrammarDfa> dfa, std::shared_ptr<const VocabTrie> trie,
+                               const StructuredOutputSpec& spec)
+    : GrammarMatcher(std::move(dfa), std::move(trie)) {
+  triggers_ = spec.triggers;
+  trigger_tokens_ = spec.trigger_tokens;
+  if (triggers_.empty() && trigger_tokens_.empty()) return;
+  active_ = false;
+  if (!spec.think_close.empty()) {
+    think_open_ = spec.think_open;
+    think_close_ = spec.think_close;
+    think_ = spec.think_always ? Think::kInside : Think::kStart;
+  }
+  auto all = std::make_shared<TokenMask>();
+  const size_t vocab = static_cast<size_t>(trie_->vocab_size());
+  all->bits.assign((vocab + 63) / 64, ~uint64_t{0});
+  if (vocab % 64) all->bits.back() = (uint64_t{1} << (vocab % 64)) - 1;  // no ids past the vocabulary
+  all->accepting = true;
+  all->any = true;
+  all_ = std::move(all);
+}
+
+std::shared_ptr<const TokenMask> GrammarMatcher::mask() { return active_ ? dfa_->mask(cursor_) : all_; }
+
+bool GrammarMatcher::past_thinking() {
+  if (think_ == Think::kStart) {
+    const size_t first = tail_.find_first_not_of(" \t\r\n");
+    if (first == std::string::npos) return false;
+    const std::string_view rest = std::string_view(tail_).substr(first);
+    if (rest.size() < think_open_.size() && think_open_.compare(0, rest.size(), rest) == 0) return false;
+    if (!think_open_.empty() && rest.substr(0, think_open_.size()) == think_open_) {
+      tail_.erase(0, first + think_open_.size());
+      think_ = Think::kInside;
+    } else {
+      think_ = Think::kNone;
+    }
+  }
+  if (think_ == Think::kInside) {
+    const size_t close = tail_.find(think_close_);
+    if (close == std::string::npos) {
+      if (tail_.size() >= think_close_.size()) tail_.erase(0, tail_.size() - think_close_.size() + 1);
+      return false;
+    }
+    tail_.erase(0, close + think_close_.size());
+    think_ = Think::kNone;
+    at_start_ = true;  // "^" triggers count from the answer's start
+  }
+  return true;
+}
+
+bool GrammarMatcher::watch(int32_t id) {
+  std::string bytes = trie_->token_bytes(id);
+  if (think_ != Think::kNone) {
+    tail_ += bytes;
+    if (!past_thinking()) return true;
+    bytes = std::move(tail_);  // what follows </think> is looked at as output
+    tail_.clear();
+  }
+  for (const auto& [tid, text] : trigger_tokens_) {
+    if (tid != id) continue;
+    DfaCursor c = cursor_;
+    if (dfa_->advance(c, text)) cursor_ = c, active_ = true;
+    return true;
+  }
+  return watch_bytes(bytes);
+}
+
+bool GrammarMatcher::watch_bytes(std::string_view bytes) {
+  const size_t old = tail_.size();
+  tail_ += bytes;
+  size_t best = std::string::npos;
+  for (const std::string& t : triggers_) {
+    if (!t.empty() && t[0] == '^') {
+      if (!at_start_) continue;
+      const size_t first = tail_.find_first_not_of(" \t\r\n");
+      if (first != std::string::npos && tail_.compare(first, t.size() - 1, t, 1) == 0) best = std::min(best, first);
+      continue;
+    }
+    const size_t from = old >= t.size() ? old - t.size() + 1 : 0;
+    const size_t k = tail_.find(t, from);
+    if (k != std::string::npos) best = std::min(best, k);
+  }
+  if (best != std::string::npos) {
+    DfaCursor c = cursor_;
+    // A trigger the grammar does not take from there (bytes after it in the same token it rejects) leaves the
+    // output unconstrained, as without a grammar.
+    if (dfa_->advance(c, std::string_view(tail_).substr(best))) cursor_ = c, active_ = true;
+    tail_.clear();
+    return true;
+  }
+  if (at_start_) {  // the start holds while the text past leading whitespace may still become a "^" trigger
+    const size_t first = tail_.find_first_not_of(" \t\r\n");
+    const std::string_view rest = first == std::string::npos ? "" : std::string_view(tail_).substr(first);
+    bool prefix = rest.empty();
+    for (const std::string& t : triggers_)
+      prefix =
+          prefix || (!t.empty() && t[0] == '^' && rest.size() < t.size() - 1 && t.compare(1, rest.size(), rest) == 0);
+    at_start_ = prefix;
+  }
+  size_t keep = 0;
+  for (const std::string& t : triggers_) keep = std::max(keep, t.size());
+  if (tail_.size() > keep) tail_.erase(0, tail_.size() - keep);
+  return true;
+}
+
 bool GrammarMatcher::accept_token(int32_t id) {
-  if (id < 0 || id >= trie_->vocab_size() || trie_->token_bytes(id).empty()) return false;
+  if (id < 0 || id >= trie_->vocab_size()) return false;
+  if (!active_) return watch(id);
+  if (trie_->token_bytes(id).empty()) return false;
   return dfa_->advance(cursor_, trie_->token_bytes(id));
 }
 
@@ -68,7 +174,7 @@ std::unique_ptr<GrammarMatcher> StructuredOutputManager::make_matcher(const Stru
         }
       }
     }
-    return std::make_unique<GrammarMatcher>(dfa, trie_);
+    return std::make_unique<GrammarMatcher>(dfa, trie_, spec);
   } catch (const Error& e) {
     error = e.what();
     return nullptr;

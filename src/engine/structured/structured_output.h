@@ -17,22 +17,39 @@
 
 namespace kvik::structured {
 
-// One request's position in its grammar.
+// One request's position in its grammar. A lazy matcher (spec triggers) allows every token, control tokens
+// included, until a trigger shows in the output; from then on the grammar holds, fed from the trigger's start.
 class GrammarMatcher {
  public:
   GrammarMatcher(std::shared_ptr<GrammarDfa> dfa, std::shared_ptr<const VocabTrie> trie);
+  // Lazy when the spec has triggers (StructuredOutputSpec: triggers, trigger_tokens, think_*).
+  GrammarMatcher(std::shared_ptr<GrammarDfa> dfa, std::shared_ptr<const VocabTrie> trie,
+                 const StructuredOutputSpec& spec);
 
   // Tokens allowed next (EOS excluded: allowed exactly when mask->accepting). Throws kvik::Error only for
   // a pathological grammar (too ambiguous or too deeply nested at this point).
-  std::shared_ptr<const TokenMask> mask() { return dfa_->mask(cursor_); }
+  std::shared_ptr<const TokenMask> mask();
   // Advances over token `id`'s bytes; false (state unchanged) when the grammar rejects them.
   bool accept_token(int32_t id);
-  bool accepting() { return dfa_->accepting(cursor_); }
+  bool accepting() { return !active_ || dfa_->accepting(cursor_); }
+  bool active() const { return active_; }  // the grammar holds (always, unless lazy and not triggered yet)
 
  private:
+  bool watch(int32_t id);                    // lazy: looks for a trigger in the output; true when the token was taken
+  bool past_thinking();                      // lazy: moves the thinking state on over tail_; true once triggers count
+  bool watch_bytes(std::string_view bytes);  // lazy: the trigger search over the output's next bytes
+
   std::shared_ptr<GrammarDfa> dfa_;
   std::shared_ptr<const VocabTrie> trie_;
   DfaCursor cursor_;
+  bool active_ = true;
+  std::vector<std::string> triggers_;
+  std::vector<std::pair<int32_t, std::string>> trigger_tokens_;
+  std::string tail_;      // lazy: the output's last bytes, enough to hold a trigger split across tokens
+  bool at_start_ = true;  // lazy: only whitespace so far, or the start of a "^" trigger
+  enum class Think { kNone, kStart, kInside } think_ = Think::kNone;  // lazy: a reasoning model's thinking
+  std::string think_open_, think_close_;
+  std::shared_ptr<const TokenMask> all_;  // lazy: every token allowed
 };
 
 // The GBNF text a spec compiles through. Throws kvik::Error naming the problem.

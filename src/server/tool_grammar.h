@@ -1,0 +1,34 @@
+// Tool calls that cannot be malformed: the GBNF of a model family's call syntax (chat/tool_parsers.h) with each
+// tool's arguments constrained by its `parameters` schema, as a structured-output spec for the engine.
+//   tool_choice "required" / named: the grammar holds from the first token (calls only, then EOS).
+//   tool_choice "auto": the same grammar, lazy — it switches on when the output shows the family's trigger
+//   (<tool_call>, [TOOL_CALLS], <|python_tag|> or {"name" opening a Llama 3 output — not any "{", so a JSON
+//   answer is left alone), so a model that decides to call a tool writes a well-formed call, and text without
+//   calls is left alone.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "chat/tool_parsers.h"
+#include "engine/structured/structured_output_spec.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvik::server {
+
+struct ToolGrammarOptions {
+  ToolCallFormat format = ToolCallFormat::kHermes;
+  std::string only_name;  // a named tool_choice: only this function; "" = any of `tools`
+  bool parallel = true;   // several calls (parallel_tool_calls)
+  bool lazy = false;      // tool_choice "auto"
+};
+
+// The grammar text. `tools` is a validated OpenAI tools array. Throws kvik::Error from the schema compiler.
+std::string tool_calls_gbnf(const nlohmann::ordered_json& tools, const ToolGrammarOptions& o);
+
+// The spec for SamplingParams::structured_output (source "tools"); lazy specs carry the family's triggers, the
+// trigger token's id looked up in `tok` when the trigger is a single token of the vocabulary.
+StructuredOutputSpec tool_calls_spec(const nlohmann::ordered_json& tools, const ToolGrammarOptions& o,
+                                     const Tokenizer& tok);
+
+}  // namespace kvik::server
