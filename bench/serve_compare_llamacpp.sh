@@ -20,20 +20,21 @@ CONCS="${CONCS:-16 64 256}" PPC="${PROMPTS_PER_CONC:-1}" IN="${IN:-32}" OUT="${O
 [[ -x "$LLAMA_SERVER" ]] || { echo "no llama-server at $LLAMA_SERVER" >&2; exit 1; }
 TMP="$(mktemp -d)"
 pid=""
-trap '[[ -n "$pid" ]] && kill "$pid" 2>/dev/null; rm -rf "$TMP"' EXIT
+trap '[[ -n "$pid" ]] && kill "$pid" 2>/dev/null; [[ -n "${KEEP:-}" ]] || rm -rf "$TMP"' EXIT
 
-wait_healthy() {  # port
+wait_healthy() {  # port log
   for _ in $(seq 600); do
     curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
+    kill -0 "$pid" 2>/dev/null || break
     sleep 0.2
   done
-  echo "server on port $1 did not become healthy" >&2; return 1
+  echo "server on port $1 did not become healthy; the end of its log ($2):" >&2; tail -n 20 "$2" >&2; return 1
 }
 free_port() { node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => {
                 console.log(s.address().port); s.close(); })'; }
-bench() {  # port conc out.json
+bench() {  # port conc out.json (a run where no request completed still leaves its JSON and the comparison goes on)
   nice "$KVIK" bench-serve --base-url "http://127.0.0.1:$1" --num-prompts $(($2 * PPC)) --max-concurrency "$2" \
-    --request-rate inf --input-len "$IN" --output-len "$OUT" --json > "$3"
+    --request-rate inf --input-len "$IN" --output-len "$OUT" --json > "$3" || true
 }
 
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $THREADS threads each; load: $(uptime | sed 's/.*load average: //')" >&2
@@ -41,11 +42,11 @@ for c in $CONCS; do
   port=$(free_port)
   "$KVIK" serve "$MODEL" --port "$port" --threads "$THREADS" --max-num-seqs "$c" --max-model-len "$CTX" \
     --disable-log-requests > "$TMP/kvik.$c.log" 2>&1 & pid=$!
-  wait_healthy "$port"; bench "$port" "$c" "$TMP/kvik.$c.json"; kill "$pid"; wait "$pid" || true; pid=""
+  wait_healthy "$port" "$TMP/kvik.$c.log"; bench "$port" "$c" "$TMP/kvik.$c.json"; kill "$pid"; wait "$pid" || true; pid=""
   port=$(free_port)
   "$LLAMA_SERVER" -m "$MODEL" --port "$port" -t "$THREADS" -tb "$THREADS" -np "$c" -c $((c * CTX)) \
     > "$TMP/llama.$c.log" 2>&1 & pid=$!
-  wait_healthy "$port"; bench "$port" "$c" "$TMP/llama.$c.json"; kill "$pid"; wait "$pid" || true; pid=""
+  wait_healthy "$port" "$TMP/llama.$c.log"; bench "$port" "$c" "$TMP/llama.$c.json"; kill "$pid"; wait "$pid" || true; pid=""
   echo "concurrency $c done" >&2
 done
 

@@ -33,6 +33,7 @@ namespace {
 struct BenchServeOptions {
   std::string base_url = "http://127.0.0.1:8000";
   std::string model, api_key, request_rate = "inf";
+  double timeout_s = 3600;
   DatasetOptions data;
   int64_t max_concurrency = 0;       // 0 = no limit
   std::vector<std::string> goodput;  // "ttft:MS", "tpot:MS", "e2el:MS"
@@ -200,6 +201,7 @@ int run_bench_serve(BenchServeOptions& o) {
   const Endpoint ep = [&] {
     Endpoint e = parse_base_url(o.base_url);
     e.api_key = o.api_key;
+    e.timeout_s = o.timeout_s;
     return e;
   }();
   double rate = std::numeric_limits<double>::infinity();
@@ -254,6 +256,9 @@ Run add_bench_serve(CLI::App& app) {
   c->add_option("--base-url", o->base_url, "Server to benchmark: http://HOST:PORT[/PREFIX]")->capture_default_str();
   c->add_option("--model", o->model, "Model name to request (default: the first one /v1/models lists)");
   c->add_option("--api-key", o->api_key, "Sent as 'Authorization: Bearer KEY'");
+  c->add_option("--timeout", o->timeout_s, "Seconds one request may take, queueing included, before it fails")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   c->add_option("--num-prompts", o->data.num_prompts, "Requests to send")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

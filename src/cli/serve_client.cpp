@@ -114,7 +114,7 @@ asio::awaitable<RequestResult> send_request(const Endpoint& ep, const BenchReque
     beast::tcp_stream stream(co_await asio::this_coro::executor);
     co_await connect(stream, ep);
     auto request = make_request(ep, http::verb::post, req.path, body.dump());
-    stream.expires_after(std::chrono::seconds(600));
+    stream.expires_after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(ep.timeout_s)));
     co_await http::async_write(stream, request, asio::use_awaitable);
     beast::flat_buffer buffer;
     http::response_parser<http::buffer_body> parser;

@@ -18,6 +18,7 @@ struct Endpoint {
   std::string port = "8000";
   std::string base_path;  // what precedes /v1/... in the base URL
   std::string api_key;
+  double timeout_s = 3600;  // per request, from connecting to the end of the stream
 };
 
 // "http://host:port[/prefix]" → Endpoint; throws kvik::Error for anything else (https is not spoken).
