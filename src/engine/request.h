@@ -14,6 +14,7 @@
 #include "engine/parent_request.h"
 #include "engine/sample/rng.h"
 #include "engine/sampling_params.h"
+#include "engine/spec_decode.h"
 #include "engine/structured/structured_output.h"
 
 namespace kvik {
@@ -88,6 +89,11 @@ struct Request {
   RequestStats stats;
   int64_t admission_seq = 0;                            // order of admission to running, for preemption priority
   std::unique_ptr<structured::GrammarMatcher> grammar;  // set when sampling_params.structured_output is
+  // Speculative decoding: the drafts scheduled this step (query tokens after the last token, never part of
+  // all_token_ids: only accepted tokens are appended, so only they reach a block hash), and whether this
+  // request currently proposes any.
+  std::vector<int32_t> spec_token_ids;
+  SpecDecodeGate spec_gate;
 
   Request(std::string id, std::vector<int32_t> prompt, SamplingParams params, std::vector<int32_t> eos, uint64_t seed)
       : request_id(std::move(id)),

@@ -1,0 +1,556 @@
+// Speculative decoding: --speculative-config parsing, the n-gram proposer, the rejection sampler's output
+// distribution (unit level and through the engine), greedy output equality with and without speculation
+// (alone and in a mixed batch of 32), and block accounting under speculation, preemption and aborts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <random>
+#include <regex>
+#include <set>
+
+#include "core/error.h"
+#include "engine/engine_core.h"
+#include "engine/sample/sampler.h"
+#include "engine/single_sequence.h"
+#include "engine/spec_decode.h"
+#include "engine/structured/structured_output.h"
+#include "model/llama.h"
+#include "synth_models.h"
+#include "tokenizer/tokenizer.h"
+#include "validation_util.h"
+
+using namespace kvik;
+
+namespace {
+
+std::string parse_error(const std::string& json) {
+  try {
+    parse_speculative_config(json);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(SpecDecodeConfig, ParsesVllmSpellingWithItsDefaults) {
+  SpeculativeConfig c = parse_speculative_config(
+      R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2})");
+  EXPECT_EQ(c.method, SpeculativeConfig::Method::kNgram);
+  EXPECT_EQ(c.num_speculative_tokens, 4);
+  EXPECT_EQ(c.prompt_lookup_max, 4);
+  EXPECT_EQ(c.prompt_lookup_min, 2);
+  c = parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 3})");
+  EXPECT_EQ(c.prompt_lookup_min, 5);
+  EXPECT_EQ(c.prompt_lookup_max, 5);
+  c = parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3})");
+  EXPECT_EQ(c.prompt_lookup_min, 3);
+  EXPECT_FALSE(parse_speculative_config("").enabled());
+}
+
+TEST(SpecDecodeConfig, ErrorsNameWhatIsWrong) {
+  EXPECT_NE(parse_error("{method: ngram}").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(parse_error("[1]").find("JSON object"), std::string::npos);
+  EXPECT_NE(parse_error(R"({"num_speculative_tokens": 4})").find("\"method\""), std::string::npos);
+  EXPECT_NE(parse_error(R"({"method": "eagle", "num_speculative_tokens": 4})").find("unknown method \"eagle\""),
+            std::string::npos);
+  EXPECT_NE(parse_error(R"({"method": "ngram", "num_speculative_tokens": 4, "lookup": 2})").find("unknown key \"lookup\""),
+            std::string::npos);
+  EXPECT_NE(parse_error(R"({"method": "ngram"})").find("num_speculative_tokens"), std::string::npos);
+  EXPECT_NE(parse_error(R"({"method": "ngram", "num_speculative_tokens": 0})").find("must be in 1..32"),
+            std::string::npos);
+  EXPECT_NE(parse_error(R"({"method": "ngram", "num_speculative_tokens": "4"})").find("must be an integer"),
+            std::string::npos);
+  EXPECT_NE(parse_error(R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 4,
+                            "prompt_lookup_max": 2})")
+                .find("\"prompt_lookup_min\" (4) is larger than \"prompt_lookup_max\" (2)"),
+            std::string::npos);
+}
+
+TEST(SpecDecodeNgram, ProposesWhatFollowedTheLongestMostRecentMatch) {
+  std::vector<int32_t> out;
+  // Suffix [7 8] occurs at 1 (followed by 9 4) and at 5 (followed by 5): the most recent wins.
+  const std::vector<int32_t> a = {6, 7, 8, 9, 4, 7, 8, 5, 3, 7, 8};
+  EXPECT_EQ(ngram_propose(a, 2, 2, 3, out), 3);
+  EXPECT_EQ(out, (std::vector<int32_t>{5, 3, 7}));
+  // The longer suffix [9 7 8]... does not occur; [4 7 8] does not either; with max 3 the 2-gram still matches.
+  EXPECT_EQ(ngram_propose(a, 2, 3, 2, out), 2);
+  EXPECT_EQ(out, (std::vector<int32_t>{5, 3}));
+  // A longer match beats a more recent shorter one: suffix [1 2 3] matches at 0, [2 3] alone more recently.
+  const std::vector<int32_t> b = {1, 2, 3, 9, 2, 3, 8, 1, 2, 3};
+  EXPECT_EQ(ngram_propose(b, 2, 3, 2, out), 2);
+  EXPECT_EQ(out, (std::vector<int32_t>{9, 2}));
+  EXPECT_EQ(ngram_propose(b, 2, 2, 2, out), 2);
+  EXPECT_EQ(out, (std::vector<int32_t>{8, 1}));
+  // A loop of period 2 continues for all k tokens (the copy runs into its own output).
+  const std::vector<int32_t> c = {5, 1, 2, 1, 2};
+  EXPECT_EQ(ngram_propose(c, 2, 2, 5, out), 5);
+  EXPECT_EQ(out, (std::vector<int32_t>{1, 2, 1, 2, 1}));
+  // No match, too short, k = 0.
+  const std::vector<int32_t> d = {1, 2, 3, 4};
+  EXPECT_EQ(ngram_propose(d, 1, 3, 4, out), 0);
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(ngram_propose(std::vector<int32_t>{4}, 1, 3, 4, out), 0);
+  EXPECT_EQ(ngram_propose(c, 2, 2, 0, out), 0);
+}
+
+TEST(SpecDecodeGate, PausesARequestWhoseAcceptanceStaysLow) {
+  SpecDecodeGate g;
+  EXPECT_TRUE(g.allows(0));
+  for (int i = 0; i < 4; ++i) g.record(4, 0, 10 + i);  // 16 drafted, 0 accepted
+  EXPECT_FALSE(g.allows(13));
+  EXPECT_FALSE(g.allows(13 + SpecDecodeGate::kPauseTokens - 1));
+  EXPECT_TRUE(g.allows(13 + SpecDecodeGate::kPauseTokens));
+  SpecDecodeGate h;
+  for (int i = 0; i < 8; ++i) h.record(4, 2, i);  // 50 %: keeps going
+  EXPECT_TRUE(h.allows(8));
+}
+
+// ---- the rejection sampler, unit level ----
+
+// Pearson's chi-square of observed counts against expected probabilities (bins with expectation < 5 merged).
+double chi_square(const std::map<int32_t, int64_t>& counts, const std::vector<std::pair<int32_t, float>>& p,
+                  int64_t n, int* dof) {
+  double stat = 0, merged_obs = 0, merged_exp = 0;
+  int bins = 0;
+  int64_t seen = 0;
+  for (const auto& [t, prob] : p) {
+    const double e = prob * static_cast<double>(n);
+    const auto it = counts.find(t);
+    const double o = it == counts.end() ? 0.0 : static_cast<double>(it->second);
+    seen += static_cast<int64_t>(o);
+    if (e < 5) {
+      merged_obs += o, merged_exp += e;
+      continue;
+    }
+    stat += (o - e) * (o - e) / e, ++bins;
+  }
+  if (merged_exp > 0) stat += (merged_obs - merged_exp) * (merged_obs - merged_exp) / merged_exp, ++bins;
+  if (seen != n) stat = 1e30;  // a token outside p's support
+  *dof = bins - 1;
+  return stat;
+}
+
+// Upper 0.1 % point of chi-square with `dof` degrees of freedom (Wilson–Hilferty).
+double chi_square_critical(int dof) {
+  const double z = 3.090, k = dof;
+  const double a = 1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k));
+  return k * a * a * a;
+}
+
+std::vector<float> test_logits(int V, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0, 1.5f);
+  std::vector<float> l(static_cast<size_t>(V));
+  for (float& x : l) x = nd(rng);
+  return l;
+}
+
+struct DrawStats {
+  std::map<int32_t, int64_t> counts;
+  int64_t accepted = 0;
+};
+
+DrawStats draw_verified(Sampler& s, const std::vector<float>& logits, const SamplingParams& p, int32_t draft, int n,
+                        bool always_accept) {
+  DrawStats d;
+  const std::vector<int32_t> prompt = {1}, output;
+  for (int i = 0; i < n; ++i) {
+    RequestRng rng(1000 + static_cast<uint64_t>(i));
+    SampleInput in{0, &p, prompt, output, {}, &rng, nullptr};
+    bool ok = false;
+    SampleResult r = s.verify_draft(logits, in, draft, ok);
+    if (always_accept) r.token = draft;  // the negative control: a verifier that ignores p
+    ++d.counts[r.token];
+    d.accepted += ok;
+  }
+  return d;
+}
+
+TEST(SpecDecodeRejectionSampler, OutputIsDistributedAsTheTarget) {
+  const int V = 40, n = 40000;
+  const std::vector<float> logits = test_logits(V, 7);
+  Sampler s(V);
+  for (float top_p : {1.0f, 0.8f}) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.top_p = top_p;
+    const auto dist = sampling_distribution(logits, p);
+    SamplingParams all = p;
+    all.top_p = 1.0f;
+    const int32_t least_likely = sampling_distribution(logits, all).back().first;  // outside top-p 0.8's support
+    // A likely draft, a middling one, and the least likely one.
+    for (int32_t draft : {dist[0].first, dist[dist.size() / 2].first, least_likely}) {
+      SCOPED_TRACE(fmt::format("top_p {} draft {}", top_p, draft));
+      const DrawStats d = draw_verified(s, logits, p, draft, n, false);
+      int dof = 0;
+      const double stat = chi_square(d.counts, dist, n, &dof);
+      EXPECT_LT(stat, chi_square_critical(dof)) << "dof " << dof;
+      double p_draft = 0;
+      for (const auto& [t, q] : dist)
+        if (t == draft) p_draft = q;
+      EXPECT_NEAR(static_cast<double>(d.accepted) / n, p_draft, 4 * std::sqrt(p_draft * (1 - p_draft) / n) + 1e-9);
+      // The same test rejects a verifier that always accepts: it can fail.
+      const DrawStats bad = draw_verified(s, logits, p, draft, n, true);
+      EXPECT_GT(chi_square(bad.counts, dist, n, &dof), chi_square_critical(dof));
+    }
+  }
+}
+
+TEST(SpecDecodeRejectionSampler, GreedyAcceptsExactlyTheArgmaxAndAppliesTheFilterChain) {
+  const int V = 30;
+  std::vector<float> logits = test_logits(V, 3);
+  Sampler s(V);
+  SamplingParams p;
+  p.temperature = 0;
+  const std::vector<int32_t> prompt = {1}, output;
+  RequestRng rng(1);
+  SampleInput in{0, &p, prompt, output, {}, &rng, nullptr};
+  const int32_t best = argmax(logits);
+  bool ok = false;
+  EXPECT_EQ(s.verify_draft(logits, in, best, ok).token, best);
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(s.verify_draft(logits, in, (best + 1) % V, ok).token, best);
+  EXPECT_FALSE(ok);
+  // Logit bias moves the argmax: the verifier sees the biased row, as the Sampler does.
+  p.logit_bias = {{(best + 1) % V, 100.0f}};
+  EXPECT_EQ(s.verify_draft(logits, in, (best + 1) % V, ok).token, (best + 1) % V);
+  EXPECT_TRUE(ok);
+}
+
+// ---- through the engine ----
+
+std::unique_ptr<LlamaModel> stories() { return LlamaModel::load(KVIK_SHARED_DIR "/models/stories260K.gguf"); }
+
+std::string synth_path() {
+  static const std::string path = test_models::write_synth_gqa("kvik_spec_gqa.gguf", 11);
+  return path;
+}
+
+SpeculativeConfig ngram(int k, int min_n, int max_n) {
+  SpeculativeConfig c;
+  c.method = SpeculativeConfig::Method::kNgram;
+  c.num_speculative_tokens = k;
+  c.prompt_lookup_min = min_n;
+  c.prompt_lookup_max = max_n;
+  return c;
+}
+
+EngineConfig engine_config(const SpeculativeConfig& spec, int64_t blocks = 1024) {
+  EngineConfig c;
+  c.max_model_len = 512;
+  c.num_kv_blocks = blocks;
+  c.max_num_batched_tokens = 96;  // small: drafts compete with prefill chunks for the budget
+  c.log_stats = false;
+  c.kv_cache_dtype = DType::F32;
+  c.speculative = spec;
+  return c;
+}
+
+// A prompt that repeats itself: lookup proposes, and the model (which copies, or loops) accepts some.
+std::vector<int32_t> repeating_prompt(int64_t vocab, uint32_t seed, int period, int len) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> unit;
+  for (int i = 0; i < period; ++i) unit.push_back(3 + static_cast<int32_t>(rng() % (vocab - 3)));
+  std::vector<int32_t> p = {1};
+  while (static_cast<int>(p.size()) < len) p.push_back(unit[(p.size() - 1) % unit.size()]);
+  return p;
+}
+
+std::vector<int32_t> random_prompt(int64_t vocab, uint32_t seed, int len) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> p = {1};
+  while (static_cast<int>(p.size()) < len) p.push_back(3 + static_cast<int32_t>(rng() % (vocab - 3)));
+  return p;
+}
+
+// An input-grounded prompt (its continuation copies spans of it) from a seed, about `len` tokens long.
+using PromptFn = std::function<std::vector<int32_t>(uint32_t seed, int len)>;
+
+// stories260K copies text it has seen: sentences of a small story, the prompt repeating them.
+PromptFn story_prompts() {
+  static const std::vector<std::string> sentences = {
+      "Once upon a time, there was a little girl named Lily. ", "She loved to play outside in the park. ",
+      "One day, she saw a big red ball under a tree. ", "Tom was a happy dog who liked to run. ",
+      "The sun was shining and the birds were singing. ", "Mom said, \"Let us go home and eat some cake.\" ",
+      "Ben and his friend built a tall tower of blocks. ", "The cat was sad because it lost its toy. "};
+  auto tok = std::shared_ptr<Tokenizer>(load_tokenizer(KVIK_SHARED_DIR "/models/stories260K.gguf"));
+  return [tok](uint32_t seed, int len) {
+    std::mt19937 rng(seed);
+    std::string story;
+    for (int i = 0; i < 3; ++i) story += sentences[rng() % sentences.size()];
+    std::string text = story;
+    while (static_cast<int>(tok->encode(text, true, false).size()) < len) text += story;
+    return tok->encode(text, true, false);
+  };
+}
+
+// Random-weight models loop; a prompt that repeats a random unit starts them in one.
+PromptFn looping_prompts(int64_t vocab) {
+  return [vocab](uint32_t seed, int len) { return repeating_prompt(vocab, seed, 3 + static_cast<int>(seed % 9), len); };
+}
+
+struct Job {
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+};
+
+struct Outcome {
+  std::map<std::string, std::vector<int32_t>> tokens;
+  std::map<std::string, std::string> finish;
+  SpecDecodeStats spec;
+};
+
+Outcome run_jobs(LlamaModel& m, const EngineConfig& cfg, const std::vector<Job>& jobs, const Tokenizer* tok = nullptr) {
+  EngineCore e(m, cfg, {2});
+  if (tok) e.enable_structured_output(structured::VocabTrie::token_bytes_of(*tok));
+  for (size_t i = 0; i < jobs.size(); ++i)
+    EXPECT_EQ(msg(e.add_request("r" + std::to_string(i), jobs[i].prompt, jobs[i].params)), "");
+  Outcome r;
+  for (int guard = 0; e.has_unfinished() && guard < 100000; ++guard)
+    for (auto& o : e.step()) {
+      auto& v = r.tokens[o.request_id];
+      v.insert(v.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      if (o.finished) r.finish[o.request_id] = o.finish_reason;
+    }
+  EXPECT_FALSE(e.has_unfinished());
+  EXPECT_EQ(e.kv_cache_manager().pool().num_free_blocks(), cfg.num_kv_blocks);
+  r.spec = e.spec_decode_stats();
+  return r;
+}
+
+SamplingParams greedy(int max_tokens) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  return p;
+}
+
+// Greedy decoding with speculation gives token for token what it gives without, for one request alone
+// and for a batch of 32 in which some requests speculate and others do not (random prompts lookup rarely
+// matches, one-token requests, sampled requests, an n = 2 request); drafts are both accepted and rejected.
+void expect_greedy_equality(LlamaModel& m, const PromptFn& grounded) {
+  const int64_t V = m.config().vocab_size;
+  const SpeculativeConfig spec = ngram(4, 1, 3);
+  const std::vector<Job> alone = {{grounded(5, 40), greedy(60)}};
+  const Outcome a0 = run_jobs(m, engine_config({}), alone);
+  const Outcome a1 = run_jobs(m, engine_config(spec), alone);
+  EXPECT_EQ(a1.tokens, a0.tokens);
+  EXPECT_EQ(a1.finish, a0.finish);
+  EXPECT_GT(a1.spec.num_accepted_tokens, 0);
+
+  std::vector<Job> batch;
+  for (int i = 0; i < 32; ++i) {
+    Job j;
+    if (i % 4 == 3) {
+      j.prompt = random_prompt(V, 100 + i, 5 + i);
+      j.params = greedy(i % 8 == 3 ? 1 : 40);  // some never get to speculate
+    } else if (i % 8 == 2) {
+      j.prompt = grounded(200 + i, 30);
+      j.params.temperature = 0.9f, j.params.seed = i, j.params.max_tokens = 30;  // sampled, speculating
+      if (i == 2) j.params.n = 2;
+    } else {
+      j.prompt = grounded(300 + i, 12 + 3 * i);
+      j.params = greedy(20 + i);
+      if (i % 5 == 0) j.params.ignore_eos = true;
+    }
+    batch.push_back(j);
+  }
+  const Outcome b0 = run_jobs(m, engine_config({}), batch);
+  const Outcome b1 = run_jobs(m, engine_config(spec), batch);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const std::string id = "r" + std::to_string(i);
+    if (batch[i].params.temperature != 0) continue;  // sampled: equal in distribution, tested below
+    EXPECT_EQ(b1.tokens.at(id), b0.tokens.at(id)) << id;
+    EXPECT_EQ(b1.finish.at(id), b0.finish.at(id)) << id;
+  }
+  EXPECT_GT(b1.spec.num_accepted_tokens, 0);
+  EXPECT_LT(b1.spec.num_accepted_tokens, b1.spec.num_draft_tokens) << "no draft was rejected";
+}
+
+TEST(SpecDecodeEngine, GreedyOutputIdenticalStories) {
+  auto m = stories();
+  expect_greedy_equality(*m, story_prompts());
+}
+
+TEST(SpecDecodeEngine, GreedyOutputIdenticalSynthGqa) {
+  auto m = LlamaModel::load(synth_path());
+  expect_greedy_equality(*m, looping_prompts(m->config().vocab_size));
+}
+
+TEST(SpecDecodeEngine, NeverEmitsPastMaxTokensOrAStop) {
+  auto m = LlamaModel::load(synth_path());
+  const int64_t V = m->config().vocab_size;
+  const SpeculativeConfig spec = ngram(8, 1, 2);
+  std::vector<Job> jobs;
+  for (int mt = 1; mt <= 12; ++mt) jobs.push_back({repeating_prompt(V, 9, 2, 20), greedy(mt)});
+  const Outcome plain = run_jobs(*m, engine_config({}), jobs);
+  const Outcome sp = run_jobs(*m, engine_config(spec), jobs);
+  EXPECT_EQ(sp.tokens, plain.tokens);
+  for (size_t i = 0; i < jobs.size(); ++i) EXPECT_LE(sp.tokens.at("r" + std::to_string(i)).size(), i + 1);
+  // A stop id inside an accepted run: output ends before it, as without speculation.
+  const std::vector<int32_t>& longest = plain.tokens.at("r11");
+  ASSERT_GE(longest.size(), 6u);
+  std::vector<Job> stops = {{repeating_prompt(V, 9, 2, 20), greedy(12)}};
+  stops[0].params.stop_token_ids = {longest[5]};
+  EXPECT_EQ(run_jobs(*m, engine_config(spec), stops).tokens, run_jobs(*m, engine_config({}), stops).tokens);
+  EXPECT_GT(sp.spec.num_accepted_tokens, 0);
+}
+
+// Structured output does not speculate (a draft would have to advance and roll back the grammar matcher):
+// a constrained request in a speculating engine gets no drafts, gives the plain engine's output, and that
+// output matches its regex; an unconstrained request beside it still speculates.
+TEST(SpecDecodeEngine, StructuredOutputDoesNotSpeculate) {
+  auto m = stories();
+  auto tok = load_tokenizer(KVIK_SHARED_DIR "/models/stories260K.gguf");
+  const std::string pattern = "(la ){2,4}la\\.";
+  Job constrained{tok->encode("la la la la la la la la la la la la", true, false), greedy(60)};
+  constrained.params.structured_output = StructuredOutputSpec::regex(pattern);
+  const SpeculativeConfig spec = ngram(4, 1, 3);
+  const Outcome alone = run_jobs(*m, engine_config(spec), {constrained}, tok.get());
+  EXPECT_EQ(alone.spec.num_drafts, 0);
+  EXPECT_EQ(alone.tokens, run_jobs(*m, engine_config({}), {constrained}, tok.get()).tokens);
+  EXPECT_EQ(alone.finish.at("r0"), "stop");
+  std::string text;
+  for (int32_t t : alone.tokens.at("r0")) text += tok->token_to_piece(t);
+  EXPECT_TRUE(std::regex_match(text, std::regex(pattern))) << text;
+  const std::vector<Job> mixed = {constrained, {story_prompts()(3, 60), greedy(40)}};
+  const Outcome with = run_jobs(*m, engine_config(spec), mixed, tok.get());
+  EXPECT_EQ(with.tokens, run_jobs(*m, engine_config({}), mixed, tok.get()).tokens);
+  EXPECT_GT(with.spec.num_accepted_tokens, 0);
+}
+
+// Two-sample chi-square (counts a and b of equal totals) at the 0.1 % level, bins with < 10 merged.
+bool same_distribution(const std::map<int32_t, int64_t>& a, const std::map<int32_t, int64_t>& b, double* stat_out) {
+  std::set<int32_t> keys;
+  for (const auto& [k, v] : a) keys.insert(k);
+  for (const auto& [k, v] : b) keys.insert(k);
+  double stat = 0, ma = 0, mb = 0;
+  int bins = 0;
+  auto add = [&](double x, double y) {
+    stat += (x - y) * (x - y) / (x + y);
+    ++bins;
+  };
+  for (int32_t k : keys) {
+    const double x = a.count(k) ? static_cast<double>(a.at(k)) : 0, y = b.count(k) ? static_cast<double>(b.at(k)) : 0;
+    if (x + y < 10)
+      ma += x, mb += y;
+    else
+      add(x, y);
+  }
+  if (ma + mb > 0) add(ma, mb);
+  *stat_out = stat;
+  return bins < 2 || stat < chi_square_critical(bins - 1);
+}
+
+// Sampled output through the engine: the token at the first position a draft can cover and at a later
+// one, over many seeds, is distributed as without speculation (temperature 1, with and without top-p).
+TEST(SpecDecodeEngine, SampledTokenDistributionMatchesPlainSampling) {
+  auto m = stories();
+  const int64_t V = m->config().vocab_size;
+  const int n = 1500, len = 6;
+  const std::vector<int32_t> prompt = story_prompts()(21, 60);
+  for (float top_p : {1.0f, 0.9f}) {
+    SCOPED_TRACE(fmt::format("top_p {}", top_p));
+    std::vector<Job> jobs;
+    for (int i = 0; i < n; ++i) {
+      Job j{prompt, {}};
+      j.params.temperature = 1.0f, j.params.top_p = top_p, j.params.seed = 7000 + i, j.params.max_tokens = len;
+      j.params.ignore_eos = true;
+      jobs.push_back(j);
+    }
+    EngineConfig cfg0 = engine_config({}, 4096), cfg1 = engine_config(ngram(3, 1, 2), 4096);
+    cfg0.max_num_seqs = cfg1.max_num_seqs = 256;
+    cfg0.max_num_batched_tokens = cfg1.max_num_batched_tokens = 2048;
+    const Outcome plain = run_jobs(*m, cfg0, jobs), sp = run_jobs(*m, cfg1, jobs);
+    // Both paths of the rejection sampler run often: stories260K at temperature 1 accepts a few % of drafts.
+    EXPECT_GT(sp.spec.num_accepted_tokens, n / 40);
+    EXPECT_GT(sp.spec.num_draft_tokens - sp.spec.num_accepted_tokens, n / 2);
+    for (int pos : {1, len - 1}) {
+      std::map<int32_t, int64_t> a, b;
+      for (const auto& [id, t] : plain.tokens) ++a[t.at(static_cast<size_t>(pos))];
+      for (const auto& [id, t] : sp.tokens) ++b[t.at(static_cast<size_t>(pos))];
+      double stat = 0;
+      EXPECT_TRUE(same_distribution(a, b, &stat)) << "position " << pos << " chi-square " << stat;
+    }
+  }
+}
+
+// Random adds, aborts and steps with speculation on a tiny pool (preemption): after every operation each
+// block's ref_cnt equals its holders, a speculating request holds no block past its computed tokens, and
+// every block comes back at the end. Then the prefix cache filled meanwhile serves the greedy prompts again
+// with output identical to a plain engine's: no rejected draft's KV reached a cached block.
+TEST(SpecDecodeEngine, RandomizedBlockAccountingWithPreemptionAndAborts) {
+  auto m = stories();
+  EngineConfig cfg = engine_config(ngram(4, 1, 3), 40);
+  cfg.max_model_len = 256;
+  cfg.max_num_seqs = 8;
+  EngineCore e(*m, cfg, {2});
+  std::mt19937 rng(99);
+  std::set<std::string> live;
+  std::vector<Job> greedy_jobs;
+  int next_id = 0;
+  for (int iter = 0; iter < 1500; ++iter) {
+    const uint32_t op = rng() % 10;
+    if (op < 3) {
+      Job j{repeating_prompt(m->config().vocab_size, rng(), 2 + static_cast<int>(rng() % 6), 4 + rng() % 100), {}};
+      j.params.temperature = (rng() % 2) ? 0.0f : 0.8f;
+      j.params.seed = rng();
+      j.params.max_tokens = 1 + static_cast<int>(rng() % 40);
+      const std::string id = "q" + std::to_string(next_id++);
+      ASSERT_EQ(msg(e.add_request(id, j.prompt, j.params)), "");
+      live.insert(id);
+      if (j.params.temperature == 0) greedy_jobs.push_back(j);
+    } else if (op == 3 && !live.empty()) {
+      auto it = live.begin();
+      std::advance(it, rng() % live.size());
+      e.abort(*it);
+    } else {
+      for (auto& o : e.step())
+        if (o.finished) live.erase(o.request_id);
+    }
+    // Block accounting: ref_cnt == holders, free ⇔ ref_cnt 0, no block past a request's computed tokens
+    // but the one its next token goes into.
+    const auto& kv = e.kv_cache_manager();
+    std::vector<int> holders(static_cast<size_t>(cfg.num_kv_blocks), 0);
+    for (const Request* r : e.scheduler().running()) {
+      const auto& blocks = kv.blocks_of(r->request_id);
+      for (const KVCacheBlock* b : blocks) ++holders[static_cast<size_t>(b->block_id)];
+      ASSERT_LE(static_cast<int64_t>(blocks.size()), r->num_computed_tokens / cfg.block_size + 1) << r->request_id;
+      ASSERT_TRUE(r->spec_token_ids.empty());
+    }
+    for (const Request* r : e.scheduler().waiting()) ASSERT_TRUE(kv.blocks_of(r->request_id).empty());
+    const std::vector<int32_t> free_ids = kv.pool().free_queue().block_ids();
+    const std::set<int32_t> free_set(free_ids.begin(), free_ids.end());
+    ASSERT_EQ(free_set.size(), free_ids.size());
+    for (int32_t b = 0; b < cfg.num_kv_blocks; ++b) {
+      ASSERT_EQ(kv.pool().block(b).ref_cnt, holders[static_cast<size_t>(b)]) << "block " << b;
+      ASSERT_EQ(free_set.count(b) == 1, holders[static_cast<size_t>(b)] == 0) << "block " << b;
+    }
+  }
+  while (e.has_unfinished()) e.step();
+  EXPECT_EQ(e.kv_cache_manager().pool().num_free_blocks(), cfg.num_kv_blocks);
+  EXPECT_EQ(e.kv_cache_manager().num_requests(), 0);
+  EXPECT_GT(e.scheduler().num_preemptions_total(), 0);
+  EXPECT_GT(e.spec_decode_stats().num_accepted_tokens, 0);
+  EXPECT_LT(e.spec_decode_stats().num_accepted_tokens, e.spec_decode_stats().num_draft_tokens);
+
+  // The same engine (its prefix cache warm from the run) against a fresh plain one, one request at a time.
+  EngineConfig plain_cfg = cfg;
+  plain_cfg.speculative = {};
+  EngineCore p(*m, plain_cfg, {2});
+  for (size_t i = 0; i < greedy_jobs.size() && i < 20; ++i) {
+    std::vector<int32_t> got, want;
+    ASSERT_EQ(msg(e.add_request("g" + std::to_string(i), greedy_jobs[i].prompt, greedy_jobs[i].params)), "");
+    ASSERT_EQ(msg(p.add_request("g" + std::to_string(i), greedy_jobs[i].prompt, greedy_jobs[i].params)), "");
+    while (e.has_unfinished())
+      for (auto& o : e.step()) got.insert(got.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    while (p.has_unfinished())
+      for (auto& o : p.step()) want.insert(want.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    EXPECT_EQ(got, want) << "greedy job " << i;
+  }
+  EXPECT_GT(e.kv_cache_manager().prefix_cache_stats().hits, 0);
+}
+
+}  // namespace
