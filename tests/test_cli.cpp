@@ -33,6 +33,27 @@ TEST(Cli, GenerateJsonGreedyMatchesLlamaCpp) {
     EXPECT_TRUE(j["timings"].contains(k)) << k;
 }
 
+// --speculative-config on generate: greedy ids identical to the plain run above, drafts counted per request;
+// a malformed config fails before loading, naming the key.
+TEST(Cli, GenerateWithSpeculativeConfig) {
+  const std::string base = "generate --model " + kModel +
+                           " --prompt 'Once upon a time, there was a little girl. Once upon a time, there was a little'"
+                           " --temperature 0 --max-tokens 24 --json";
+  auto plain = run_stdout(base);
+  auto spec = run_stdout(base +
+                         " --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+                         "\"prompt_lookup_max\": 3, \"prompt_lookup_min\": 1}'");
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  ASSERT_EQ(spec.code, 0) << spec.out;
+  const auto a = nlohmann::json::parse(plain.out), b = nlohmann::json::parse(spec.out);
+  EXPECT_EQ(b["token_ids"], a["token_ids"]);
+  EXPECT_GT(b["spec_decode"]["accepted_tokens"].get<int>(), 0) << spec.out;
+  EXPECT_EQ(a["spec_decode"]["draft_tokens"].get<int>(), 0);
+  auto bad = run(base + " --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 4, \"n\": 1}'");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("unknown key \"n\""), std::string::npos) << bad.out;
+}
+
 TEST(Cli, GenerateStopsAtContextLength) {
   // (stories260K separates stories with BOS and practically never emits EOS; the engine test covers EOS.)
   Result r;

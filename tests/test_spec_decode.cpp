@@ -17,6 +17,7 @@
 #include "engine/spec_decode.h"
 #include "engine/structured/structured_output.h"
 #include "model/llama.h"
+#include "server/metrics.h"
 #include "synth_models.h"
 #include "tokenizer/tokenizer.h"
 #include "validation_util.h"
@@ -55,8 +56,9 @@ TEST(SpecDecodeConfig, ErrorsNameWhatIsWrong) {
   EXPECT_NE(parse_error(R"({"num_speculative_tokens": 4})").find("\"method\""), std::string::npos);
   EXPECT_NE(parse_error(R"({"method": "eagle", "num_speculative_tokens": 4})").find("unknown method \"eagle\""),
             std::string::npos);
-  EXPECT_NE(parse_error(R"({"method": "ngram", "num_speculative_tokens": 4, "lookup": 2})").find("unknown key \"lookup\""),
-            std::string::npos);
+  EXPECT_NE(
+      parse_error(R"({"method": "ngram", "num_speculative_tokens": 4, "lookup": 2})").find("unknown key \"lookup\""),
+      std::string::npos);
   EXPECT_NE(parse_error(R"({"method": "ngram"})").find("num_speculative_tokens"), std::string::npos);
   EXPECT_NE(parse_error(R"({"method": "ngram", "num_speculative_tokens": 0})").find("must be in 1..32"),
             std::string::npos);
@@ -110,8 +112,8 @@ TEST(SpecDecodeGate, PausesARequestWhoseAcceptanceStaysLow) {
 // ---- the rejection sampler, unit level ----
 
 // Pearson's chi-square of observed counts against expected probabilities (bins with expectation < 5 merged).
-double chi_square(const std::map<int32_t, int64_t>& counts, const std::vector<std::pair<int32_t, float>>& p,
-                  int64_t n, int* dof) {
+double chi_square(const std::map<int32_t, int64_t>& counts, const std::vector<std::pair<int32_t, float>>& p, int64_t n,
+                  int* dof) {
   double stat = 0, merged_obs = 0, merged_exp = 0;
   int bins = 0;
   int64_t seen = 0;
@@ -272,9 +274,9 @@ using PromptFn = std::function<std::vector<int32_t>(uint32_t seed, int len)>;
 PromptFn story_prompts() {
   static const std::vector<std::string> sentences = {
       "Once upon a time, there was a little girl named Lily. ", "She loved to play outside in the park. ",
-      "One day, she saw a big red ball under a tree. ", "Tom was a happy dog who liked to run. ",
-      "The sun was shining and the birds were singing. ", "Mom said, \"Let us go home and eat some cake.\" ",
-      "Ben and his friend built a tall tower of blocks. ", "The cat was sad because it lost its toy. "};
+      "One day, she saw a big red ball under a tree. ",         "Tom was a happy dog who liked to run. ",
+      "The sun was shining and the birds were singing. ",       "Mom said, \"Let us go home and eat some cake.\" ",
+      "Ben and his friend built a tall tower of blocks. ",      "The cat was sad because it lost its toy. "};
   auto tok = std::shared_ptr<Tokenizer>(load_tokenizer(KVIK_SHARED_DIR "/models/stories260K.gguf"));
   return [tok](uint32_t seed, int len) {
     std::mt19937 rng(seed);
@@ -551,6 +553,45 @@ TEST(SpecDecodeEngine, RandomizedBlockAccountingWithPreemptionAndAborts) {
     EXPECT_EQ(got, want) << "greedy job " << i;
   }
   EXPECT_GT(e.kv_cache_manager().prefix_cache_stats().hits, 0);
+}
+
+}  // namespace
+
+namespace {
+
+// /metrics carries vLLM's spec_decode counters (kvik: prefix) equal to the engine's, only when speculation is on.
+TEST(SpecDecodeMetrics, CountersRenderedWithVllmNames) {
+  auto m = stories();
+  for (bool on : {true, false}) {
+    EngineCore e(*m, engine_config(on ? ngram(3, 1, 3) : SpeculativeConfig{}), {2});
+    server::ServerMetrics metrics("stories");
+    ASSERT_EQ(msg(e.add_request("a", story_prompts()(5, 40), greedy(60))), "");
+    while (e.has_unfinished()) metrics.on_step(e, e.step());
+    const std::string text = metrics.render();
+    const SpecDecodeStats& s = e.spec_decode_stats();
+    if (!on) {
+      EXPECT_EQ(text.find("spec_decode"), std::string::npos);
+      continue;
+    }
+    ASSERT_GT(s.num_accepted_tokens, 0);
+    auto line = [](const std::string& name, const std::string& labels, int64_t v) {
+      return fmt::format("kvik:{}{{model_name=\"stories\"{}}} {}\n", name, labels, v);
+    };
+    EXPECT_NE(text.find("# TYPE kvik:spec_decode_num_drafts_total counter\n"), std::string::npos);
+    EXPECT_NE(text.find(line("spec_decode_num_drafts_total", "", s.num_drafts)), std::string::npos) << text;
+    EXPECT_NE(text.find(line("spec_decode_num_draft_tokens_total", "", s.num_draft_tokens)), std::string::npos);
+    EXPECT_NE(text.find(line("spec_decode_num_accepted_tokens_total", "", s.num_accepted_tokens)), std::string::npos);
+    int64_t sum = 0;
+    for (size_t i = 0; i < s.accepted_per_pos.size(); ++i) {
+      EXPECT_NE(text.find(line("spec_decode_num_accepted_tokens_per_pos_total", fmt::format(",position=\"{}\"", i),
+                               s.accepted_per_pos[i])),
+                std::string::npos);
+      sum += s.accepted_per_pos[i];
+      if (i > 0) EXPECT_LE(s.accepted_per_pos[i], s.accepted_per_pos[i - 1]);  // position i needs i − 1 accepted
+    }
+    EXPECT_EQ(sum, s.num_accepted_tokens);
+    EXPECT_NEAR(s.mean_accepted_len(), 1.0 + static_cast<double>(sum) / static_cast<double>(s.num_drafts), 1e-12);
+  }
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 #include "engine/spec_decode.h"
 
-#include <algorithm>
 #include <fmt/format.h>
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -15,8 +15,7 @@ constexpr int32_t kMaxLookup = 64;
 
 int32_t int_key(const nlohmann::json& j, const char* key, int32_t lo, int32_t hi) {
   const nlohmann::json& v = j.at(key);
-  if (!v.is_number_integer())
-    fail("--speculative-config: \"{}\" must be an integer, got {}", key, v.dump());
+  if (!v.is_number_integer()) fail("--speculative-config: \"{}\" must be an integer, got {}", key, v.dump());
   const int64_t x = v.get<int64_t>();
   if (x < lo || x > hi) fail("--speculative-config: \"{}\" must be in {}..{}, got {}", key, lo, hi, x);
   return static_cast<int32_t>(x);
@@ -38,9 +37,10 @@ SpeculativeConfig parse_speculative_config(const std::string& json) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& k = it.key();
     if (k != "method" && k != "num_speculative_tokens" && k != "prompt_lookup_max" && k != "prompt_lookup_min")
-      fail("--speculative-config: unknown key \"{}\" for method \"ngram\" (known: num_speculative_tokens, "
-           "prompt_lookup_max, prompt_lookup_min)",
-           k);
+      fail(
+          "--speculative-config: unknown key \"{}\" for method \"ngram\" (known: num_speculative_tokens, "
+          "prompt_lookup_max, prompt_lookup_min)",
+          k);
   }
   c.method = SpeculativeConfig::Method::kNgram;
   if (!j.contains("num_speculative_tokens"))
