@@ -97,16 +97,29 @@ TEST(SpecDecodeNgram, ProposesWhatFollowedTheLongestMostRecentMatch) {
   EXPECT_EQ(ngram_propose(c, 2, 2, 0, out), 0);
 }
 
-TEST(SpecDecodeGate, PausesARequestWhoseAcceptanceStaysLow) {
+TEST(SpecDecodeGate, PausesARequestWhoseAcceptanceStaysLowLongerEachTime) {
   SpecDecodeGate g;
+  const int32_t w = SpecDecodeGate::kWindow;
+  const int64_t pause = SpecDecodeGate::kPauseTokens;
   EXPECT_TRUE(g.allows(0));
-  for (int i = 0; i < 4; ++i) g.record(4, 0, 10 + i);  // 16 drafted, 0 accepted
-  EXPECT_FALSE(g.allows(13));
-  EXPECT_FALSE(g.allows(13 + SpecDecodeGate::kPauseTokens - 1));
-  EXPECT_TRUE(g.allows(13 + SpecDecodeGate::kPauseTokens));
+  g.record(w, 0, 10);  // a window with nothing accepted
+  EXPECT_FALSE(g.allows(10));
+  EXPECT_FALSE(g.allows(10 + pause - 1));
+  EXPECT_TRUE(g.allows(10 + pause));
+  g.record(w, 1, 100);  // fails again: twice the pause
+  EXPECT_FALSE(g.allows(100 + 2 * pause - 1));
+  EXPECT_TRUE(g.allows(100 + 2 * pause));
+  for (int i = 0; i < 10; ++i) g.record(w, 0, 1000);  // the pause stops doubling
+  EXPECT_TRUE(g.allows(1000 + (pause << SpecDecodeGate::kMaxBackoff)));
+  g.record(w, w, 5000);  // a good window: no pause, and the next failure starts over
+  EXPECT_TRUE(g.allows(5000));
+  g.record(w, 0, 6000);
+  EXPECT_TRUE(g.allows(6000 + pause));
   SpecDecodeGate h;
   for (int i = 0; i < 8; ++i) h.record(4, 2, i);  // 50 %: keeps going
   EXPECT_TRUE(h.allows(8));
+  h.record(w / 2, 0, 9);  // half a window: not judged yet
+  EXPECT_TRUE(h.allows(9));
 }
 
 // ---- the rejection sampler, unit level ----

@@ -52,17 +52,19 @@ nlohmann::json job_json(const Job& j) {
       j.stats.first_token ? duration<double, std::milli>(*j.stats.first_token - j.stats.arrival).count() : 0;
   const double decode_ms = j.stats.decode_time_s * 1000;
   const double n_decode = j.token_ids.empty() ? 0 : static_cast<double>(j.token_ids.size() - 1);
-  return {
-      {"prompt_token_ids", j.prompt_ids},
-      {"token_ids", j.token_ids},
-      {"text", j.text},
-      {"finish_reason", j.finish_reason},
-      {"spec_decode", {{"draft_tokens", j.stats.spec_draft_tokens}, {"accepted_tokens", j.stats.spec_accepted_tokens}}},
-      {"timings",
-       {{"prefill_ms", prefill_ms},
-        {"decode_ms", decode_ms},
-        {"prefill_tok_s", prefill_ms > 0 ? j.prompt_ids.size() / (prefill_ms / 1000) : 0.0},
-        {"decode_tok_s", decode_ms > 0 ? n_decode / (decode_ms / 1000) : 0.0}}}};
+  return {{"prompt_token_ids", j.prompt_ids},
+          {"token_ids", j.token_ids},
+          {"text", j.text},
+          {"finish_reason", j.finish_reason},
+          {"spec_decode",
+           {{"drafts", j.stats.spec_drafts},
+            {"draft_tokens", j.stats.spec_draft_tokens},
+            {"accepted_tokens", j.stats.spec_accepted_tokens}}},
+          {"timings",
+           {{"prefill_ms", prefill_ms},
+            {"decode_ms", decode_ms},
+            {"prefill_tok_s", prefill_ms > 0 ? j.prompt_ids.size() / (prefill_ms / 1000) : 0.0},
+            {"decode_tok_s", decode_ms > 0 ? n_decode / (decode_ms / 1000) : 0.0}}}};
 }
 
 // --steer DIR.json:ALPHA[:LAYERS] and --ablate DIR.json[:LAYERS]: a steer defaults to the direction's own

@@ -373,9 +373,11 @@ RequestOutput EngineCore::verify_drafts(Request& req, const float* logits, int64
   spec_stats_.num_draft_tokens += num_drafts;
   spec_stats_.num_accepted_tokens += accepted;
   req.spec_gate.record(num_drafts, accepted, req.num_output_tokens());
+  ++req.stats.spec_drafts;
   req.stats.spec_draft_tokens += num_drafts;
   req.stats.spec_accepted_tokens += accepted;
   if (o.finished) {  // append_token copied the stats before this step's counts
+    o.stats.spec_drafts = req.stats.spec_drafts;
     o.stats.spec_draft_tokens = req.stats.spec_draft_tokens;
     o.stats.spec_accepted_tokens = req.stats.spec_accepted_tokens;
   }

@@ -54,6 +54,7 @@ struct RequestStats {
   double decode_time_s = 0;           // first token → last token
   int32_t num_preemptions = 0;
   int64_t num_cached_tokens = 0;     // prompt tokens served from the prefix cache (first admission)
+  int64_t spec_drafts = 0;           // speculative decoding: steps that verified drafts for this sequence
   int64_t spec_draft_tokens = 0;     // speculative decoding: draft tokens verified for this sequence
   int64_t spec_accepted_tokens = 0;  // and accepted
 

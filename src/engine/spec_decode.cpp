@@ -88,8 +88,12 @@ void SpecDecodeGate::record(int32_t num_drafted, int32_t num_accepted, int64_t n
   drafted_ += num_drafted;
   accepted_ += num_accepted;
   if (drafted_ < kWindow) return;
-  if (static_cast<double>(accepted_) < kMinAcceptance * static_cast<double>(drafted_))
-    paused_until_ = num_output_tokens + kPauseTokens;
+  if (static_cast<double>(accepted_) < kMinAcceptance * static_cast<double>(drafted_)) {
+    paused_until_ = num_output_tokens + (kPauseTokens << std::min(failures_, kMaxBackoff));
+    ++failures_;
+  } else {
+    failures_ = 0;
+  }
   drafted_ = accepted_ = 0;
 }
 
