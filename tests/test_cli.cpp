@@ -158,6 +158,28 @@ TEST(Cli, BenchJson) {
   EXPECT_GT(j["prefix_cache_hit_rate"].get<double>(), 0.0);
 }
 
+// With --speculative-config, bench --json adds the acceptance figures (vLLM's spec_decode names); without, they are 0.
+TEST(Cli, BenchJsonWithSpeculativeConfig) {
+  const std::string base =
+      "bench --model " + kModel + " --num-prompts 4 --input-len 16 --output-len 64 --no-bandwidth --json";
+  auto spec = run_stdout(base +
+                         " --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 3, "
+                         "\"prompt_lookup_max\": 2, \"prompt_lookup_min\": 1}'");
+  auto plain = run_stdout(base);
+  ASSERT_EQ(spec.code, 0) << spec.out;
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  const auto s = nlohmann::json::parse(spec.out), p = nlohmann::json::parse(plain.out);
+  EXPECT_GT(s["spec_num_drafts"].get<int64_t>(), 0) << spec.out;
+  EXPECT_GT(s["spec_acceptance_rate"].get<double>(), 0.0);
+  EXPECT_LE(s["spec_acceptance_rate"].get<double>(), 1.0);
+  EXPECT_GT(s["spec_mean_accepted_len"].get<double>(), 1.0);
+  EXPECT_LE(s["spec_mean_accepted_len"].get<double>(), 4.0);
+  EXPECT_GT(s["request_decode_tok_s"].get<double>(), 0.0);
+  EXPECT_EQ(p["spec_num_drafts"].get<int64_t>(), 0);
+  EXPECT_EQ(p["spec_acceptance_rate"].get<double>(), 0.0);
+  EXPECT_EQ(p["spec_mean_accepted_len"].get<double>(), 0.0);
+}
+
 TEST(Cli, RefusesWhenOneSequenceDoesNotFit) {
   auto r = run("generate --model " + kModel + " --prompt x --kv-cache-memory 0.0001");
   EXPECT_EQ(r.code, 1);
