@@ -17,6 +17,7 @@
 #include "engine/spec_decode.h"
 #include "engine/structured/structured_output.h"
 #include "model/llama.h"
+#include "model/synth.h"
 #include "server/metrics.h"
 #include "synth_models.h"
 #include "tokenizer/tokenizer.h"
@@ -605,6 +606,116 @@ TEST(SpecDecodeMetrics, CountersRenderedWithVllmNames) {
     EXPECT_EQ(sum, s.num_accepted_tokens);
     EXPECT_NEAR(s.mean_accepted_len(), 1.0 + static_cast<double>(sum) / static_cast<double>(s.num_drafts), 1e-12);
   }
+}
+
+}  // namespace
+
+namespace {
+
+SpeculativeConfig draft_model(const std::string& path, int k) {
+  SpeculativeConfig c;
+  c.method = SpeculativeConfig::Method::kDraftModel;
+  c.model = path;
+  c.num_speculative_tokens = k;
+  return c;
+}
+
+TEST(SpecDecodeConfig, ParsesDraftModel) {
+  const SpeculativeConfig c =
+      parse_speculative_config(R"({"method": "draft_model", "model": "small.gguf", "num_speculative_tokens": 3})");
+  EXPECT_EQ(c.method, SpeculativeConfig::Method::kDraftModel);
+  EXPECT_EQ(c.model, "small.gguf");
+  EXPECT_EQ(c.num_speculative_tokens, 3);
+  EXPECT_NE(parse_error(R"({"method": "draft_model", "num_speculative_tokens": 3})").find("\"model\""),
+            std::string::npos);
+  EXPECT_NE(
+      parse_error(R"({"method": "draft_model", "model": "m", "num_speculative_tokens": 3, "prompt_lookup_max": 2})")
+          .find("unknown key \"prompt_lookup_max\" for method \"draft_model\""),
+      std::string::npos);
+}
+
+// The target as its own draft: every greedy draft is the target's argmax, so every draft is accepted (α = 1,
+// k + 1 tokens per step) and the output is the plain one.
+TEST(SpecDecodeDraftModel, TheTargetAsItsOwnDraftIsAlwaysAccepted) {
+  auto m = stories();
+  const std::vector<Job> jobs = {{story_prompts()(7, 30), greedy(41)}};
+  const Outcome plain = run_jobs(*m, engine_config({}), jobs);
+  const Outcome sp = run_jobs(*m, engine_config(draft_model(KVIK_SHARED_DIR "/models/stories260K.gguf", 4)), jobs);
+  EXPECT_EQ(sp.tokens, plain.tokens);
+  EXPECT_GT(sp.spec.num_draft_tokens, 0);
+  EXPECT_EQ(sp.spec.num_accepted_tokens, sp.spec.num_draft_tokens);
+  EXPECT_EQ(sp.spec.num_drafts, 8);  // 41 tokens: 1 from the prefill, then 8 steps of 4 accepted + 1
+  EXPECT_DOUBLE_EQ(sp.spec.mean_accepted_len(), 5.0);
+}
+
+// A different model of the same vocabulary drafts (random weights: mostly rejected): greedy output in a mixed
+// batch is still the plain output, sampled requests run, and every block comes back.
+TEST(SpecDecodeDraftModel, GreedyOutputIdenticalWithAnotherModelDrafting) {
+  auto m = stories();
+  ASSERT_EQ(LlamaModel::load(synth_path())->config().vocab_size, m->config().vocab_size);
+  std::vector<Job> jobs;
+  for (int i = 0; i < 12; ++i) {
+    Job j{story_prompts()(40 + i, 20 + 4 * i), greedy(24 + i)};
+    if (i % 4 == 1) j.params.temperature = 0.8f, j.params.seed = i;
+    jobs.push_back(j);
+  }
+  const Outcome plain = run_jobs(*m, engine_config({}), jobs);
+  const Outcome sp = run_jobs(*m, engine_config(draft_model(synth_path(), 3)), jobs);
+  for (size_t i = 0; i < jobs.size(); ++i)
+    if (jobs[i].params.temperature == 0)
+      EXPECT_EQ(sp.tokens.at("r" + std::to_string(i)), plain.tokens.at("r" + std::to_string(i))) << i;
+  EXPECT_GT(sp.spec.num_draft_tokens, sp.spec.num_accepted_tokens);
+  // And the target as its own draft in the same batch: everything greedy accepted, output unchanged.
+  const Outcome self = run_jobs(*m, engine_config(draft_model(KVIK_SHARED_DIR "/models/stories260K.gguf", 3)), jobs);
+  for (size_t i = 0; i < jobs.size(); ++i)
+    if (jobs[i].params.temperature == 0)
+      EXPECT_EQ(self.tokens.at("r" + std::to_string(i)), plain.tokens.at("r" + std::to_string(i))) << i;
+}
+
+TEST(SpecDecodeDraftModel, ADraftOfAnotherVocabularyIsRefused) {
+  SynthOptions o;
+  o.out_path = ::testing::TempDir() + "kvik_spec_vocab_300.gguf";
+  o.dim = 64, o.layers = 1, o.heads = 4, o.kv_heads = 2, o.ff = 128, o.vocab = 300, o.context = 256;
+  synth_llama_gguf(o);
+  auto m = stories();
+  try {
+    EngineCore e(*m, engine_config(draft_model(o.out_path, 3)), {2});
+    ADD_FAILURE() << "accepted a draft of another vocabulary";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("vocabulary of 300 tokens"), std::string::npos) << err.what();
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// The draft model's own KV rolls back with the rejected drafts: at every step its length is the number of
+// tokens it was fed, and those agree with the request's tokens but for the draft's unchecked proposals at the end.
+TEST(SpecDecodeDraftModel, DraftKvRollsBackWithRejectedDrafts) {
+  auto m = stories();
+  EngineCore e(*m, engine_config(draft_model(KVIK_SHARED_DIR "/models/stories260K.gguf", 4)), {2});
+  for (int i = 0; i < 6; ++i) {
+    SamplingParams p;
+    p.temperature = 1.0f, p.seed = 100 + i, p.max_tokens = 60, p.ignore_eos = true;  // sampled: drafts get rejected
+    ASSERT_EQ(msg(e.add_request("s" + std::to_string(i), story_prompts()(60 + i, 30), p)), "");
+  }
+  int checked = 0;
+  while (e.has_unfinished()) {
+    e.step();
+    for (const Request* r : e.scheduler().running()) {
+      if (!r->draft) continue;
+      ASSERT_EQ(r->draft->length(), static_cast<int64_t>(r->draft_fed.size())) << r->request_id;
+      const size_t agreed = std::min(r->draft_fed.size(), r->all_token_ids.size()) - 4;
+      ASSERT_TRUE(std::equal(r->draft_fed.begin(), r->draft_fed.begin() + static_cast<std::ptrdiff_t>(agreed),
+                             r->all_token_ids.begin()))
+          << r->request_id;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0);
+  EXPECT_LT(e.spec_decode_stats().num_accepted_tokens, e.spec_decode_stats().num_draft_tokens);
+  EXPECT_GT(e.spec_decode_stats().num_accepted_tokens, 0);
 }
 
 }  // namespace

@@ -79,6 +79,13 @@ EngineCore::EngineCore(LlamaModel& model, const EngineConfig& config, std::vecto
   spec_logged_ = spec_stats_;
   spec_log_time_ = Clock::now();
   if (config_.log_stats && k > 0) log_info("speculative decoding: {}", describe(config_.speculative));
+  if (config_.speculative.method == SpeculativeConfig::Method::kDraftModel) {
+    draft_model_ = load_model(config_.speculative.model, config_);
+    if (draft_model_->config().vocab_size != mc.vocab_size)
+      fail(
+          "--speculative-config: the draft model {} has a vocabulary of {} tokens, the model {}: they must be the same",
+          config_.speculative.model, draft_model_->config().vocab_size, mc.vocab_size);
+  }
 }
 
 std::optional<ValidationError> EngineCore::validate(const std::vector<int32_t>& prompt_ids,
@@ -290,7 +297,33 @@ void EngineCore::propose_drafts() {
                                            config_.max_model_len - req->num_tokens()) -
                          1;
     const auto k = static_cast<int32_t>(std::min<int64_t>(sc.num_speculative_tokens, room));
-    if (k > 0) ngram_propose(req->all_token_ids, sc.prompt_lookup_min, sc.prompt_lookup_max, k, req->spec_token_ids);
+    if (k <= 0) continue;
+    if (sc.method == SpeculativeConfig::Method::kNgram)
+      ngram_propose(req->all_token_ids, sc.prompt_lookup_min, sc.prompt_lookup_max, k, req->spec_token_ids);
+    else
+      draft_model_propose(*req, k);
+  }
+}
+
+// The draft keeps its KV for the longest prefix of what it was fed that still matches the request's tokens
+// (its accepted proposals included), computes the rest, and then proposes k tokens one forward pass each.
+// Greedy (argmax of the draft's raw logits): the proposal is one-hot, as Sampler::verify_draft requires.
+void EngineCore::draft_model_propose(Request& req, int32_t k) {
+  if (!req.draft) req.draft = std::make_unique<SingleSequence>(*draft_model_, config_.max_model_len, DType::F16);
+  const std::vector<int32_t>& all = req.all_token_ids;
+  std::vector<int32_t>& fed = req.draft_fed;
+  size_t keep = 0;
+  while (keep < fed.size() && keep + 1 < all.size() && fed[keep] == all[keep]) ++keep;  // the last token is refed
+  req.draft->truncate(static_cast<int64_t>(keep));
+  fed.resize(keep);
+  fed.insert(fed.end(), all.begin() + static_cast<std::ptrdiff_t>(keep), all.end());
+  std::vector<float> logits = req.draft->append(std::span<const int32_t>(all).subspan(keep));
+  for (int32_t i = 0; i < k; ++i) {
+    const int32_t d = argmax(logits);
+    req.spec_token_ids.push_back(d);
+    if (i + 1 == k) break;
+    fed.push_back(d);
+    logits = req.draft->append(std::span<const int32_t>(&req.spec_token_ids.back(), 1));
   }
 }
 

@@ -14,6 +14,7 @@
 #include "engine/parent_request.h"
 #include "engine/sample/rng.h"
 #include "engine/sampling_params.h"
+#include "engine/single_sequence.h"
 #include "engine/spec_decode.h"
 #include "engine/structured/structured_output.h"
 
@@ -97,6 +98,10 @@ struct Request {
   // request currently proposes any.
   std::vector<int32_t> spec_token_ids;
   SpecDecodeGate spec_gate;
+  // draft_model: this sequence's draft-model KV (created at its first proposal) and the tokens it was fed, in
+  // position order (the draft's own proposals after the last real token until they are checked).
+  std::unique_ptr<SingleSequence> draft;
+  std::vector<int32_t> draft_fed;
 
   Request(std::string id, std::vector<int32_t> prompt, SamplingParams params, std::vector<int32_t> eos, uint64_t seed)
       : request_id(std::move(id)),

@@ -1,6 +1,7 @@
 #include "engine/spec_decode.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
@@ -21,30 +22,18 @@ int32_t int_key(const nlohmann::json& j, const char* key, int32_t lo, int32_t hi
   return static_cast<int32_t>(x);
 }
 
-}  // namespace
-
-SpeculativeConfig parse_speculative_config(const std::string& json) {
-  SpeculativeConfig c;
-  if (json.empty()) return c;
-  const nlohmann::json j = nlohmann::json::parse(json, nullptr, false);
-  if (j.is_discarded()) fail("--speculative-config: not valid JSON: {}", json);
-  if (!j.is_object()) fail("--speculative-config: expected a JSON object, got {}", json);
-  if (!j.contains("method") || !j["method"].is_string())
-    fail("--speculative-config: \"method\" (a string: \"ngram\") is required");
-  const std::string method = j["method"].get<std::string>();
-  if (method != "ngram" && method != "[ngram]")
-    fail("--speculative-config: unknown method \"{}\" (supported: \"ngram\")", method);
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string& k = it.key();
-    if (k != "method" && k != "num_speculative_tokens" && k != "prompt_lookup_max" && k != "prompt_lookup_min")
-      fail(
-          "--speculative-config: unknown key \"{}\" for method \"ngram\" (known: num_speculative_tokens, "
-          "prompt_lookup_max, prompt_lookup_min)",
-          k);
-  }
-  c.method = SpeculativeConfig::Method::kNgram;
+void check_keys(const nlohmann::json& j, const std::string& method, const std::vector<std::string>& known) {
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (it.key() != "method" && std::find(known.begin(), known.end(), it.key()) == known.end())
+      fail("--speculative-config: unknown key \"{}\" for method \"{}\" (known: {})", it.key(), method,
+           fmt::join(known, ", "));
   if (!j.contains("num_speculative_tokens"))
-    fail("--speculative-config: \"num_speculative_tokens\" is required for method \"ngram\"");
+    fail("--speculative-config: \"num_speculative_tokens\" is required for method \"{}\"", method);
+}
+
+void parse_ngram(const nlohmann::json& j, SpeculativeConfig& c) {
+  check_keys(j, "ngram", {"num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min"});
+  c.method = SpeculativeConfig::Method::kNgram;
   c.num_speculative_tokens = int_key(j, "num_speculative_tokens", 1, kMaxSpeculativeTokens);
   const bool has_max = j.contains("prompt_lookup_max"), has_min = j.contains("prompt_lookup_min");
   c.prompt_lookup_max = has_max ? int_key(j, "prompt_lookup_max", 1, kMaxLookup) : 0;
@@ -55,13 +44,47 @@ SpeculativeConfig parse_speculative_config(const std::string& json) {
   if (c.prompt_lookup_min > c.prompt_lookup_max)
     fail("--speculative-config: \"prompt_lookup_min\" ({}) is larger than \"prompt_lookup_max\" ({})",
          c.prompt_lookup_min, c.prompt_lookup_max);
+}
+
+void parse_draft_model(const nlohmann::json& j, SpeculativeConfig& c) {
+  check_keys(j, "draft_model", {"model", "num_speculative_tokens"});
+  c.method = SpeculativeConfig::Method::kDraftModel;
+  c.num_speculative_tokens = int_key(j, "num_speculative_tokens", 1, kMaxSpeculativeTokens);
+  if (!j.contains("model") || !j["model"].is_string() || j["model"].get<std::string>().empty())
+    fail("--speculative-config: \"model\" (the draft model's path, a string) is required for method \"draft_model\"");
+  c.model = j["model"].get<std::string>();
+}
+
+}  // namespace
+
+SpeculativeConfig parse_speculative_config(const std::string& json) {
+  SpeculativeConfig c;
+  if (json.empty()) return c;
+  const nlohmann::json j = nlohmann::json::parse(json, nullptr, false);
+  if (j.is_discarded()) fail("--speculative-config: not valid JSON: {}", json);
+  if (!j.is_object()) fail("--speculative-config: expected a JSON object, got {}", json);
+  if (!j.contains("method") || !j["method"].is_string())
+    fail("--speculative-config: \"method\" (a string: \"ngram\" or \"draft_model\") is required");
+  const std::string method = j["method"].get<std::string>();
+  if (method == "ngram" || method == "[ngram]")
+    parse_ngram(j, c);
+  else if (method == "draft_model")
+    parse_draft_model(j, c);
+  else
+    fail("--speculative-config: unknown method \"{}\" (supported: \"ngram\", \"draft_model\")", method);
   return c;
 }
 
 std::string describe(const SpeculativeConfig& c) {
-  if (!c.enabled()) return "off";
-  return fmt::format("ngram, {} speculative tokens, prompt lookup n = {}..{}", c.num_speculative_tokens,
-                     c.prompt_lookup_min, c.prompt_lookup_max);
+  switch (c.method) {
+    case SpeculativeConfig::Method::kNone: return "off";
+    case SpeculativeConfig::Method::kNgram:
+      return fmt::format("ngram, {} speculative tokens, prompt lookup n = {}..{}", c.num_speculative_tokens,
+                         c.prompt_lookup_min, c.prompt_lookup_max);
+    case SpeculativeConfig::Method::kDraftModel:
+      return fmt::format("draft model {}, {} speculative tokens (greedy drafts)", c.model, c.num_speculative_tokens);
+  }
+  return "";
 }
 
 int32_t ngram_propose(std::span<const int32_t> tokens, int32_t min_n, int32_t max_n, int32_t k,

@@ -14,21 +14,24 @@
 namespace kvik {
 
 struct SpeculativeConfig {
-  enum class Method { kNone, kNgram };
+  enum class Method { kNone, kNgram, kDraftModel };
   Method method = Method::kNone;
   int32_t num_speculative_tokens = 0;  // k: drafts proposed per step
   // n-gram: the longest suffix of n tokens (max down to min) that also occurs earlier in prompt + output
   // proposes the tokens that followed that earlier occurrence.
   int32_t prompt_lookup_max = 0;
   int32_t prompt_lookup_min = 0;
+  // draft_model: a second, smaller model with the same vocabulary proposes k tokens greedily (so the proposal
+  // q is one-hot and Sampler::verify_draft stays exact); it keeps its own KV per request.
+  std::string model;
 
   bool enabled() const { return method != Method::kNone; }
 };
 
 // Parses vLLM's JSON spelling, e.g. {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
-// "prompt_lookup_min": 2}. As vLLM: with neither lookup bound given both are 5, with one given the other
-// equals it. Throws kvik::Error naming the key or value at fault (bad JSON, unknown method or key, out of
-// range). An empty string gives speculation off.
+// "prompt_lookup_min": 2} or {"method": "draft_model", "model": "PATH", "num_speculative_tokens": 4}. As vLLM: with
+// neither lookup bound given both are 5, with one given the other equals it. Throws kvik::Error naming the key or value
+// at fault (bad JSON, unknown method or key, out of range). An empty string gives speculation off.
 SpeculativeConfig parse_speculative_config(const std::string& json);
 std::string describe(const SpeculativeConfig& c);  // one line for the start-up log
 
