@@ -9,8 +9,10 @@
 #   l1b_free           the same model, "Once upon a time"
 #   stories_16         16 grounded prompts at once (generate --prompts): output tok/s = tokens / engine time
 #   l1b_16             kvik bench on the 1B shape, 16 concurrent requests of random ids: output tok/s
+#   l1b_draft          the 1B shape, grounded prompt, method draft_model with a small random model of the same
+#                      vocabulary (d 256, 2 layers) drafting DRAFT_K tokens: random weights agree on little
 # Usage: bench/spec_decode.sh   Environment: KVIK (build/kvik), ROUNDS (3), G (128 tokens per request; l1b_16: G16, 64),
-#   SPEC (the --speculative-config JSON), L1B (path of the 1B-shaped model; written to a temp dir when unset),
+#   SPEC (the --speculative-config JSON), DRAFT_K (2), L1B (path of the 1B-shaped model; written to a temp dir when unset),
 #   THREADS (all cores).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,6 +26,9 @@ trap 'rm -rf "$TMP"' EXIT
 L1B="${L1B:-$TMP/l1b.gguf}"
 [ -f "$L1B" ] || "$KVIK" synth "$L1B" --dim 2048 --layers 16 --heads 32 --kv-heads 8 --ff 8192 --vocab 32000 \
   --type q8_0 --tokenizer-from "$STORIES" >/dev/null 2>&1
+DRAFT="$TMP/draft.gguf" DRAFT_K="${DRAFT_K:-2}"
+"$KVIK" synth "$DRAFT" --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --vocab 32000 --type q8_0 \
+  --tokenizer-from "$STORIES" >/dev/null 2>&1
 
 TEXT="Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a \
 big red ball under a tree. She ran to get it, but a big dog took the ball. Lily was sad."
@@ -38,9 +43,9 @@ for i in $(seq 0 15); do
 done
 
 # One batch-1 run: {tok_s, drafts, draft_tokens, accepted}.
-gen1() {  # MODEL PROMPT ON
+gen1() {  # MODEL PROMPT ON [SPEC]
   local extra=()
-  [ "$3" = on ] && extra=(--speculative-config "$SPEC")
+  [ "$3" = on ] && extra=(--speculative-config "${4:-$SPEC}")
   nice "$KVIK" generate -m "$1" -p "$2" -n "$G" --temperature 0 --ignore-eos --threads "$THREADS" --json "${extra[@]}" \
     2>/dev/null | jq -c '{tok_s: .timings.decode_tok_s} + .spec_decode'
 }
@@ -68,10 +73,11 @@ run_case() {  # CASE ON
     l1b_free) gen1 "$L1B" "$FREE" "$2" ;;
     stories_16) gen16 "$2" ;;
     l1b_16) bench16 "$2" ;;
+    l1b_draft) gen1 "$L1B" "$GROUNDED" "$2" "{\"method\": \"draft_model\", \"model\": \"$DRAFT\", \"num_speculative_tokens\": $DRAFT_K}" ;;
   esac
 }
 
-CASES="${CASES:-stories_grounded stories_free stories_16 l1b_grounded l1b_free l1b_16}"
+CASES="${CASES:-stories_grounded stories_free stories_16 l1b_grounded l1b_free l1b_16 l1b_draft}"
 echo "cases: $CASES; $ROUNDS rounds, $G tokens, $THREADS threads; load: $(uptime | sed 's/.*load average: //')" >&2
 for r in $(seq 1 "$ROUNDS"); do
   for c in $CASES; do
