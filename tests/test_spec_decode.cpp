@@ -719,3 +719,26 @@ TEST(SpecDecodeDraftModel, DraftKvRollsBackWithRejectedDrafts) {
 }
 
 }  // namespace
+
+namespace {
+
+// disable_by_batch_size (vLLM's key): with more requests in the engine than it allows nobody proposes; the same
+// request alone speculates.
+TEST(SpecDecodeEngine, DisableByBatchSize) {
+  auto m = stories();
+  SpeculativeConfig c = parse_speculative_config(
+      R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1,
+          "disable_by_batch_size": 3})");
+  EXPECT_EQ(c.disable_by_batch_size, 3);
+  const Job one{story_prompts()(5, 40), greedy(40)};
+  EXPECT_GT(run_jobs(*m, engine_config(c), {one}).spec.num_drafts, 0);
+  const std::vector<Job> four(4, one);
+  const Outcome busy = run_jobs(*m, engine_config(c), four);
+  EXPECT_EQ(busy.spec.num_drafts, 0);
+  EXPECT_EQ(busy.tokens.at("r3"), run_jobs(*m, engine_config({}), {one}).tokens.at("r0"));
+  EXPECT_NE(parse_error(R"({"method": "ngram", "num_speculative_tokens": 3, "disable_by_batch_size": 0})")
+                .find("\"disable_by_batch_size\" must be in 1.."),
+            std::string::npos);
+}
+
+}  // namespace

@@ -289,8 +289,11 @@ std::vector<EngineCore::SampleSlot> EngineCore::sample_slots(const std::vector<S
 void EngineCore::propose_drafts() {
   const SpeculativeConfig& sc = config_.speculative;
   if (!sc.enabled()) return;
+  const bool busy =
+      sc.disable_by_batch_size > 0 && scheduler_->num_running() + scheduler_->num_waiting() > sc.disable_by_batch_size;
   for (Request* req : scheduler_->running()) {
     req->spec_token_ids.clear();
+    if (busy) continue;
     if (req->grammar || req->forks() || req->num_tokens() - req->num_computed_tokens != 1) continue;
     if (!req->spec_gate.allows(req->num_output_tokens())) continue;
     const int64_t room = std::min<int64_t>(req->sampling_params.max_tokens - req->num_output_tokens(),

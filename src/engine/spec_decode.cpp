@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -32,7 +33,7 @@ void check_keys(const nlohmann::json& j, const std::string& method, const std::v
 }
 
 void parse_ngram(const nlohmann::json& j, SpeculativeConfig& c) {
-  check_keys(j, "ngram", {"num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min"});
+  check_keys(j, "ngram", {"num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min", "disable_by_batch_size"});
   c.method = SpeculativeConfig::Method::kNgram;
   c.num_speculative_tokens = int_key(j, "num_speculative_tokens", 1, kMaxSpeculativeTokens);
   const bool has_max = j.contains("prompt_lookup_max"), has_min = j.contains("prompt_lookup_min");
@@ -47,7 +48,7 @@ void parse_ngram(const nlohmann::json& j, SpeculativeConfig& c) {
 }
 
 void parse_draft_model(const nlohmann::json& j, SpeculativeConfig& c) {
-  check_keys(j, "draft_model", {"model", "num_speculative_tokens"});
+  check_keys(j, "draft_model", {"model", "num_speculative_tokens", "disable_by_batch_size"});
   c.method = SpeculativeConfig::Method::kDraftModel;
   c.num_speculative_tokens = int_key(j, "num_speculative_tokens", 1, kMaxSpeculativeTokens);
   if (!j.contains("model") || !j["model"].is_string() || j["model"].get<std::string>().empty())
@@ -72,6 +73,8 @@ SpeculativeConfig parse_speculative_config(const std::string& json) {
     parse_draft_model(j, c);
   else
     fail("--speculative-config: unknown method \"{}\" (supported: \"ngram\", \"draft_model\")", method);
+  if (j.contains("disable_by_batch_size"))
+    c.disable_by_batch_size = int_key(j, "disable_by_batch_size", 1, std::numeric_limits<int32_t>::max());
   return c;
 }
 

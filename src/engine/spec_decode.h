@@ -21,6 +21,10 @@ struct SpeculativeConfig {
   // proposes the tokens that followed that earlier occurrence.
   int32_t prompt_lookup_max = 0;
   int32_t prompt_lookup_min = 0;
+  // vLLM's disable_by_batch_size: nobody proposes while more than this many requests are in the engine
+  // (running + waiting; 0 = no limit).
+  // Verification costs compute per query token, and a big batch is no longer memory-bound.
+  int32_t disable_by_batch_size = 0;
   // draft_model: a second, smaller model with the same vocabulary proposes k tokens greedily (so the proposal
   // q is one-hot and Sampler::verify_draft stays exact); it keeps its own KV per request.
   std::string model;
