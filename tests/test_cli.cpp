@@ -33,6 +33,27 @@ TEST(Cli, GenerateJsonGreedyMatchesLlamaCpp) {
     EXPECT_TRUE(j["timings"].contains(k)) << k;
 }
 
+// --speculative-config on generate: greedy ids identical to the plain run above, drafts counted per request;
+// a malformed config fails before loading, naming the key.
+TEST(Cli, GenerateWithSpeculativeConfig) {
+  const std::string base = "generate --model " + kModel +
+                           " --prompt 'Once upon a time, there was a little girl. Once upon a time, there was a little'"
+                           " --temperature 0 --max-tokens 24 --json";
+  auto plain = run_stdout(base);
+  auto spec = run_stdout(base +
+                         " --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+                         "\"prompt_lookup_max\": 3, \"prompt_lookup_min\": 1}'");
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  ASSERT_EQ(spec.code, 0) << spec.out;
+  const auto a = nlohmann::json::parse(plain.out), b = nlohmann::json::parse(spec.out);
+  EXPECT_EQ(b["token_ids"], a["token_ids"]);
+  EXPECT_GT(b["spec_decode"]["accepted_tokens"].get<int>(), 0) << spec.out;
+  EXPECT_EQ(a["spec_decode"]["draft_tokens"].get<int>(), 0);
+  auto bad = run(base + " --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 4, \"n\": 1}'");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("unknown key \"n\""), std::string::npos) << bad.out;
+}
+
 TEST(Cli, GenerateStopsAtContextLength) {
   // (stories260K separates stories with BOS and practically never emits EOS; the engine test covers EOS.)
   Result r;
@@ -135,6 +156,28 @@ TEST(Cli, BenchJson) {
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_EQ(j["requests"], 8);
   EXPECT_GT(j["prefix_cache_hit_rate"].get<double>(), 0.0);
+}
+
+// With --speculative-config, bench --json adds the acceptance figures (vLLM's spec_decode names); without, they are 0.
+TEST(Cli, BenchJsonWithSpeculativeConfig) {
+  const std::string base =
+      "bench --model " + kModel + " --num-prompts 4 --input-len 16 --output-len 64 --no-bandwidth --json";
+  auto spec = run_stdout(base +
+                         " --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 3, "
+                         "\"prompt_lookup_max\": 2, \"prompt_lookup_min\": 1}'");
+  auto plain = run_stdout(base);
+  ASSERT_EQ(spec.code, 0) << spec.out;
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  const auto s = nlohmann::json::parse(spec.out), p = nlohmann::json::parse(plain.out);
+  EXPECT_GT(s["spec_num_drafts"].get<int64_t>(), 0) << spec.out;
+  EXPECT_GT(s["spec_acceptance_rate"].get<double>(), 0.0);
+  EXPECT_LE(s["spec_acceptance_rate"].get<double>(), 1.0);
+  EXPECT_GT(s["spec_mean_accepted_len"].get<double>(), 1.0);
+  EXPECT_LE(s["spec_mean_accepted_len"].get<double>(), 4.0);
+  EXPECT_GT(s["request_decode_tok_s"].get<double>(), 0.0);
+  EXPECT_EQ(p["spec_num_drafts"].get<int64_t>(), 0);
+  EXPECT_EQ(p["spec_acceptance_rate"].get<double>(), 0.0);
+  EXPECT_EQ(p["spec_mean_accepted_len"].get<double>(), 0.0);
 }
 
 TEST(Cli, RefusesWhenOneSequenceDoesNotFit) {

@@ -50,6 +50,10 @@ nlohmann::json report(const BenchOpts& o, const BenchLoadResult& r, const LlamaM
       {"concurrency", o.load.concurrency},
       {"input_len", o.load.input_len},
       {"output_len", o.load.output_len},
+      {"request_decode_tok_s", percentile(r.decode_tok_s, 50)},  // median of each request's own decode rate
+      {"spec_acceptance_rate", r.spec.acceptance_rate()},
+      {"spec_mean_accepted_len", r.spec.mean_accepted_len()},
+      {"spec_num_drafts", r.spec.num_drafts},
   };
 }
 
@@ -65,6 +69,11 @@ void print_text(const nlohmann::json& j) {
         "decode at the median ITL %.1f tok/s = %.0f%% of it\n",
         j["memory_bandwidth_gbs"].get<double>(), j["bytes_read_per_token"].get<double>() / 1e6, roofline,
         j["decode_tok_s"].get<double>(), 100 * j["roofline_fraction"].get<double>());
+  if (j["spec_num_drafts"].get<int64_t>() > 0)
+    std::printf(
+        "speculative decoding: acceptance rate %.1f%%, mean acceptance length %.2f; per-request decode %.1f tok/s\n",
+        100 * j["spec_acceptance_rate"].get<double>(), j["spec_mean_accepted_len"].get<double>(),
+        j["request_decode_tok_s"].get<double>());
   std::printf("prefix cache hit rate %.1f%%, preemptions %lld, peak KV usage %.1f%%\n",
               100 * j["prefix_cache_hit_rate"].get<double>(), j["preemptions"].get<long long>(),
               100 * j["kv_usage_peak"].get<double>());

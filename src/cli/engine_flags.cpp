@@ -37,11 +37,15 @@ void add_engine_flags(CLI::App* c, EngineFlags& f) {
   c->add_flag(
       "--repack,!--no-repack", e.repack_weights,
       "Repack F32/Q8_0/Q4_0/IQ4_NL/Q4_K/Q5_K/Q6_K weights at load for the row-parallel AVX-512 kernels (default on)");
+  c->add_option("--speculative-config", f.speculative_config,
+                "Speculative decoding as JSON, e.g. {\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+                "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2} (default: off)");
 }
 
 EngineConfig EngineFlags::resolve() const {
   EngineConfig c = config;
   c.kv_cache_dtype = parse_kv_dtype(kv_cache_dtype);
+  c.speculative = parse_speculative_config(speculative_config);
   return c;
 }
 

@@ -12,6 +12,7 @@ namespace kvik::cli {
 struct EngineFlags {
   EngineConfig config;
   std::string kv_cache_dtype = "auto";
+  std::string speculative_config;  // JSON, parsed by resolve()
   // The engine config the flags give (string-valued flags resolved). Load the model with load_model(path, it)
   // and build the engine with it: the thread count and the repack switch are fields of it, applied there.
   EngineConfig resolve() const;

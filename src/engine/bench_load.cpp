@@ -28,7 +28,8 @@ namespace {
 struct LoadState {
   using Clock = std::chrono::steady_clock;
   Clock::time_point t0 = Clock::now();
-  std::vector<double> sent, last_token;
+  std::vector<double> sent, last_token, first_token;
+  std::vector<int64_t> num_tokens;
   int32_t next = 0, in_flight = 0, done = 0;
   BenchLoadResult result;
 
@@ -39,14 +40,20 @@ struct LoadState {
     for (const auto& out : outs) {
       const int i = std::stoi(out.request_id);
       for (size_t k = 0; k < out.new_token_ids.size(); ++k) {
-        if (last_token[i] < 0)
+        if (last_token[i] < 0) {
           result.ttft_s.push_back(t - sent[i]);
-        else
+          first_token[i] = t;
+        } else
           result.itl_s.push_back(t - last_token[i]);
         last_token[i] = t;
+        ++num_tokens[i];
         ++result.output_tokens;
       }
-      if (out.finished) ++done, --in_flight;
+      if (out.finished) {
+        ++done, --in_flight;
+        if (num_tokens[i] > 1 && last_token[i] > first_token[i])
+          result.decode_tok_s.push_back(static_cast<double>(num_tokens[i] - 1) / (last_token[i] - first_token[i]));
+      }
     }
   }
 };
@@ -91,6 +98,9 @@ BenchLoadResult run_bench_load(EngineCore& engine, int64_t vocab_size, const Ben
   LoadState s;
   s.sent.assign(o.num_prompts, 0);
   s.last_token.assign(o.num_prompts, -1);
+  s.first_token.assign(o.num_prompts, -1);
+  s.num_tokens.assign(o.num_prompts, 0);
+  const SpecDecodeStats spec0 = engine.spec_decode_stats();
   const int32_t limit = o.concurrency > 0 ? o.concurrency : o.num_prompts;
   while (s.done < o.num_prompts) {
     while (s.next < o.num_prompts && w.arrival_s[s.next] <= s.elapsed() && s.in_flight < limit) {
@@ -114,6 +124,10 @@ BenchLoadResult run_bench_load(EngineCore& engine, int64_t vocab_size, const Ben
   r.prefix_queries = engine.kv_cache_manager().prefix_cache_stats().queries - pc0.queries;
   r.prefix_hits = engine.kv_cache_manager().prefix_cache_stats().hits - pc0.hits;
   r.preemptions = engine.scheduler().num_preemptions_total() - preemptions0;
+  const SpecDecodeStats& spec = engine.spec_decode_stats();
+  r.spec.num_drafts = spec.num_drafts - spec0.num_drafts;
+  r.spec.num_draft_tokens = spec.num_draft_tokens - spec0.num_draft_tokens;
+  r.spec.num_accepted_tokens = spec.num_accepted_tokens - spec0.num_accepted_tokens;
   return r;
 }
 

@@ -28,11 +28,15 @@ struct BenchLoadResult {
   int64_t output_tokens = 0;
   std::vector<double> ttft_s;  // one per request: arrival in the engine → first token
   std::vector<double> itl_s;   // every gap between two tokens of one request
+  // Per finished request: (its tokens − 1) / (last token − first token), its own decode rate. Unlike
+  // 1 / ITL it stays meaningful when one step gives a request several tokens (speculative decoding).
+  std::vector<double> decode_tok_s;
   int64_t prefix_queries = 0;  // prompt tokens looked up in the prefix cache during the run
   int64_t prefix_hits = 0;
   int64_t preemptions = 0;    // during the run
   double kv_usage_peak = 0;   // largest fraction of KV blocks in use after a step
   int32_t max_in_flight = 0;  // most requests in the engine at once
+  SpecDecodeStats spec;       // speculative decoding during the run (zero when off)
 };
 
 // What a run sends: input_len token ids per prompt, BOS first, random ids in [3, vocab_size) after it (the

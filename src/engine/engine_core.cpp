@@ -71,8 +71,21 @@ EngineCore::EngineCore(LlamaModel& model, const EngineConfig& config, std::vecto
   sc.max_num_batched_tokens = config_.max_num_batched_tokens;
   sc.long_prefill_token_threshold = config_.long_prefill_token_threshold;
   scheduler_ = std::make_unique<Scheduler>(sc, *kv_);
+  const int64_t k = config_.speculative.enabled() ? config_.speculative.num_speculative_tokens : 0;
+  const int64_t max_logits_rows = std::min(config_.max_num_seqs * (1 + k), config_.max_num_batched_tokens);
   runner_ = std::make_unique<ModelRunner>(model_, *cache_, config_.max_num_batched_tokens, config_.max_num_seqs,
-                                          config_.max_model_len);
+                                          config_.max_model_len, std::max(max_logits_rows, config_.max_num_seqs));
+  spec_stats_.accepted_per_pos.assign(static_cast<size_t>(k), 0);
+  spec_logged_ = spec_stats_;
+  spec_log_time_ = Clock::now();
+  if (config_.log_stats && k > 0) log_info("speculative decoding: {}", describe(config_.speculative));
+  if (config_.speculative.method == SpeculativeConfig::Method::kDraftModel) {
+    draft_model_ = load_model(config_.speculative.model, config_);
+    if (draft_model_->config().vocab_size != mc.vocab_size)
+      fail(
+          "--speculative-config: the draft model {} has a vocabulary of {} tokens, the model {}: they must be the same",
+          config_.speculative.model, draft_model_->config().vocab_size, mc.vocab_size);
+  }
 }
 
 std::optional<ValidationError> EngineCore::validate(const std::vector<int32_t>& prompt_ids,
@@ -252,35 +265,83 @@ std::unique_ptr<Request> EngineCore::make_sequence(const Request& prompt, int32_
 
 // Who samples this step, in batch order: every request whose last token was computed; an n > 1 prompt
 // samples its logits row once per unfinished sequence, as the sequences it forks into.
-std::vector<EngineCore::SampleSlot> EngineCore::sample_slots(const std::vector<Request*>& sample_reqs) {
+std::vector<EngineCore::SampleSlot> EngineCore::sample_slots(const std::vector<SampleRows>& rows) {
   std::vector<SampleSlot> slots;
-  for (size_t i = 0; i < sample_reqs.size(); ++i) {
-    Request* req = sample_reqs[i];
-    const auto row = static_cast<int64_t>(i);
+  for (const SampleRows& sr : rows) {
+    Request* req = sr.request;
     if (!req->forks()) {
-      slots.push_back({req, nullptr, row});
+      slots.push_back({req, nullptr, req, sr.first_row, sr.num_rows});
       continue;
     }
     for (int32_t s = 0; s < req->parent->n; ++s) {
       if (req->parent->finished[static_cast<size_t>(s)]) continue;
       std::unique_ptr<Request> child = make_sequence(*req, s);
       Request* c = child.get();
-      slots.push_back({c, std::move(child), row});
+      slots.push_back({c, std::move(child), req, sr.first_row, 1});
     }
   }
   return slots;
 }
 
+// Prompt lookup for every running decode that may speculate: no grammar (structured output does not
+// speculate: a draft would need the matcher advanced and rolled back), not a prompt about to fork, not paused
+// by its gate, and room left: the drafts and the target's one token stay within max_tokens and max_model_len.
+void EngineCore::propose_drafts() {
+  const SpeculativeConfig& sc = config_.speculative;
+  if (!sc.enabled()) return;
+  const bool busy =
+      sc.disable_by_batch_size > 0 && scheduler_->num_running() + scheduler_->num_waiting() > sc.disable_by_batch_size;
+  for (Request* req : scheduler_->running()) {
+    req->spec_token_ids.clear();
+    if (busy) continue;
+    if (req->grammar || req->forks() || req->num_tokens() - req->num_computed_tokens != 1) continue;
+    if (!req->spec_gate.allows(req->num_output_tokens())) continue;
+    const int64_t room = std::min<int64_t>(req->sampling_params.max_tokens - req->num_output_tokens(),
+                                           config_.max_model_len - req->num_tokens()) -
+                         1;
+    const auto k = static_cast<int32_t>(std::min<int64_t>(sc.num_speculative_tokens, room));
+    if (k <= 0) continue;
+    if (sc.method == SpeculativeConfig::Method::kNgram)
+      ngram_propose(req->all_token_ids, sc.prompt_lookup_min, sc.prompt_lookup_max, k, req->spec_token_ids);
+    else
+      draft_model_propose(*req, k);
+  }
+}
+
+// The draft keeps its KV for the longest prefix of what it was fed that still matches the request's tokens
+// (its accepted proposals included), computes the rest, and then proposes k tokens one forward pass each.
+// Greedy (argmax of the draft's raw logits): the proposal is one-hot, as Sampler::verify_draft requires.
+void EngineCore::draft_model_propose(Request& req, int32_t k) {
+  if (!req.draft) req.draft = std::make_unique<SingleSequence>(*draft_model_, config_.max_model_len, DType::F16);
+  const std::vector<int32_t>& all = req.all_token_ids;
+  std::vector<int32_t>& fed = req.draft_fed;
+  size_t keep = 0;
+  while (keep < fed.size() && keep + 1 < all.size() && fed[keep] == all[keep]) ++keep;  // the last token is refed
+  req.draft->truncate(static_cast<int64_t>(keep));
+  fed.resize(keep);
+  fed.insert(fed.end(), all.begin() + static_cast<std::ptrdiff_t>(keep), all.end());
+  std::vector<float> logits = req.draft->append(std::span<const int32_t>(all).subspan(keep));
+  for (int32_t i = 0; i < k; ++i) {
+    const int32_t d = argmax(logits);
+    req.spec_token_ids.push_back(d);
+    if (i + 1 == k) break;
+    fed.push_back(d);
+    logits = req.draft->append(std::span<const int32_t>(&req.spec_token_ids.back(), 1));
+  }
+}
+
 void EngineCore::run_step(std::vector<RequestOutput>& outputs) {
+  propose_drafts();
   const SchedulerOutput so = scheduler_->schedule();
   last_step_tokens_ = so.total_num_scheduled_tokens;
   if (so.scheduled.empty()) return;
-  const float* logits = runner_->execute(so, *kv_, sample_reqs_);
+  const float* logits = runner_->execute(so, *kv_, sample_rows_);
   scheduler_->update_after_step(so);
 
-  std::vector<SampleSlot> slots = sample_slots(sample_reqs_);
+  std::vector<SampleSlot> slots = sample_slots(sample_rows_);
   sample_inputs_.clear();
   for (const SampleSlot& s : slots) {
+    if (s.num_rows > 1) continue;  // speculating: verify_drafts samples its rows
     Request& r = *s.request;
     sample_inputs_.push_back({s.logits_row, &r.sampling_params, r.prompt_token_ids, r.output_token_ids, r.eos_token_ids,
                               &r.rng, r.grammar.get()});
@@ -288,20 +349,25 @@ void EngineCore::run_step(std::vector<RequestOutput>& outputs) {
   sampler_.sample(logits, sample_inputs_, sample_results_);
 
   const Clock::time_point now = Clock::now();
-  std::vector<std::unique_ptr<Request>> children;  // of the prompt request sample_reqs_[fork_of]
+  std::vector<std::unique_ptr<Request>> children;  // of the prompt request `forking`
   const Request* forking = nullptr;
   auto flush_fork = [&] {
     if (forking) scheduler_->fork(forking->request_id, std::move(children));  // the prompt request is gone after
     children.clear();
     forking = nullptr;
   };
-  for (size_t i = 0; i < slots.size(); ++i) {
-    SampleSlot& s = slots[i];
-    RequestOutput o = append_token(*s.request, sample_results_[i], now);
+  size_t next_result = 0;
+  for (SampleSlot& s : slots) {
+    RequestOutput o;
+    if (s.num_rows > 1) {
+      o = verify_drafts(*s.request, logits, s.logits_row, s.num_rows, now);
+    } else {
+      o = new_output(*s.request);
+      append_token(*s.request, sample_results_[next_result++], now, o);
+    }
     if (s.child) {
-      const Request* prompt = sample_reqs_[static_cast<size_t>(s.logits_row)];
-      if (prompt != forking) flush_fork();
-      forking = prompt;
+      if (s.scheduled != forking) flush_fork();
+      forking = s.scheduled;
       if (!o.finished) children.push_back(std::move(s.child));
     } else {
       flush_fork();
@@ -310,13 +376,86 @@ void EngineCore::run_step(std::vector<RequestOutput>& outputs) {
     outputs.push_back(std::move(o));
   }
   flush_fork();
+  log_spec_decode_stats();
 }
 
-RequestOutput EngineCore::append_token(Request& req, const SampleResult& r, Clock::time_point now) {
+RequestOutput EngineCore::verify_drafts(Request& req, const float* logits, int64_t first_row, int64_t num_rows,
+                                        Clock::time_point now) {
+  std::vector<int32_t> drafts;
+  drafts.swap(req.spec_token_ids);
+  if (static_cast<int64_t>(drafts.size()) + 1 != num_rows)
+    fail("internal: request '{}' has {} drafts but {} logits rows", req.request_id, drafts.size(), num_rows);
+  const int64_t V = model_.config().vocab_size;
+  RequestOutput o = new_output(req);
+  int32_t accepted = 0;
+  for (size_t j = 0; j <= drafts.size() && !o.finished; ++j) {
+    const SampleInput in{first_row + static_cast<int64_t>(j),
+                         &req.sampling_params,
+                         req.prompt_token_ids,
+                         req.output_token_ids,
+                         req.eos_token_ids,
+                         &req.rng,
+                         nullptr};
+    const std::span<const float> row{logits + in.logits_row * V, static_cast<size_t>(V)};
+    bool ok = false;
+    const SampleResult r =
+        j < drafts.size() ? sampler_.verify_draft(row, in, drafts[j], ok) : sampler_.sample_unconstrained(row, in);
+    append_token(req, r, now, o);
+    if (!ok) break;
+    ++spec_stats_.accepted_per_pos[static_cast<size_t>(accepted++)];
+  }
+  const auto num_drafts = static_cast<int32_t>(drafts.size());
+  ++spec_stats_.num_drafts;
+  spec_stats_.num_draft_tokens += num_drafts;
+  spec_stats_.num_accepted_tokens += accepted;
+  req.spec_gate.record(num_drafts, accepted, req.num_output_tokens());
+  ++req.stats.spec_drafts;
+  req.stats.spec_draft_tokens += num_drafts;
+  req.stats.spec_accepted_tokens += accepted;
+  if (o.finished) {  // append_token copied the stats before this step's counts
+    o.stats.spec_drafts = req.stats.spec_drafts;
+    o.stats.spec_draft_tokens = req.stats.spec_draft_tokens;
+    o.stats.spec_accepted_tokens = req.stats.spec_accepted_tokens;
+  }
+  if (!o.finished) scheduler_->reject_drafts(req, num_drafts - accepted);
+  drafts.clear();
+  req.spec_token_ids.swap(drafts);  // keeps the buffer for the next proposal
+  return o;
+}
+
+// vLLM's periodic "SpecDecoding metrics" line, over the drafts since the last one (every 10 s at most).
+void EngineCore::log_spec_decode_stats() {
+  if (!config_.log_stats || !config_.speculative.enabled()) return;
+  const Clock::time_point now = Clock::now();
+  if (now - spec_log_time_ < std::chrono::seconds(10) || spec_stats_.num_drafts == spec_logged_.num_drafts) return;
+  SpecDecodeStats d;
+  d.num_drafts = spec_stats_.num_drafts - spec_logged_.num_drafts;
+  d.num_draft_tokens = spec_stats_.num_draft_tokens - spec_logged_.num_draft_tokens;
+  d.num_accepted_tokens = spec_stats_.num_accepted_tokens - spec_logged_.num_accepted_tokens;
+  std::string per_pos;
+  for (size_t i = 0; i < spec_stats_.accepted_per_pos.size(); ++i)
+    per_pos += fmt::format("{}{:.3f}", i ? ", " : "",
+                           static_cast<double>(spec_stats_.accepted_per_pos[i] - spec_logged_.accepted_per_pos[i]) /
+                               static_cast<double>(d.num_drafts));
+  log_info(
+      "speculative decoding: acceptance rate {:.3f}, mean acceptance length {:.2f}, accepted {} of {} draft "
+      "tokens in {} drafts, per-position acceptance {}",
+      d.acceptance_rate(), d.mean_accepted_len(), d.num_accepted_tokens, d.num_draft_tokens, d.num_drafts, per_pos);
+  spec_logged_ = spec_stats_;
+  spec_log_time_ = now;
+}
+
+RequestOutput EngineCore::new_output(const Request& req) const {
   RequestOutput o;
   o.request_id = req.request_id;
   o.parent_id = req.parent_id;
   o.index = req.index;
+  o.num_prompt_tokens = req.num_prompt_tokens();
+  o.num_output_tokens = req.num_output_tokens();
+  return o;
+}
+
+void EngineCore::append_token(Request& req, const SampleResult& r, Clock::time_point now, RequestOutput& o) {
   std::optional<RequestStatus> stop;
   if (r.status == SampleResult::Status::kGrammarComplete) stop = RequestStatus::kFinishedStopped;
   if (r.status == SampleResult::Status::kGrammarError) {
@@ -345,7 +484,6 @@ RequestOutput EngineCore::append_token(Request& req, const SampleResult& r, Cloc
     o.finish_reason = finish_reason_name(*stop);
     o.stats = req.stats;
   }
-  return o;
 }
 
 }  // namespace kvik

@@ -19,6 +19,7 @@
 #include "engine/request.h"
 #include "engine/sample/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/spec_decode.h"
 #include "model/kv_cache.h"
 #include "model/llama.h"
 
@@ -35,9 +36,10 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   DType kv_cache_dtype = DType::F16;  // --kv-cache-dtype auto: a 16-bit cache, as vLLM and llama.cpp
   int64_t long_prefill_token_threshold = 0;
-  bool log_stats = true;       // print the start-up capacity lines
-  int32_t num_threads = 0;     // compute threads (the kernels' process-wide pool); 0 = leave it as is
-  bool repack_weights = true;  // load_model(): LoadOptions::repack_weights
+  bool log_stats = true;          // print the start-up capacity lines
+  int32_t num_threads = 0;        // compute threads (the kernels' process-wide pool); 0 = leave it as is
+  bool repack_weights = true;     // load_model(): LoadOptions::repack_weights
+  SpeculativeConfig speculative;  // --speculative-config (engine/spec_decode.h); off by default
 };
 
 // Applies config.num_threads to the kernels' thread pool and loads the model with config's load options
@@ -89,6 +91,7 @@ class EngineCore {
   const KVCacheManager& kv_cache_manager() const { return *kv_; }
   int64_t last_step_tokens() const { return last_step_tokens_; }
   double last_step_mask_seconds() const { return sampler_.last_mask_seconds(); }
+  const SpecDecodeStats& spec_decode_stats() const { return spec_stats_; }
 
  private:
   // One sequence that samples this step: a scheduled request, or (for an n > 1 prompt that just completed)
@@ -96,21 +99,33 @@ class EngineCore {
   struct SampleSlot {
     Request* request = nullptr;
     std::unique_ptr<Request> child;  // set for a fork's sequence
+    Request* scheduled = nullptr;    // the scheduled request whose rows these are (the prompt, for a fork's)
     int64_t logits_row = 0;
+    int64_t num_rows = 1;  // 1 + drafts
   };
 
   std::optional<ValidationError> validate(const std::vector<int32_t>& prompt_ids, const SamplingParams& params) const;
   void drain_pending(std::vector<RequestOutput>& outputs);
   void run_step(std::vector<RequestOutput>& outputs);
-  std::vector<SampleSlot> sample_slots(const std::vector<Request*>& sample_reqs);
+  std::vector<SampleSlot> sample_slots(const std::vector<SampleRows>& rows);
+  // Speculative decoding: drafts for every running decode that may speculate, before schedule().
+  void propose_drafts();
+  // draft_model: the draft model catches up on the request's tokens and proposes k greedily.
+  void draft_model_propose(Request& req, int32_t k);
+  // Verifies a speculating request's drafts against its rows (Sampler::verify_draft) and appends the accepted
+  // tokens and the target's next one, stopping where the request stops; rolls back the rejected drafts.
+  RequestOutput verify_drafts(Request& req, const float* logits, int64_t first_row, int64_t num_rows,
+                              Clock::time_point now);
+  void log_spec_decode_stats();
   std::unique_ptr<Request> make_sequence(const Request& prompt, int32_t index) const;
   void retire(const std::vector<RequestOutput>& outputs);  // forget requests whose sequences all finished
   void abort_id(const std::string& id, const std::string& reason, std::vector<RequestOutput>& outputs);
   void abort_sequence(ParentRequest& parent, int32_t index, const std::string& reason,
                       std::vector<RequestOutput>& outputs);
-  // Appends the sampled token (or ends the sequence) and checks the stops; the output is marked finished
-  // (request status set) when the sequence ends.
-  RequestOutput append_token(Request& req, const SampleResult& r, Clock::time_point now);
+  // Appends the sampled token to the request and to `o` (or ends the sequence) and checks the stops; `o` is
+  // marked finished (request status set) when the sequence ends.
+  void append_token(Request& req, const SampleResult& r, Clock::time_point now, RequestOutput& o);
+  RequestOutput new_output(const Request& req) const;  // no tokens yet
   std::optional<RequestStatus> check_stop(const Request& r, int32_t token) const;
 
   LlamaModel& model_;
@@ -122,12 +137,16 @@ class EngineCore {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
   Sampler sampler_;
+  std::unique_ptr<LlamaModel> draft_model_;  // --speculative-config method draft_model
   std::unique_ptr<structured::StructuredOutputManager> structured_;
   int64_t last_step_tokens_ = 0;
   uint64_t seed_counter_;
-  std::vector<Request*> sample_reqs_;       // this step's requests that sample, in batch order
+  std::vector<SampleRows> sample_rows_;     // this step's requests that sample, in batch order
   std::vector<SampleInput> sample_inputs_;  // reused across steps
   std::vector<SampleResult> sample_results_;
+  SpecDecodeStats spec_stats_;
+  SpecDecodeStats spec_logged_;  // at the last periodic log line
+  Clock::time_point spec_log_time_;
 
   mutable std::mutex mu_;  // guards the members below
   // The one registry of requests in the engine: every id a user may name (add_request's and, with n > 1,

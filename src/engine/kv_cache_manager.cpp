@@ -114,6 +114,18 @@ void KVCacheManager::cache_computed_blocks(Request& req) {
   table.num_cached = std::max(table.num_cached, full);
 }
 
+void KVCacheManager::release_rejected(Request& req) {
+  auto it = tables_.find(req.request_id);
+  if (it == tables_.end()) return;
+  std::vector<KVCacheBlock*>& blocks = it->second.blocks;
+  const int64_t keep = (req.num_computed_tokens + block_size_ - 1) / block_size_;
+  if (static_cast<int64_t>(blocks.size()) <= keep) return;
+  std::vector<KVCacheBlock*> ordered(blocks.rbegin(), blocks.rend() - keep);
+  pool_.free_blocks(ordered);
+  blocks.resize(static_cast<size_t>(keep));
+  it->second.num_cached = std::min(it->second.num_cached, keep);
+}
+
 void KVCacheManager::free(Request& req) {
   auto it = tables_.find(req.request_id);
   if (it == tables_.end()) return;

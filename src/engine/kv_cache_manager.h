@@ -65,6 +65,10 @@ class KVCacheManager {
   // Registers in the prefix cache the request's blocks that are full of computed tokens (after a step).
   void cache_computed_blocks(Request& req);
 
+  // After rejected drafts (speculative decoding): frees the blocks past the one holding the request's last
+  // computed token. They held only rejected drafts' KV and were never cached.
+  void release_rejected(Request& req);
+
   // Releases every block of the request (tail blocks first in the eviction order).
   void free(Request& req);
 

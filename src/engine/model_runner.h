@@ -1,6 +1,7 @@
 // Builds one flat batch per step from the scheduler's decision (vLLM's GPUModelRunner, on the CPU):
 // token ids, positions, slot_mapping, query_start_loc, seq_lens and block tables for every scheduled
-// request, and logits only for the requests whose last scheduled token is their last token.
+// request, and logits only for the requests whose last scheduled token is their last token — one row, or
+// with k drafts (speculative decoding) k + 1 rows: the last token's and each draft's.
 #pragma once
 
 #include <cstdint>
@@ -13,15 +14,24 @@
 
 namespace kvik {
 
+// A request that produces tokens this step: its logits rows are first_row .. first_row + num_rows − 1
+// (num_rows = 1 + its drafts).
+struct SampleRows {
+  Request* request = nullptr;
+  int64_t first_row = 0;
+  int64_t num_rows = 1;
+};
+
 class ModelRunner {
  public:
+  // max_logits_rows: the most logits rows one step returns (max_num_seqs × (1 + num_speculative_tokens)).
   ModelRunner(LlamaModel& model, KvCacheTensors& cache, int64_t max_num_batched_tokens, int64_t max_num_seqs,
-              int64_t max_model_len);
+              int64_t max_model_len, int64_t max_logits_rows);
 
-  // Runs the step (first the scheduler's copy-on-write block copies). `sample_reqs` receives the requests
-  // that produce a token this step (in batch order) and the returned pointer their logits,
-  // [sample_reqs.size(), V], valid until the next call.
-  const float* execute(const SchedulerOutput& out, const KVCacheManager& kv, std::vector<Request*>& sample_reqs);
+  // Runs the step (first the scheduler's copy-on-write block copies). `sample` receives the requests that
+  // produce tokens this step (in batch order) with their rows of the returned logits [rows, V], valid until
+  // the next call. A scheduled token past a request's num_tokens() is its draft spec_token_ids[i].
+  const float* execute(const SchedulerOutput& out, const KVCacheManager& kv, std::vector<SampleRows>& sample);
 
  private:
   LlamaModel& model_;

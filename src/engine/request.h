@@ -14,6 +14,8 @@
 #include "engine/parent_request.h"
 #include "engine/sample/rng.h"
 #include "engine/sampling_params.h"
+#include "engine/single_sequence.h"
+#include "engine/spec_decode.h"
 #include "engine/structured/structured_output.h"
 
 namespace kvik {
@@ -52,7 +54,10 @@ struct RequestStats {
   double prefill_time_s = 0;          // first scheduled → first token
   double decode_time_s = 0;           // first token → last token
   int32_t num_preemptions = 0;
-  int64_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache (first admission)
+  int64_t num_cached_tokens = 0;     // prompt tokens served from the prefix cache (first admission)
+  int64_t spec_drafts = 0;           // speculative decoding: steps that verified drafts for this sequence
+  int64_t spec_draft_tokens = 0;     // speculative decoding: draft tokens verified for this sequence
+  int64_t spec_accepted_tokens = 0;  // and accepted
 
   // An output token arrived at `now`.
   void record_token(Clock::time_point now) {
@@ -88,6 +93,15 @@ struct Request {
   RequestStats stats;
   int64_t admission_seq = 0;                            // order of admission to running, for preemption priority
   std::unique_ptr<structured::GrammarMatcher> grammar;  // set when sampling_params.structured_output is
+  // Speculative decoding: the drafts scheduled this step (query tokens after the last token, never part of
+  // all_token_ids: only accepted tokens are appended, so only they reach a block hash), and whether this
+  // request currently proposes any.
+  std::vector<int32_t> spec_token_ids;
+  SpecDecodeGate spec_gate;
+  // draft_model: this sequence's draft-model KV (created at its first proposal) and the tokens it was fed, in
+  // position order (the draft's own proposals after the last real token until they are checked).
+  std::unique_ptr<SingleSequence> draft;
+  std::vector<int32_t> draft_fed;
 
   Request(std::string id, std::vector<int32_t> prompt, SamplingParams params, std::vector<int32_t> eos, uint64_t seed)
       : request_id(std::move(id)),

@@ -61,6 +61,7 @@ void Scheduler::preempt(Request* victim) {
   running_.erase(std::remove(running_.begin(), running_.end(), victim), running_.end());
   victim->status = RequestStatus::kPreempted;
   victim->num_computed_tokens = 0;
+  victim->spec_token_ids.clear();
   ++victim->stats.num_preemptions;
   ++num_preemptions_;
   waiting_.push_front(victim);
@@ -76,10 +77,7 @@ int64_t Scheduler::chunk_limit(int64_t budget) const {
 bool Scheduler::schedule_running(StepBuilder& st, Request* req, int64_t num_new) {
   while (true) {
     if (kv_.allocate_slots(*req, num_new)) {
-      st.index[req] = st.out.scheduled.size();
-      st.out.scheduled.push_back({req, num_new});
-      st.out.total_num_scheduled_tokens += num_new;
-      st.budget -= num_new;
+      add_scheduled(st, req, num_new);
       return true;
     }
     Request* victim = *std::max_element(running_.begin(), running_.end(),
@@ -98,15 +96,41 @@ bool Scheduler::schedule_running(StepBuilder& st, Request* req, int64_t num_new)
   }
 }
 
-// Running requests: decodes (one token each) first, then prefills in progress (chunked to the budget).
+void Scheduler::add_scheduled(StepBuilder& st, Request* req, int64_t num_new) {
+  st.index[req] = st.out.scheduled.size();
+  st.out.scheduled.push_back({req, num_new});
+  st.out.total_num_scheduled_tokens += num_new;
+  st.budget -= num_new;
+}
+
+// A decode: its last token plus its drafts (speculative decoding), as many drafts as the token budget and the
+// free blocks allow without preempting anyone for them; room short, the drafts go first.
+void Scheduler::schedule_decode(StepBuilder& st, Request* req) {
+  std::vector<int32_t>& spec = req->spec_token_ids;
+  if (static_cast<int64_t>(spec.size()) > st.budget - 1) spec.resize(static_cast<size_t>(st.budget - 1));
+  if (!spec.empty()) {
+    const int64_t num_new = 1 + static_cast<int64_t>(spec.size());
+    if (kv_.allocate_slots(*req, num_new)) {
+      add_scheduled(st, req, num_new);
+      return;
+    }
+    spec.clear();
+  }
+  schedule_running(st, req, 1);
+}
+
+// Running requests: decodes (one token each, plus drafts) first, then prefills in progress (chunked to the
+// budget). Only a scheduled decode keeps its drafts.
 void Scheduler::schedule_running_requests(StepBuilder& st) {
   std::vector<Request*> snapshot = running_;
   for (Request* req : snapshot) {
     if (st.budget <= 0) break;
     if (req->status != RequestStatus::kRunning) continue;  // preempted meanwhile
     if (req->num_tokens() - req->num_computed_tokens != 1) continue;
-    schedule_running(st, req, 1);
+    schedule_decode(st, req);
   }
+  for (Request* req : running_)
+    if (!st.index.count(req)) req->spec_token_ids.clear();
   snapshot = running_;
   for (Request* req : snapshot) {
     if (st.budget <= 0) break;
@@ -164,6 +188,11 @@ void Scheduler::update_after_step(const SchedulerOutput& out) {
     s.request->num_computed_tokens += s.num_scheduled_tokens;
     kv_.cache_computed_blocks(*s.request);
   }
+}
+
+void Scheduler::reject_drafts(Request& req, int64_t num_rejected) {
+  req.num_computed_tokens -= num_rejected;
+  kv_.release_rejected(req);
 }
 
 }  // namespace kvik

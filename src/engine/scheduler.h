@@ -46,9 +46,19 @@ class Scheduler {
   // Frees the request's blocks and forgets it; returns it (status set to aborted) or nullptr if unknown.
   std::unique_ptr<Request> abort_request(const std::string& id);
 
+  // A decode carries its drafts (Request::spec_token_ids, set by the engine before schedule()) as extra query
+  // tokens when budget and blocks allow; the scheduler trims them to what it scheduled and clears them
+  // otherwise.
   SchedulerOutput schedule();
   // Marks tokens computed after the step ran; the engine then appends sampled tokens and calls finish().
+  // A speculating request counts its drafts as computed too; the engine rolls num_computed_tokens back to the
+  // accepted ones (reject_drafts). Only full blocks of all_token_ids, which never holds a
+  // draft, enter the prefix cache.
   void update_after_step(const SchedulerOutput& out);
+  // Speculative decoding: `num_rejected` of the request's drafts were rejected. Their positions stop counting
+  // as computed (their KV is overwritten by the next step's writes) and blocks past the accepted tokens go
+  // back to the pool.
+  void reject_drafts(Request& req, int64_t num_rejected);
   // Removes a finished request (status already set), freeing its blocks.
   std::unique_ptr<Request> finish_request(const std::string& id);
   // Parallel sampling: the running request `parent_id` (an n > 1 request whose prompt is done) becomes
@@ -71,7 +81,9 @@ class Scheduler {
     int64_t budget = 0;
     std::unordered_map<Request*, size_t> index;
   };
+  void add_scheduled(StepBuilder& st, Request* req, int64_t num_new);
   bool schedule_running(StepBuilder& st, Request* req, int64_t num_new);
+  void schedule_decode(StepBuilder& st, Request* req);
   void schedule_running_requests(StepBuilder& st);
   void admit_waiting(StepBuilder& st);
   void preempt(Request* victim);

@@ -2,6 +2,7 @@
 // batched engine's outputs are compared with, and the simplest way to generate.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -21,6 +22,9 @@ class SingleSequence {
   // Throws kvik::Error when the sequence would exceed max_len.
   std::vector<float> append(std::span<const int32_t> tokens, int64_t n_logits = 1);
   int64_t length() const { return length_; }
+  // Forgets every position from `len` on (their KV is overwritten by later appends): speculative decoding's draft
+  // model rolls back its rejected drafts this way.
+  void truncate(int64_t len) { length_ = std::min(length_, std::max<int64_t>(len, 0)); }
   int64_t max_len() const { return max_len_; }
   void reset() { length_ = 0; }
   // Interventions on every token appended from now on (nullptr = none), and an observer of the residual

@@ -77,6 +77,7 @@ void ServerMetrics::on_step(const EngineCore& core, const std::vector<RequestOut
   prefix_cache_queries_ = core.kv_cache_manager().prefix_cache_stats().queries;
   prefix_cache_hits_ = core.kv_cache_manager().prefix_cache_stats().hits;
   num_preemptions_ = core.scheduler().num_preemptions_total();
+  spec_decode_ = core.spec_decode_stats();
   iteration_tokens_ += core.last_step_tokens();
   for (const RequestOutput& o : outputs) {
     generation_tokens_ += static_cast<int64_t>(o.new_token_ids.size());
@@ -129,6 +130,19 @@ std::string ServerMetrics::render() const {
   counter("kvik:iteration_tokens_total", "Tokens scheduled over all engine steps.", iteration_tokens_);
   counter("kvik:prompt_tokens_total", "Prompt tokens of finished requests.", prompt_tokens_);
   counter("kvik:generation_tokens_total", "Generated tokens.", generation_tokens_);
+  if (!spec_decode_.accepted_per_pos.empty()) {
+    counter("kvik:spec_decode_num_drafts_total", "Speculative decoding: verification steps that carried drafts.",
+            spec_decode_.num_drafts);
+    counter("kvik:spec_decode_num_draft_tokens_total", "Speculative decoding: draft tokens proposed and verified.",
+            spec_decode_.num_draft_tokens);
+    counter("kvik:spec_decode_num_accepted_tokens_total", "Speculative decoding: draft tokens accepted.",
+            spec_decode_.num_accepted_tokens);
+    header(out, "kvik:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+           "Speculative decoding: draft tokens accepted, by position in the draft (0 = first).");
+    for (size_t i = 0; i < spec_decode_.accepted_per_pos.size(); ++i)
+      out += fmt::format("kvik:spec_decode_num_accepted_tokens_per_pos_total{{{},position=\"{}\"}} {}\n", labels_, i,
+                         spec_decode_.accepted_per_pos[i]);
+  }
   header(out, "kvik:request_success_total", "counter", "Finished requests by finish reason.");
   for (const auto& [reason, n] : request_success_)
     out += fmt::format("kvik:request_success_total{{{},finished_reason=\"{}\"}} {}\n", labels_,

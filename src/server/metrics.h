@@ -49,6 +49,7 @@ class ServerMetrics {
   int64_t prefix_cache_queries_ = 0;
   int64_t prefix_cache_hits_ = 0;
   int64_t num_preemptions_ = 0;
+  SpecDecodeStats spec_decode_;  // rendered only when speculative decoding is on
   int64_t iteration_tokens_ = 0;
   int64_t prompt_tokens_ = 0;
   int64_t generation_tokens_ = 0;

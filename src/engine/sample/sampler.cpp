@@ -61,20 +61,28 @@ void Sampler::sample(const float* logits, std::span<const SampleInput> inputs, s
   }
 }
 
-SampleResult Sampler::sample_one(std::span<const float> row, const SampleInput& in, size_t i) {
+std::span<const float> Sampler::adjusted_logits(std::span<const float> row, const SampleInput& in) {
   const SamplingParams& p = *in.params;
   const auto num_output = static_cast<int64_t>(in.output_ids.size());
-  std::span<const float> x = row;
-  if (adjusts_logits(p, num_output)) {
-    adjusted_.assign(row.begin(), row.end());
-    for (const auto& [id, bias] : p.logit_bias) adjusted_[id] += bias;
-    if (num_output < p.min_tokens) {  // no stop before min_tokens
-      for (int32_t id : in.eos_ids) adjusted_[id] = kNegInf;
-      for (int32_t id : p.stop_token_ids) adjusted_[id] = kNegInf;
-    }
-    if (p.has_penalties()) apply_penalties(adjusted_, in.prompt_ids, in.output_ids, p);
-    x = adjusted_;
+  if (!adjusts_logits(p, num_output)) return row;
+  adjusted_.assign(row.begin(), row.end());
+  for (const auto& [id, bias] : p.logit_bias) adjusted_[id] += bias;
+  if (num_output < p.min_tokens) {  // no stop before min_tokens
+    for (int32_t id : in.eos_ids) adjusted_[id] = kNegInf;
+    for (int32_t id : p.stop_token_ids) adjusted_[id] = kNegInf;
   }
+  if (p.has_penalties()) apply_penalties(adjusted_, in.prompt_ids, in.output_ids, p);
+  return adjusted_;
+}
+
+SampleResult Sampler::sample_unconstrained(std::span<const float> row, const SampleInput& in) {
+  if (in.grammar) fail("internal: sample_unconstrained with a grammar");
+  return sample_one(row, in, 0);
+}
+
+SampleResult Sampler::sample_one(std::span<const float> row, const SampleInput& in, size_t i) {
+  const SamplingParams& p = *in.params;
+  std::span<const float> x = adjusted_logits(row, in);
   SampleResult r;
   if (in.grammar) {
     // Tokens the grammar rejects get −∞. With nothing left to allow, the output is complete when the

@@ -53,9 +53,23 @@ class Sampler {
 
   double last_mask_seconds() const { return last_mask_s_; }  // structured-output masks of the last call
 
+  // One row of a sequence without a grammar (in.grammar must be null): the same pipeline as sample().
+  // Speculative decoding samples its bonus token with it.
+  SampleResult sample_unconstrained(std::span<const float> row, const SampleInput& in);
+  // Speculative decoding's verification of one draft token at one position (sample/rejection_sampler.cpp):
+  // `row` is the target's logits there and `in` the sequence with every accepted token before it. p is the
+  // distribution sample() would draw from (the same filter chain: bias, min_tokens, penalties, temperature,
+  // top-k/p, min-p); the proposal q is one-hot on `draft` (n-gram drafts are deterministic). Greedy: accepted
+  // iff draft == argmax, and the result is the argmax either way. Sampled: accepted with probability p(draft);
+  // otherwise the result is drawn from norm(max(0, p − q)) = p without the draft, renormalised — so the token
+  // is distributed exactly as p (Leviathan et al. 2023, Chen et al. 2023). in.grammar must be null.
+  SampleResult verify_draft(std::span<const float> row, const SampleInput& in, int32_t draft, bool& accepted);
+
  private:
   void compute_grammar_masks(std::span<const SampleInput> inputs);
   SampleResult sample_one(std::span<const float> row, const SampleInput& in, size_t i);
+  // The row after logit bias, min_tokens and penalties (a view of `row` itself when none applies).
+  std::span<const float> adjusted_logits(std::span<const float> row, const SampleInput& in);
 
   int64_t vocab_size_;
   std::vector<float> adjusted_;                                      // [V] the row after bias, min_tokens and penalties

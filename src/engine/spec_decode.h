@@ -1,0 +1,91 @@
+// Speculative decoding (vLLM's v1/spec_decode): the configuration `--speculative-config` gives, the n-gram
+// (prompt lookup) proposer, the per-request gate that stops proposing when acceptance stays low, and the
+// counters behind the spec_decode_* metrics. Verification happens in EngineCore's step: a request with k
+// drafts is scheduled for k + 1 query tokens in the same flat batch as everyone else, the runner returns
+// k + 1 logits rows, and Sampler::verify_draft accepts or replaces each draft (sample/rejection_sampler.cpp).
+// Expected tokens per step at acceptance rate α: (1 − α^(k+1)) / (1 − α).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kvik {
+
+struct SpeculativeConfig {
+  enum class Method { kNone, kNgram, kDraftModel };
+  Method method = Method::kNone;
+  int32_t num_speculative_tokens = 0;  // k: drafts proposed per step
+  // n-gram: the longest suffix of n tokens (max down to min) that also occurs earlier in prompt + output
+  // proposes the tokens that followed that earlier occurrence.
+  int32_t prompt_lookup_max = 0;
+  int32_t prompt_lookup_min = 0;
+  // vLLM's disable_by_batch_size: nobody proposes while more than this many requests are in the engine
+  // (running + waiting; 0 = no limit).
+  // Verification costs compute per query token, and a big batch is no longer memory-bound.
+  int32_t disable_by_batch_size = 0;
+  // draft_model: a second, smaller model with the same vocabulary proposes k tokens greedily (so the proposal
+  // q is one-hot and Sampler::verify_draft stays exact); it keeps its own KV per request.
+  std::string model;
+
+  bool enabled() const { return method != Method::kNone; }
+};
+
+// Parses vLLM's JSON spelling, e.g. {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
+// "prompt_lookup_min": 2} or {"method": "draft_model", "model": "PATH", "num_speculative_tokens": 4}. As vLLM: with
+// neither lookup bound given both are 5, with one given the other equals it. Throws kvik::Error naming the key or value
+// at fault (bad JSON, unknown method or key, out of range). An empty string gives speculation off.
+SpeculativeConfig parse_speculative_config(const std::string& json);
+std::string describe(const SpeculativeConfig& c);  // one line for the start-up log
+
+// Prompt lookup: finds the most recent earlier occurrence of the longest suffix of `tokens` of length
+// max_n down to min_n and writes up to k tokens that followed it into `out` (cleared first). The copy may run
+// into its own output (a loop of period p < k continues for k tokens), so a match always proposes k.
+// Returns out.size() (0 when no suffix matches).
+int32_t ngram_propose(std::span<const int32_t> tokens, int32_t min_n, int32_t max_n, int32_t k,
+                      std::vector<int32_t>& out);
+
+// Per request: speculation pays only while drafts are accepted. A rejected draft costs a query token of compute,
+// and on a CPU that is not free: on 2 Zen 5 cores a 1B Q8_0 step of 5 query tokens took ~2.3x one of 1, so
+// k = 4 needs an acceptance rate of about 0.5 to break even ((1 - a^5) / (1 - a) = 2.3 at a ~ 0.6). After every
+// kWindow draft tokens the window's acceptance is checked; below kMinAcceptance the request stops proposing for
+// kPauseTokens output tokens, doubled for each further failed window (up to 16x), then tries again; a window
+// that passes resets the pause. Free generation that lookup cannot predict thus runs at plain decode speed but
+// for a few probing steps.
+class SpecDecodeGate {
+ public:
+  static constexpr int32_t kWindow = 8;
+  static constexpr double kMinAcceptance = 0.5;
+  static constexpr int64_t kPauseTokens = 64;
+  static constexpr int32_t kMaxBackoff = 4;  // the pause doubles at most 4 times
+
+  bool allows(int64_t num_output_tokens) const { return num_output_tokens >= paused_until_; }
+  void record(int32_t num_drafted, int32_t num_accepted, int64_t num_output_tokens);
+
+ private:
+  int32_t drafted_ = 0;
+  int32_t accepted_ = 0;
+  int64_t paused_until_ = 0;
+  int32_t failures_ = 0;  // consecutive failed windows
+};
+
+// Engine-wide counters (vLLM's spec_decode metrics). accepted_per_pos[i]: drafts at position i accepted.
+struct SpecDecodeStats {
+  int64_t num_drafts = 0;        // verifications (requests × steps that carried drafts)
+  int64_t num_draft_tokens = 0;  // draft tokens verified
+  int64_t num_accepted_tokens = 0;
+  std::vector<int64_t> accepted_per_pos;
+
+  double acceptance_rate() const {
+    return num_draft_tokens > 0 ? static_cast<double>(num_accepted_tokens) / static_cast<double>(num_draft_tokens)
+                                : 0.0;
+  }
+  // Tokens per verification step: accepted drafts + the one token the target always gives (vLLM's "mean
+  // acceptance length").
+  double mean_accepted_len() const {
+    return num_drafts > 0 ? 1.0 + static_cast<double>(num_accepted_tokens) / static_cast<double>(num_drafts) : 0.0;
+  }
+};
+
+}  // namespace kvik
