@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -316,6 +317,55 @@ INSTANTIATE_TEST_SUITE_P(PackedWeightTypes, PackedTypes,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::IQ4_NL,
                                            DType::Q4_K, DType::Q5_K, DType::Q6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// The packed F16 / BF16 input: every table's rounding equals the scalar round trip bit for bit (ties, denormals of
+// both types, overflow, infinities; a NaN stays a NaN), for lengths with and without a vector tail.
+TEST(Packed, RoundThroughHalfTablesEqualTheScalarRoundTrip) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          1.0f + std::ldexp(1.0f, -11),
+                          1.0f + 3 * std::ldexp(1.0f, -11),
+                          1.0f + std::ldexp(1.0f, -8),
+                          1.0f + 3 * std::ldexp(1.0f, -8),
+                          std::ldexp(1.0f, -20),
+                          -std::ldexp(3.0f, -25),
+                          std::ldexp(1.0f, -130),
+                          65519.0f,
+                          65520.0f,
+                          1e30f,
+                          -1e38f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN()};
+  while (x.size() < 1000) x.push_back(g(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 40) - 20));
+  std::vector<const CpuKernels*> tables;
+  if (avx2_kernels()) tables.push_back(avx2_kernels());
+  __builtin_cpu_init();
+  if (avx512_kernels() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+    tables.push_back(avx512_kernels());
+  for (const CpuKernels* k : tables)
+    for (bool f16 : {true, false}) {
+      auto round = f16 ? k->round_f16 : k->round_bf16;
+      ASSERT_NE(round, nullptr) << k->isa;
+      for (int64_t n : {int64_t{1000}, int64_t{999}, int64_t{7}}) {
+        std::vector<float> want(n), got(n);
+        round_through_half(x.data(), want.data(), n, f16);
+        round(x.data(), got.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+          if (std::isnan(want[i])) {
+            EXPECT_TRUE(std::isnan(got[i])) << k->isa << " " << i;
+            continue;
+          }
+          uint32_t a, b;
+          std::memcpy(&a, &want[i], 4), std::memcpy(&b, &got[i], 4);
+          EXPECT_EQ(a, b) << k->isa << (f16 ? " f16 " : " bf16 ") << x[i];
+        }
+      }
+    }
+}
 
 TEST(Packed, QuantizeActQ8SIsBitExactIncludingTiesAndZeroBlocks) {
   const CpuKernels& k = cpu_kernels();

@@ -115,6 +115,10 @@ struct CpuKernels {
   void (*quantize_act_q8s)(const float* x, int8_t* qs, float* d, int32_t* sums, int64_t n) = nullptr;
   void (*to_f16)(const float* x, uint16_t* y, int64_t n);
   void (*to_bf16)(const float* x, uint16_t* y, int64_t n);
+  // y = x rounded through fp16 (bf16) and widened back, round_through_half bit for bit: the input of packed F16
+  // (BF16) weights. Null in tables without packed F16 / BF16 kernels.
+  void (*round_f16)(const float* x, float* y, int64_t n) = nullptr;
+  void (*round_bf16)(const float* x, float* y, int64_t n) = nullptr;
 };
 
 // A tile made of single-row calls (for tables without a fused version).

@@ -121,6 +121,14 @@ void to_bf16(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
 }
 
+void round_f16(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+  if (i < n) round_through_half(x + i, y + i, n - i, true);
+}
+void round_bf16(const float* x, float* y, int64_t n) { round_through_half(x, y, n, false); }
+
 void quantize_act_q8(const float* x, uint8_t* qs, float* d, int64_t n) {
   generic_kernels().quantize_act_q8(x, qs, d, n);
 }
@@ -265,6 +273,8 @@ constexpr CpuKernels kAvx2 = {
     .gemm_bf16_x16 = avx2::gemm_bf16_x16,
     .to_f16 = to_f16,
     .to_bf16 = to_bf16,
+    .round_f16 = round_f16,
+    .round_bf16 = round_bf16,
 };
 
 }  // namespace

@@ -280,6 +280,23 @@ void to_bf16(const float* x, uint16_t* y, int64_t n) {
   for (; i < n; ++i) y[i] = f32_to_bf16(x[i]);
 }
 
+void round_f16(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+  if (i < n) round_through_half(x + i, y + i, n - i, true);
+}
+void round_bf16(const float* x, float* y, int64_t n) {
+  uint16_t h[256];
+  for (int64_t i = 0; i < n; i += 256) {
+    const int64_t m = std::min<int64_t>(256, n - i);
+    to_bf16(x + i, h, m);
+    int64_t j = 0;
+    for (; j + 16 <= m; j += 16) _mm512_storeu_ps(y + i + j, load_half<false>(h + j));
+    for (; j < m; ++j) y[i + j] = bf16_to_f32(h[j]);
+  }
+}
+
 // Sixteen int16 lanes of a, then sixteen of b: the scales of two 32-element sub-blocks after maddubs.
 inline __m512i two_scales_i16(int a, int b) {
   return _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(a)), _mm256_set1_epi16(static_cast<int16_t>(b)), 1);
@@ -445,6 +462,8 @@ constexpr CpuKernels kAvx512 = {
     .quantize_act_q8s = quantize_act_q8s,
     .to_f16 = to_f16,
     .to_bf16 = to_bf16,
+    .round_f16 = round_f16,
+    .round_bf16 = round_bf16,
 };
 
 }  // namespace

@@ -96,20 +96,8 @@ void prepare(PreparedInput& in, Partner p) {
       thread_local std::vector<float> f16_buf, bf16_buf;
       const bool f16 = p == Partner::kF16Wide;
       float* h = scratch(f16 ? f16_buf : bf16_buf, static_cast<size_t>(T * n));
-      // The table's conversion (vectorized; round_through_half's rounding), widened back (branch-free, vectorizes).
-      auto conv = f16 ? k.to_f16 : k.to_bf16;
-      split(T, T * n * 8, [&](int64_t t0, int64_t t1) {
-        thread_local std::vector<uint16_t> row;
-        uint16_t* r = scratch(row, static_cast<size_t>(n));
-        for (int64_t t = t0; t < t1; ++t) {
-          conv(x + t * n, r, n);
-          float* out = h + t * n;
-          if (f16)
-            for (int64_t i = 0; i < n; ++i) out[i] = fp16_to_f32(r[i]);
-          else
-            for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(r[i]);
-        }
-      });
+      auto round = f16 ? k.round_f16 : k.round_bf16;  // present wherever packed F16 / BF16 kernels are
+      split(T, T * n * 4, [&](int64_t t0, int64_t t1) { round(x + t0 * n, h + t0 * n, (t1 - t0) * n); });
       (f16 ? in.x_f16 : in.x_bf16) = f16 ? &f16_buf : &bf16_buf;
       return;
     }

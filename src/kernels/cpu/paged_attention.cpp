@@ -31,9 +31,7 @@ namespace {
 void store_kv_row(const float* x, int64_t n, void* row, DType dtype, float scale) {
   switch (dtype) {
     case DType::F32: std::memcpy(row, x, n * sizeof(float)); break;
-    case DType::F16:
-      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(row)[i] = f32_to_fp16(x[i]);
-      break;
+    case DType::F16: cpu_kernels().to_f16(x, static_cast<uint16_t*>(row), n); break;  // f32_to_fp16's rounding
     case DType::Q8_0: quantize_row(DType::Q8_0, x, row, n); break;
     default: {  // F8_E4M3
       const float inv = 1.0f / scale;
