@@ -102,7 +102,7 @@ Endpoint parse_base_url(const std::string& url) {
   return ep;
 }
 
-asio::awaitable<RequestResult> send_request(const Endpoint& ep, const BenchRequest& req) {
+asio::awaitable<RequestResult> send_request(Endpoint ep, BenchRequest req) {
   RequestResult r;
   json body = req.body;
   body["stream"] = true;
@@ -156,7 +156,7 @@ asio::awaitable<RequestResult> send_request(const Endpoint& ep, const BenchReque
   co_return r;
 }
 
-asio::awaitable<std::string> http_get(const Endpoint& ep, const std::string& path) {
+asio::awaitable<std::string> http_get(Endpoint ep, std::string path) {
   beast::tcp_stream stream(co_await asio::this_coro::executor);
   co_await connect(stream, ep);
   auto request = make_request(ep, http::verb::get, path, "");

@@ -38,14 +38,15 @@ struct RequestResult {
   double latency = 0;       // seconds to the end of the stream
   std::vector<double> itl;  // seconds between content chunks
   int64_t prompt_tokens = 0;
-  int64_t output_tokens = 0;  // usage.completion_tokens when the server sends it, else content chunks
+  int64_t output_tokens = 0;  // usage.completion_tokens when the server sends it, else chunks
 };
 
+// Both coroutines take their arguments by value: a reference to a caller's temporary would dangle after the first
+// suspension.
 // Sends `req` (with "stream": true and usage requested) and reads the whole SSE stream.
-boost::asio::awaitable<RequestResult> send_request(const Endpoint& ep, const BenchRequest& req);
-
+boost::asio::awaitable<RequestResult> send_request(Endpoint ep, BenchRequest req);
 // A non-streaming GET (e.g. /v1/models); returns the body, or throws kvik::Error naming the failure.
-boost::asio::awaitable<std::string> http_get(const Endpoint& ep, const std::string& path);
+boost::asio::awaitable<std::string> http_get(Endpoint ep, std::string path);
 
 struct DatasetOptions {
   std::string name = "random";  // random | synthetic-chat
