@@ -33,25 +33,9 @@ size_t partial_suffix(std::string_view s, std::string_view tag) {
 // The end (one past) of the JSON object or array that starts at s[i], by bracket depth outside strings;
 // kNpos when it has not ended yet.
 size_t json_value_end(std::string_view s, size_t i) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      ++depth;
-    } else if (c == '}' || c == ']') {
-      if (--depth == 0) return i + 1;
-    }
-  }
+  JsonBracketScan scan;
+  for (; i < s.size(); ++i)
+    if (scan.step(s[i]) < 0 && scan.depth == 0) return i + 1;
   return kNpos;
 }
 
@@ -273,8 +257,7 @@ int ToolCallParser::try_commit(size_t i, bool final, ToolCallDelta& out) {
   emit_call({"", std::move(name), ""}, out);
   buf_.erase(0, args);  // the markup before the arguments' "{" (buf_ holds no content before the call)
   stream_ = Stream::kArgs;
-  depth_ = 0;
-  in_string_ = escaped_ = false;
+  scan_ = {};
   return 1;
 }
 
@@ -286,23 +269,8 @@ bool ToolCallParser::step_committed(bool final, ToolCallDelta& out) {
   const bool args = stream_ == Stream::kArgs;
   const size_t n = buf_.size() - (args && !final ? partial_utf8(buf_) : 0);
   size_t end = kNpos;
-  for (size_t j = 0; j < n && end == kNpos; ++j) {
-    const char c = buf_[j];
-    if (in_string_) {
-      if (escaped_)
-        escaped_ = false;
-      else if (c == '\\')
-        escaped_ = true;
-      else if (c == '"')
-        in_string_ = false;
-    } else if (c == '"') {
-      in_string_ = true;
-    } else if (c == '{' || c == '[') {
-      ++depth_;
-    } else if ((c == '}' || c == ']') && --depth_ == 0) {
-      end = j + 1;
-    }
-  }
+  for (size_t j = 0; j < n && end == kNpos; ++j)
+    if (scan_.step(buf_[j]) < 0 && scan_.depth == 0) end = j + 1;
   const size_t upto = end == kNpos ? n : end;
   if (args) emit_args(std::string_view(buf_).substr(0, upto), out);
   buf_.erase(0, upto);
@@ -312,7 +280,7 @@ bool ToolCallParser::step_committed(bool final, ToolCallDelta& out) {
   }
   if (args) {
     stream_ = Stream::kTail;  // the rest of the call object, inside its braces
-    depth_ = 1;
+    scan_.depth = 1;
   } else {
     stream_ = Stream::kAfter;
   }

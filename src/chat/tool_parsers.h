@@ -26,6 +26,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/json_scan.h"
+
 namespace kvik {
 
 enum class ToolCallFormat { kHermes, kLlama3Json, kMistral };
@@ -87,8 +89,7 @@ class ToolCallParser {
   bool grammar_;
   // A committed call: its arguments streaming, then the rest of its markup; mistral: then ", {call}" or "]".
   enum class Stream { kNone, kArgs, kTail, kAfter, kMistralNext } stream_ = Stream::kNone;
-  int depth_ = 0;  // the bracket scan of a committed call's arguments (then of the rest of its object)
-  bool in_string_ = false, escaped_ = false;
+  JsonBracketScan scan_;         // over a committed call's arguments (then over the rest of its object)
   std::string buf_;              // text not yet resolved
   std::string held_ws_;          // trailing whitespace of the content so far (dropped at the end if there were calls)
   bool after_call_ = false;      // leading whitespace of the next content is dropped

@@ -4,6 +4,7 @@
 #include <ctime>
 
 #include "core/error.h"
+#include "core/json_scan.h"
 #include "server/chat_prompt.h"
 #include "server/generation.h"
 #include "server/openai_responses.h"
@@ -28,24 +29,10 @@ HttpReply json_reply(int status, const json& body) {
 
 // Nesting depth of a JSON text, counted outside strings; a bound before parsing keeps hostile bodies cheap.
 int json_depth(const std::string& s) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : s) {
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
+  JsonBracketScan scan;
+  int max_depth = 0;
+  for (char c : s)
+    if (scan.step(c) > 0) max_depth = std::max(max_depth, scan.depth);
   return max_depth;
 }
 
