@@ -32,6 +32,7 @@ void gemm_f32_x16_r(const uint8_t* g, int64_t n, const float* x, int64_t xs, flo
   for (int t = 0; t < R; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 2 <= n; k += 2) {
+    prefetch_span(g + k * kPackRows * 4, 128);
     const __m512 w0 = _mm512_load_ps(w + k * kPackRows), w1 = _mm512_load_ps(w + (k + 1) * kPackRows);
     for (int t = 0; t < R; ++t) {
       a0[t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t * xs + k]), a0[t]);
@@ -53,6 +54,7 @@ void gemm_half_x16_r(const uint8_t* g, int64_t n, const float* x, int64_t xs, fl
   for (int t = 0; t < R; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 2 <= n; k += 2) {
+    prefetch_span(g + k * kPackRows * 2, 64);
     const __m512 w0 = load_half<kF16>(w + k * kPackRows), w1 = load_half<kF16>(w + (k + 1) * kPackRows);
     for (int t = 0; t < R; ++t) {
       a0[t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t * xs + k]), a0[t]);
@@ -73,6 +75,7 @@ void gemm_q8_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
   for (int64_t b = 0; b < nb; ++b) {
     __m512i w[8];
     const uint8_t* qs = g + packed_qs_offset(b, kQ8_0PackedQs);
+    if (b % 2 == 0) prefetch_span(qs, 2 * kQ8_0PackedQs + 64);
     for (int k = 0; k < 8; ++k) w[k] = _mm512_load_si512(qs + 64 * k);
     const __m512 dw = _mm512_cvtph_ps(load256(g + packed_d_offset(b, kQ8_0PackedQs)));
     for (int t = 0; t < R; ++t) {
@@ -96,6 +99,7 @@ void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
   for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     __m512i lo[4], hi[4];
+    if (b % 2 == 0) prefetch_span(g + packed_qs_offset(b, kQ4_0PackedQs), 2 * kQ4_0PackedQs + 64);
     for (int v = 0; v < 4; ++v) {
       const __m512i raw = _mm512_load_si512(g + packed_qs_offset(b, kQ4_0PackedQs) + 64 * v);
       lo[v] = _mm512_and_si512(raw, m4), hi[v] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
@@ -126,6 +130,7 @@ void gemm_k_scale_min_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, floa
   for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* rec = g + b * L.record;
+    prefetch_span(rec, L.record);
     __m512i isum[R];
     for (int t = 0; t < R; ++t) isum[t] = _mm512_setzero_si512();
     for (int j = 0; j < 8; ++j) {
@@ -187,6 +192,7 @@ void gemm_q6_k_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, i
   for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* rec = g + b * kQ6KRecord;
+    prefetch_span(rec, kQ6KRecord);
     __m512i isum[R];
     for (int t = 0; t < R; ++t) isum[t] = _mm512_setzero_si512();
     for (int c = 0; c < 8; ++c) {
