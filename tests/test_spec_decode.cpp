@@ -48,6 +48,9 @@ TEST(SpecDecodeConfig, ParsesVllmSpellingWithItsDefaults) {
   EXPECT_EQ(c.prompt_lookup_max, 5);
   c = parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3})");
   EXPECT_EQ(c.prompt_lookup_min, 3);
+  EXPECT_TRUE(c.adaptive);  // kvik's extension, on by default
+  EXPECT_FALSE(
+      parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 3, "adaptive": false})").adaptive);
   EXPECT_FALSE(parse_speculative_config("").enabled());
 }
 
@@ -69,6 +72,9 @@ TEST(SpecDecodeConfig, ErrorsNameWhatIsWrong) {
                             "prompt_lookup_max": 2})")
                 .find("\"prompt_lookup_min\" (4) is larger than \"prompt_lookup_max\" (2)"),
             std::string::npos);
+  EXPECT_NE(
+      parse_error(R"({"method": "ngram", "num_speculative_tokens": 2, "adaptive": 1})").find("\"adaptive\" must be"),
+      std::string::npos);
 }
 
 TEST(SpecDecodeNgram, ProposesWhatFollowedTheLongestMostRecentMatch) {
@@ -123,6 +129,65 @@ TEST(SpecDecodeGate, PausesARequestWhoseAcceptanceStaysLowLongerEachTime) {
   EXPECT_TRUE(h.allows(9));
 }
 
+// The acceptance estimate: successes over trials of each verification (a accepted of d drafts: a successes in
+// a + (a < d) trials), older verifications decayed, from a prior of 1 in 2; a pause forgets it.
+TEST(SpecDecodeGate, AcceptanceEstimateFromVerifications) {
+  SpecDecodeGate g;
+  EXPECT_DOUBLE_EQ(g.acceptance(), 0.5);
+  EXPECT_FALSE(g.has_evidence());
+  g.observe_verification(4, 4);  // 4 of 4 trials succeed
+  EXPECT_TRUE(g.has_evidence());
+  EXPECT_NEAR(g.acceptance(), (0.8 + 4) / (1.6 + 4), 1e-12);
+  for (int i = 0; i < 40; ++i) g.observe_verification(4, 1);  // 1 success, then a rejection: 1 in 2
+  EXPECT_NEAR(g.acceptance(), 0.5, 1e-3);
+  for (int i = 0; i < 40; ++i) g.observe_verification(4, 0);
+  EXPECT_LT(g.acceptance(), 1e-3);
+  g.pause(100);
+  EXPECT_FALSE(g.allows(100));
+  EXPECT_FALSE(g.has_evidence());
+  EXPECT_DOUBLE_EQ(g.acceptance(), 0.5);
+}
+
+TEST(SpecDecodeCost, StepCostModelInterpolatesAndExtrapolates) {
+  StepCostModel c;
+  EXPECT_FALSE(c.calibrated());
+  EXPECT_EQ(c.predict(5), 0);
+  c.observe(1, 0.010);
+  EXPECT_FALSE(c.calibrated());
+  c.observe(9, 0.020);
+  ASSERT_TRUE(c.calibrated());
+  EXPECT_DOUBLE_EQ(c.predict(1), 0.010);
+  EXPECT_NEAR(c.predict(5), 0.015, 1e-12);   // between the two sizes seen
+  EXPECT_NEAR(c.predict(17), 0.030, 1e-12);  // beyond: the slope of the two largest
+  EXPECT_NEAR(c.predict(5000), 0.020 + 0.00125 * 4991, 1e-9);
+  c.observe(1, 0.014);  // a moving average: a quarter of the new observation
+  EXPECT_NEAR(c.predict(1), 0.011, 1e-12);
+  c.observe(0, 1.0), c.observe(3, -1.0), c.observe(3, std::nan(""));  // ignored
+  EXPECT_NEAR(c.predict(3), 0.011 + (0.020 - 0.011) * 2 / 8, 1e-12);
+}
+
+// The draft length that maximizes expected tokens per second: long when steps are memory-bound (a query token
+// costs little) and drafts are accepted, none when each query token costs a whole step (compute-bound: no
+// acceptance rate pays) or when drafts are rarely accepted, shorter when proposing costs time.
+TEST(SpecDecodeCost, ChoosesTheDraftLengthThatPays) {
+  EXPECT_DOUBLE_EQ(expected_tokens_per_step(1.0, 4), 5.0);
+  EXPECT_NEAR(expected_tokens_per_step(0.5, 4), 1.9375, 1e-12);
+  EXPECT_DOUBLE_EQ(expected_tokens_per_step(0.0, 4), 1.0);
+  StepCostModel memory_bound, compute_bound;
+  for (int n : {1, 2, 64}) {
+    memory_bound.observe(n, 0.020 + 0.0005 * n);  // 1B-shaped decode: weights read once for all tokens
+    compute_bound.observe(n, 0.001 * n);
+  }
+  EXPECT_EQ(choose_num_drafts(StepCostModel{}, 1, 1, 0.0, 4, 0), 4);  // nothing measured yet: probe with k
+  EXPECT_EQ(choose_num_drafts(memory_bound, 1, 1, 0.95, 8, 0), 8);
+  EXPECT_EQ(choose_num_drafts(memory_bound, 1, 1, 0.02, 8, 0), 0);
+  const int32_t mid = choose_num_drafts(memory_bound, 1, 1, 0.6, 8, 0);
+  EXPECT_GT(mid, 0);
+  EXPECT_LT(mid, 8);
+  for (double a : {0.5, 0.9, 0.999}) EXPECT_EQ(choose_num_drafts(compute_bound, 1, 1, a, 8, 0), 0) << a;
+  EXPECT_LT(choose_num_drafts(memory_bound, 1, 1, 0.8, 8, 0.004), choose_num_drafts(memory_bound, 1, 1, 0.8, 8, 0));
+  EXPECT_EQ(choose_num_drafts(memory_bound, 1, 1, 0.95, 0, 0), 0);
+}
 // ---- the rejection sampler, unit level ----
 
 // Pearson's chi-square of observed counts against expected probabilities (bins with expectation < 5 merged).
@@ -244,8 +309,10 @@ std::string synth_path() {
   return path;
 }
 
-SpeculativeConfig ngram(int k, int min_n, int max_n) {
+// Fixed k (adaptive off) unless asked: tests that count drafts need every allowed step to draft.
+SpeculativeConfig ngram(int k, int min_n, int max_n, bool adaptive = false) {
   SpeculativeConfig c;
+  c.adaptive = adaptive;
   c.method = SpeculativeConfig::Method::kNgram;
   c.num_speculative_tokens = k;
   c.prompt_lookup_min = min_n;
@@ -383,6 +450,12 @@ void expect_greedy_equality(LlamaModel& m, const PromptFn& grounded) {
   }
   EXPECT_GT(b1.spec.num_accepted_tokens, 0);
   EXPECT_LT(b1.spec.num_accepted_tokens, b1.spec.num_draft_tokens) << "no draft was rejected";
+  // Adaptive draft lengths (whatever the step costs measured here make them): the same tokens.
+  const Outcome b2 = run_jobs(m, engine_config(ngram(4, 1, 3, true)), batch);
+  for (size_t i = 0; i < batch.size(); ++i)
+    if (batch[i].params.temperature == 0)
+      EXPECT_EQ(b2.tokens.at("r" + std::to_string(i)), b0.tokens.at("r" + std::to_string(i)));
+  EXPECT_GT(b2.spec.num_drafts, 0);
 }
 
 TEST(SpecDecodeEngine, GreedyOutputIdenticalStories) {
@@ -612,8 +685,9 @@ TEST(SpecDecodeMetrics, CountersRenderedWithVllmNames) {
 
 namespace {
 
-SpeculativeConfig draft_model(const std::string& path, int k) {
+SpeculativeConfig draft_model(const std::string& path, int k, bool adaptive = false) {
   SpeculativeConfig c;
+  c.adaptive = adaptive;
   c.method = SpeculativeConfig::Method::kDraftModel;
   c.model = path;
   c.num_speculative_tokens = k;

@@ -283,14 +283,25 @@ std::vector<EngineCore::SampleSlot> EngineCore::sample_slots(const std::vector<S
   return slots;
 }
 
-// Prompt lookup for every running decode that may speculate: no grammar (structured output does not
-// speculate: a draft would need the matcher advanced and rolled back), not a prompt about to fork, not paused
-// by its gate, and room left: the drafts and the target's one token stay within max_tokens and max_model_len.
+// Drafts for every running decode that may speculate: no grammar (structured output does not speculate: a draft
+// would need the matcher advanced and rolled back), not a prompt about to fork, not paused by its gate, and room
+// left: the drafts and the target's one token stay within max_tokens and max_model_len. Adaptive (the default),
+// each request drafts the number of tokens that maximizes the step's expected output tokens per second
+// (choose_num_drafts, from its acceptance estimate and the measured step costs); a request for which no number
+// pays pauses (its gate), and one without evidence yet probes with k.
 void EngineCore::propose_drafts() {
   const SpeculativeConfig& sc = config_.speculative;
   if (!sc.enabled()) return;
   const bool busy =
       sc.disable_by_batch_size > 0 && scheduler_->num_running() + scheduler_->num_waiting() > sc.disable_by_batch_size;
+  int64_t step_tokens = 0;  // what the step holds before drafts: a token per decode, the prompts' chunks
+  double step_yield = 0;    // and the output tokens it is expected to give
+  for (const Request* req : scheduler_->running()) {
+    const int64_t left = req->num_tokens() - req->num_computed_tokens;
+    step_tokens += left;
+    step_yield += left == 1 ? 1 : 0;
+  }
+  step_tokens = std::clamp<int64_t>(step_tokens, 1, config_.max_num_batched_tokens);
   for (Request* req : scheduler_->running()) {
     req->spec_token_ids.clear();
     if (busy) continue;
@@ -299,12 +310,31 @@ void EngineCore::propose_drafts() {
     const int64_t room = std::min<int64_t>(req->sampling_params.max_tokens - req->num_output_tokens(),
                                            config_.max_model_len - req->num_tokens()) -
                          1;
-    const auto k = static_cast<int32_t>(std::min<int64_t>(sc.num_speculative_tokens, room));
+    auto k = static_cast<int32_t>(std::min<int64_t>(sc.num_speculative_tokens, room));
     if (k <= 0) continue;
-    if (sc.method == SpeculativeConfig::Method::kNgram)
-      ngram_propose(req->all_token_ids, sc.prompt_lookup_min, sc.prompt_lookup_max, k, req->spec_token_ids);
-    else
+    if (sc.method == SpeculativeConfig::Method::kNgram) {
+      k = ngram_propose(req->all_token_ids, sc.prompt_lookup_min, sc.prompt_lookup_max, k, req->spec_token_ids);
+      if (k == 0) continue;
+    }
+    if (sc.adaptive && req->spec_gate.has_evidence()) {
+      const double draft_seconds = sc.method == SpeculativeConfig::Method::kDraftModel ? draft_token_seconds_ : 0;
+      k = choose_num_drafts(step_cost_, step_tokens, step_yield, req->spec_gate.acceptance(), k, draft_seconds);
+      if (k == 0) {
+        req->spec_gate.pause(req->num_output_tokens());
+        req->spec_token_ids.clear();
+        continue;
+      }
+    }
+    if (sc.method == SpeculativeConfig::Method::kNgram) {
+      req->spec_token_ids.resize(static_cast<size_t>(k));
+    } else {
+      const Clock::time_point t0 = Clock::now();
       draft_model_propose(*req, k);
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count() / k;
+      draft_token_seconds_ = draft_token_seconds_ == 0 ? s : draft_token_seconds_ + 0.25 * (s - draft_token_seconds_);
+    }
+    step_tokens += k;
+    step_yield += expected_tokens_per_step(req->spec_gate.acceptance(), k) - 1;
   }
 }
 
@@ -335,6 +365,7 @@ void EngineCore::run_step(std::vector<RequestOutput>& outputs) {
   const SchedulerOutput so = scheduler_->schedule();
   last_step_tokens_ = so.total_num_scheduled_tokens;
   if (so.scheduled.empty()) return;
+  const Clock::time_point step_start = Clock::now();
   const float* logits = runner_->execute(so, *kv_, sample_rows_);
   scheduler_->update_after_step(so);
 
@@ -376,6 +407,7 @@ void EngineCore::run_step(std::vector<RequestOutput>& outputs) {
     outputs.push_back(std::move(o));
   }
   flush_fork();
+  step_cost_.observe(so.total_num_scheduled_tokens, std::chrono::duration<double>(Clock::now() - step_start).count());
   log_spec_decode_stats();
 }
 

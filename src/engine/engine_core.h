@@ -144,6 +144,8 @@ class EngineCore {
   std::vector<SampleRows> sample_rows_;     // this step's requests that sample, in batch order
   std::vector<SampleInput> sample_inputs_;  // reused across steps
   std::vector<SampleResult> sample_results_;
+  StepCostModel step_cost_;         // seconds per step by query tokens, for the adaptive draft length
+  double draft_token_seconds_ = 0;  // draft_model: moving average of the seconds per proposed token
   SpecDecodeStats spec_stats_;
   SpecDecodeStats spec_logged_;  // at the last periodic log line
   Clock::time_point spec_log_time_;

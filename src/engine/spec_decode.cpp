@@ -33,7 +33,8 @@ void check_keys(const nlohmann::json& j, const std::string& method, const std::v
 }
 
 void parse_ngram(const nlohmann::json& j, SpeculativeConfig& c) {
-  check_keys(j, "ngram", {"num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min", "disable_by_batch_size"});
+  check_keys(j, "ngram",
+             {"num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min", "disable_by_batch_size", "adaptive"});
   c.method = SpeculativeConfig::Method::kNgram;
   c.num_speculative_tokens = int_key(j, "num_speculative_tokens", 1, kMaxSpeculativeTokens);
   const bool has_max = j.contains("prompt_lookup_max"), has_min = j.contains("prompt_lookup_min");
@@ -48,7 +49,7 @@ void parse_ngram(const nlohmann::json& j, SpeculativeConfig& c) {
 }
 
 void parse_draft_model(const nlohmann::json& j, SpeculativeConfig& c) {
-  check_keys(j, "draft_model", {"model", "num_speculative_tokens", "disable_by_batch_size"});
+  check_keys(j, "draft_model", {"model", "num_speculative_tokens", "disable_by_batch_size", "adaptive"});
   c.method = SpeculativeConfig::Method::kDraftModel;
   c.num_speculative_tokens = int_key(j, "num_speculative_tokens", 1, kMaxSpeculativeTokens);
   if (!j.contains("model") || !j["model"].is_string() || j["model"].get<std::string>().empty())
@@ -75,6 +76,11 @@ SpeculativeConfig parse_speculative_config(const std::string& json) {
     fail("--speculative-config: unknown method \"{}\" (supported: \"ngram\", \"draft_model\")", method);
   if (j.contains("disable_by_batch_size"))
     c.disable_by_batch_size = int_key(j, "disable_by_batch_size", 1, std::numeric_limits<int32_t>::max());
+  if (j.contains("adaptive")) {
+    if (!j["adaptive"].is_boolean())
+      fail("--speculative-config: \"adaptive\" must be true or false, got {}", j["adaptive"].dump());
+    c.adaptive = j["adaptive"].get<bool>();
+  }
   return c;
 }
 
@@ -82,10 +88,11 @@ std::string describe(const SpeculativeConfig& c) {
   switch (c.method) {
     case SpeculativeConfig::Method::kNone: return "off";
     case SpeculativeConfig::Method::kNgram:
-      return fmt::format("ngram, {} speculative tokens, prompt lookup n = {}..{}", c.num_speculative_tokens,
-                         c.prompt_lookup_min, c.prompt_lookup_max);
+      return fmt::format("ngram, {} {} speculative tokens, prompt lookup n = {}..{}", c.adaptive ? "up to" : "always",
+                         c.num_speculative_tokens, c.prompt_lookup_min, c.prompt_lookup_max);
     case SpeculativeConfig::Method::kDraftModel:
-      return fmt::format("draft model {}, {} speculative tokens (greedy drafts)", c.model, c.num_speculative_tokens);
+      return fmt::format("draft model {}, {} {} speculative tokens (greedy drafts)", c.model,
+                         c.adaptive ? "up to" : "always", c.num_speculative_tokens);
   }
   return "";
 }
@@ -111,6 +118,7 @@ int32_t ngram_propose(std::span<const int32_t> tokens, int32_t min_n, int32_t ma
 }
 
 void SpecDecodeGate::record(int32_t num_drafted, int32_t num_accepted, int64_t num_output_tokens) {
+  observe_verification(num_drafted, num_accepted);
   drafted_ += num_drafted;
   accepted_ += num_accepted;
   if (drafted_ < kWindow) return;
@@ -121,6 +129,79 @@ void SpecDecodeGate::record(int32_t num_drafted, int32_t num_accepted, int64_t n
     failures_ = 0;
   }
   drafted_ = accepted_ = 0;
+}
+
+void SpecDecodeGate::pause(int64_t num_output_tokens) {
+  paused_until_ = num_output_tokens + (kPauseTokens << std::min(failures_, kMaxBackoff));
+  ++failures_;
+  drafted_ = accepted_ = 0;
+  successes_ = kPriorSuccesses;
+  trials_ = kPriorTrials;
+}
+
+void SpecDecodeGate::observe_verification(int32_t num_drafted, int32_t num_accepted) {
+  successes_ = kDecay * successes_ + num_accepted;
+  trials_ = kDecay * trials_ + num_accepted + (num_accepted < num_drafted ? 1 : 0);
+}
+
+void StepCostModel::observe(int64_t num_tokens, double seconds) {
+  if (num_tokens <= 0 || num_tokens > kMaxTracked || !(seconds > 0)) return;
+  double& m = mean_[static_cast<size_t>(num_tokens)];
+  if (m == 0) {
+    m = seconds;
+    ++num_sizes_;
+  } else {
+    m += kWeight * (seconds - m);
+  }
+}
+
+double StepCostModel::predict(int64_t n) const {
+  if (!calibrated() || n <= 0) return 0;
+  const int64_t top = std::min(n, kMaxTracked);
+  if (mean_[static_cast<size_t>(top)] > 0 && top == n) return mean_[static_cast<size_t>(n)];
+  int64_t lo = 0, hi = 0;  // nearest sizes seen below and above n
+  for (int64_t i = top; i >= 1; --i)
+    if (mean_[static_cast<size_t>(i)] > 0) {
+      lo = i;
+      break;
+    }
+  for (int64_t i = top + 1; i <= kMaxTracked && n <= kMaxTracked; ++i)
+    if (mean_[static_cast<size_t>(i)] > 0) {
+      hi = i;
+      break;
+    }
+  auto at = [&](int64_t i) { return mean_[static_cast<size_t>(i)]; };
+  if (lo > 0 && hi > 0) return at(lo) + (at(hi) - at(lo)) * static_cast<double>(n - lo) / static_cast<double>(hi - lo);
+  if (lo == 0) return at(hi);  // below every size seen: no more than the smallest
+  int64_t lo2 = 0;             // above every size seen: the slope of the two largest
+  for (int64_t i = lo - 1; i >= 1; --i)
+    if (at(i) > 0) {
+      lo2 = i;
+      break;
+    }
+  const double slope = std::max(0.0, (at(lo) - at(lo2)) / static_cast<double>(lo - lo2));
+  return at(lo) + slope * static_cast<double>(n - lo);
+}
+
+double expected_tokens_per_step(double alpha, int32_t k) {
+  double e = 0, p = 1;
+  for (int32_t i = 0; i <= k; ++i, p *= alpha) e += p;  // Σ α^i, i = 0..k: exact also at α = 1
+  return e;
+}
+
+int32_t choose_num_drafts(const StepCostModel& cost, int64_t step_tokens, double step_yield, double alpha,
+                          int32_t k_max, double draft_token_seconds) {
+  if (k_max <= 0) return 0;
+  if (!cost.calibrated()) return k_max;
+  const double base = step_yield / cost.predict(step_tokens);
+  int32_t best = 0;
+  double best_rate = base * kMinGain;
+  for (int32_t k = 1; k <= k_max; ++k) {
+    const double seconds = cost.predict(step_tokens + k) + draft_token_seconds * k;
+    const double rate = (step_yield - 1 + expected_tokens_per_step(alpha, k)) / seconds;
+    if (rate > best_rate) best = k, best_rate = rate;
+  }
+  return best;
 }
 
 }  // namespace kvik

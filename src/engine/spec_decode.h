@@ -28,6 +28,10 @@ struct SpeculativeConfig {
   // draft_model: a second, smaller model with the same vocabulary proposes k tokens greedily (so the proposal
   // q is one-hot and Sampler::verify_draft stays exact); it keeps its own KV per request.
   std::string model;
+  // kvik's extension "adaptive" (default true): each step, each request drafts the number of tokens, 0..k, that
+  // maximizes expected output tokens per second of the step, from its own acceptance rate and the measured cost of
+  // steps by size (StepCostModel). false: always k (as vLLM), only the low-acceptance gate pauses.
+  bool adaptive = true;
 
   bool enabled() const { return method != Method::kNone; }
 };
@@ -47,8 +51,8 @@ int32_t ngram_propose(std::span<const int32_t> tokens, int32_t min_n, int32_t ma
                       std::vector<int32_t>& out);
 
 // Per request: speculation pays only while drafts are accepted. A rejected draft costs a query token of compute,
-// and on a CPU that is not free: on 2 Zen 5 cores a 1B Q8_0 step of 5 query tokens took ~2.3x one of 1, so
-// k = 4 needs an acceptance rate of about 0.5 to break even ((1 - a^5) / (1 - a) = 2.3 at a ~ 0.6). After every
+// and on a CPU that is not free (how much, StepCostModel measures; the adaptive draft length weighs it against the
+// acceptance estimate below, and pause() stops a request for which no draft length pays). After every
 // kWindow draft tokens the window's acceptance is checked; below kMinAcceptance the request stops proposing for
 // kPauseTokens output tokens, doubled for each further failed window (up to 16x), then tries again; a window
 // that passes resets the pause. Free generation that lookup cannot predict thus runs at plain decode speed but
@@ -62,13 +66,58 @@ class SpecDecodeGate {
 
   bool allows(int64_t num_output_tokens) const { return num_output_tokens >= paused_until_; }
   void record(int32_t num_drafted, int32_t num_accepted, int64_t num_output_tokens);
+  // The request's per-draft acceptance probability: successes over trials of its verifications (a verification
+  // that accepts a of d drafts is a successes in a + (a < d) trials), decayed so recent steps weigh more, starting
+  // from a prior of 1 in 2. The adaptive draft length uses it.
+  double acceptance() const { return successes_ / trials_; }
+  bool has_evidence() const { return trials_ != kPriorTrials; }
+  // Pauses proposing (as a failed window does), and forgets the acceptance estimate, so the request probes afresh
+  // after the pause: the adaptive draft length found no k that pays.
+  void pause(int64_t num_output_tokens);
+  // Updates the acceptance estimate with one verification (record() also calls it).
+  void observe_verification(int32_t num_drafted, int32_t num_accepted);
 
  private:
   int32_t drafted_ = 0;
   int32_t accepted_ = 0;
   int64_t paused_until_ = 0;
   int32_t failures_ = 0;  // consecutive failed windows
+  double successes_ = kPriorSuccesses;
+  double trials_ = kPriorTrials;
+  static constexpr double kPriorSuccesses = 1, kPriorTrials = 2, kDecay = 0.8;
 };
+
+// What a forward step costs by its number of query tokens, learned from the steps the engine runs (prefill chunks,
+// decodes, verifications): an exponential moving average per size up to kMaxTracked, linear interpolation
+// between sizes seen, and beyond the largest the slope of the two largest. The cost of k more query tokens is
+// what decides whether drafting pays, and it differs by CPU and model: on 2 Zen 5 cores a 1B Q8_0 step of 5 tokens
+// costs ~1.4x a step of 1 (memory-bound), while on stories260K it costs ~3x (overhead- and compute-bound).
+class StepCostModel {
+ public:
+  static constexpr int64_t kMaxTracked = 512;
+  static constexpr double kWeight = 0.25;  // of a new observation in its size's average
+
+  void observe(int64_t num_tokens, double seconds);
+  // Predicted seconds of a step of n query tokens; 0 while fewer than two sizes have been seen.
+  double predict(int64_t n) const;
+  bool calibrated() const { return num_sizes_ >= 2; }
+
+ private:
+  std::vector<double> mean_ = std::vector<double>(kMaxTracked + 1, 0.0);  // 0: not seen
+  int32_t num_sizes_ = 0;
+};
+
+// Expected tokens one verification yields with k drafts, each accepted with probability alpha until the first
+// rejection, plus the target's own token: (1 − α^(k+1)) / (1 − α) (the chapter's formula).
+double expected_tokens_per_step(double alpha, int32_t k);
+
+// The draft length, 0..k_max, that maximizes the step's expected output tokens per second, given the tokens the
+// step already holds (step_tokens, yielding step_yield expected output tokens), this request's acceptance
+// probability, and the seconds each draft token costs to propose (the draft model's forward pass; 0 for n-gram).
+// 0 when no k gains at least kMinGain over not drafting. Uncalibrated cost: k_max (probe).
+inline constexpr double kMinGain = 1.03;
+int32_t choose_num_drafts(const StepCostModel& cost, int64_t step_tokens, double step_yield, double alpha,
+                          int32_t k_max, double draft_token_seconds);
 
 // Engine-wide counters (vLLM's spec_decode metrics). accepted_per_pos[i]: drafts at position i accepted.
 struct SpecDecodeStats {
