@@ -344,5 +344,52 @@ TEST(HfModel, MatchesLlamaCppOnGgufTwinsWithRealTokenizers) {
   }
 }
 
+// synth --embed-from: stories260K placed in a bigger GQA shape (4 query heads per KV head instead of 2, head dim 16
+// instead of 8, so the rotated pairs move, two pass-through layers, a bigger vocabulary) computes stories260K's
+// logits (rounding aside) at every position, and logit 0 for the ids past its vocabulary.
+TEST(Synth, EmbedFromComputesTheSmallModel) {
+  const std::string stories = KVIK_SHARED_DIR "/models/stories260K.gguf";
+  SynthOptions o;
+  o.out_path = temp("embedded.gguf").string();
+  o.embed_from = stories;
+  o.dim = 256, o.layers = 7, o.heads = 16, o.kv_heads = 4, o.head_dim = 16, o.ff = 200, o.vocab = 600;
+  synth_llama_gguf(o);
+  auto small = LlamaModel::load(stories);
+  auto big = LlamaModel::load(o.out_path);
+  EXPECT_EQ(big->config().dim, 256);
+  SingleSequence ss(*small, 64), sb(*big, 64);
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 288, 293, 261, 430, 349, 268, 422, 263, 11, 300, 301};
+  const auto ls = ss.append(prompt, static_cast<int64_t>(prompt.size()));
+  const auto lb = sb.append(prompt, static_cast<int64_t>(prompt.size()));
+  ASSERT_EQ(ls.size(), prompt.size() * 512);
+  ASSERT_EQ(lb.size(), prompt.size() * 600);
+  float d = 0, scale = 0;
+  for (size_t p = 0; p < prompt.size(); ++p) {
+    for (size_t v = 0; v < 512; ++v) {
+      d = std::max(d, std::fabs(ls[p * 512 + v] - lb[p * 600 + v]));
+      scale = std::max(scale, std::fabs(ls[p * 512 + v]));
+    }
+    for (size_t v = 512; v < 600; ++v) EXPECT_EQ(lb[p * 600 + v], 0.0f);
+  }
+  EXPECT_GT(scale, 1.0f);
+  EXPECT_LT(d, 2e-3f * scale) << "max |Δlogit| " << d << " of " << scale;
+
+  SynthOptions bad = o;
+  bad.kv_heads = 2, bad.heads = 4;  // 2 KV heads cannot hold its 4
+  EXPECT_THROW(
+      {
+        try {
+          synth_llama_gguf(bad);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("--kv-heads 2"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+  bad = o;
+  bad.head_dim = 12;  // not a multiple of 8
+  bad.heads = 16;
+  EXPECT_THROW(synth_llama_gguf(bad), Error);
+}
 }  // namespace
 }  // namespace kvik

@@ -34,6 +34,9 @@ Run add_synth(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q4_k_m"}))
       ->capture_default_str();
   c->add_option("--tokenizer-from", o->tokenizer_from, "Copy the tokenizer of this GGUF (padded to --vocab)");
+  c->add_option("--embed-from", o->embed_from,
+                "A small llama GGUF whose function the model computes in this bigger shape (its weights placed, the "
+                "rest zero): the big shape's cost with a real model's predictions");
   c->add_option("--seed", o->seed, "Random seed")->capture_default_str();
   c->add_option("--output-scale", o->output_scale,
                 "Multiply the std of output.weight (3/sqrt(dim)) by this; above 1: peakier next-token distributions")

@@ -2,12 +2,16 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <numbers>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "model/model_config.h"
 
 namespace kvik {
 namespace {
@@ -195,17 +199,163 @@ void copy_vocab(GgufWriter& w, const std::string& path, int vocab) {
   }
 }
 
+// ---- --embed-from: a bigger shape that computes a small model's function ----
+
+// A small model's matrix as floats, row-major [rows][cols] (GGUF shape [cols, rows]).
+struct Matrix {
+  int64_t rows = 0, cols = 0;
+  std::vector<float> v;
+  const float* row(int64_t r) const { return v.data() + r * cols; }
+};
+
+Matrix read_matrix(const GgufFile& f, const std::string& name) {
+  const GgufTensorInfo* t = f.find_tensor(name);
+  if (!t) fail("synth --embed-from {}: no tensor '{}'", f.path(), name);
+  Matrix m;
+  m.cols = t->shape.at(0);
+  m.rows = t->shape.size() > 1 ? t->shape[1] : 1;
+  m.v.resize(static_cast<size_t>(m.rows * m.cols));
+  const size_t rb = *row_bytes(t->dtype, m.cols);
+  for (int64_t r = 0; r < m.rows; ++r) dequantize_row(t->dtype, t->data + rb * r, m.v.data() + r * m.cols, m.cols);
+  return m;
+}
+
+// Writes a [rows, cols] tensor (rows 0: a vector) whose row r is zero but for what fill(r, row) puts in it.
+void add_filled(GgufWriter& w, const std::string& name, DType type, int64_t cols, int64_t rows,
+                const std::function<void(int64_t, float*)>& fill) {
+  const bool vector = rows == 0;
+  if (vector) rows = 1;
+  const size_t rb = *row_bytes(type, cols);
+  std::vector<uint8_t> data(rb * static_cast<size_t>(rows));
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::fill(row.begin(), row.end(), 0.0f);
+    fill(r, row.data());
+    quantize_row(type, row.data(), data.data() + rb * static_cast<size_t>(r), cols);
+  }
+  std::vector<int64_t> shape = {cols};
+  if (!vector) shape.push_back(rows);
+  w.add_tensor(name, type, std::move(shape), data);
+}
+
+// Where the small model's coordinates go in the big one. Residual and MLP coordinates keep their index (the rest
+// stay zero). Small query head i goes to big head (i / g)·G + i % g (g, G: query heads per KV head), so it still
+// reads KV head i / g; within a head, dimension 2p + e (rotated pair p) goes to 2·(f·p) + e with f = d_h / d_h',
+// the big pair whose rotation frequency θ^(−2fp / d_h) equals the small one's θ^(−2p / d_h').
+struct EmbedMap {
+  int64_t hd_s, hd, group_s, group, f;
+  int64_t in_head(int64_t t) const { return (t / 2) * 2 * f + t % 2; }
+  int64_t q(int64_t j) const {
+    const int64_t i = j / hd_s;
+    return ((i / group_s) * group + i % group_s) * hd + in_head(j % hd_s);
+  }
+  int64_t kv(int64_t j) const { return (j / hd_s) * hd + in_head(j % hd_s); }
+};
+
+void check_embeddable(const SynthOptions& o, const ModelConfig& s, int64_t hd) {
+  const int64_t group_s = s.n_heads / s.n_kv_heads, group = o.heads / o.kv_heads;
+  auto need = [&](bool ok, const char* what, int64_t big, int64_t small) {
+    if (!ok) fail("synth --embed-from {}: {} {} cannot hold the small model's {}", o.embed_from, what, big, small);
+  };
+  need(o.dim >= s.dim, "--dim", o.dim, s.dim);
+  need(o.layers >= s.n_layers, "--layers", o.layers, s.n_layers);
+  need(o.kv_heads >= s.n_kv_heads, "--kv-heads", o.kv_heads, s.n_kv_heads);
+  need(group >= group_s, "query heads per KV head", group, group_s);
+  need(hd >= s.head_dim && hd % s.head_dim == 0 && s.head_dim % 2 == 0, "--head-dim (a multiple of the small one)", hd,
+       s.head_dim);
+  need(o.ff >= s.ff_dim, "--ff", o.ff, s.ff_dim);
+  need(o.vocab >= s.vocab_size, "--vocab", o.vocab, s.vocab_size);
+  if (s.arch != "llama" || s.attn_bias || s.qk_norm || !s.rope_freq_factors.empty() || s.rope_dim != s.head_dim)
+    fail("synth --embed-from {}: only plain llama models embed (no biases, q/k norm or rope scaling)", o.embed_from);
+}
+
+// The big model: the small one's layers first, then layers whose attention and MLP outputs are zero (the residual
+// passes through). RMSNorm over D coordinates of which d are nonzero is √(D/d) times the small one's, so the norm
+// weights are scaled by √(d/D) and ε by d/D; scores over d_h-dim heads are scaled by 1/√d_h instead of 1/√d_h', so
+// the query rows are scaled by √(d_h/d_h'). Big-vocabulary rows past the small vocabulary are zero (logit 0).
+void write_embedded(GgufWriter& w, const SynthOptions& o, const GgufFile& f, const ModelConfig& s, int64_t hd) {
+  const EmbedMap map{s.head_dim, hd, s.n_heads / s.n_kv_heads, o.heads / o.kv_heads, hd / s.head_dim};
+  const float norm_scale = std::sqrt(static_cast<float>(s.dim) / static_cast<float>(o.dim));
+  const float q_scale = std::sqrt(static_cast<float>(hd) / static_cast<float>(s.head_dim));
+  const int64_t q_dim = int64_t(o.heads) * hd, kv_dim = int64_t(o.kv_heads) * hd;
+  const DType t = o.type;
+  auto rows_from = [&](const Matrix& m, float scale, auto&& big_row_of) {  // small row j → big row big_row_of(j)
+    return [&m, scale, big_row_of](int64_t r, float* row) {
+      for (int64_t j = 0; j < m.rows; ++j)
+        if (big_row_of(j) == r)
+          for (int64_t c = 0; c < m.cols; ++c) row[c] = scale * m.row(j)[c];
+    };
+  };
+  auto same = [](int64_t j) { return j; };
+  auto vector_from = [&](const Matrix& m) {
+    return [&m, norm_scale](int64_t, float* row) {
+      for (int64_t c = 0; c < m.cols; ++c) row[c] = norm_scale * m.v[static_cast<size_t>(c)];
+    };
+  };
+  const Matrix emb = read_matrix(f, "token_embd.weight");
+  const Matrix out = f.find_tensor("output.weight") ? read_matrix(f, "output.weight") : emb;
+  const Matrix out_norm = read_matrix(f, "output_norm.weight");
+  add_filled(w, "token_embd.weight", t, o.dim, o.vocab, rows_from(emb, 1.0f, same));
+  add_filled(w, "output_norm.weight", DType::F32, o.dim, 0, vector_from(out_norm));
+  add_filled(w, "output.weight", t, o.dim, o.vocab, rows_from(out, 1.0f, same));
+  auto nothing = [](int64_t, float*) {};
+  for (int l = 0; l < o.layers; ++l) {
+    const std::string p = fmt::format("blk.{}.", l);
+    if (l >= s.n_layers) {
+      for (auto [name, cols, rows] : {std::tuple{"attn_q", o.dim, q_dim},
+                                      {"attn_k", o.dim, kv_dim},
+                                      {"attn_v", o.dim, kv_dim},
+                                      {"attn_output", q_dim, int64_t(o.dim)},
+                                      {"ffn_gate", o.dim, int64_t(o.ff)},
+                                      {"ffn_up", o.dim, int64_t(o.ff)},
+                                      {"ffn_down", int64_t(o.ff), int64_t(o.dim)}})
+        add_filled(w, p + name + ".weight", t, cols, rows, nothing);
+      add_filled(w, p + "attn_norm.weight", DType::F32, o.dim, 0, nothing);
+      add_filled(w, p + "ffn_norm.weight", DType::F32, o.dim, 0, nothing);
+      continue;
+    }
+    const Matrix wq = read_matrix(f, p + "attn_q.weight"), wk = read_matrix(f, p + "attn_k.weight");
+    const Matrix wv = read_matrix(f, p + "attn_v.weight"), wo = read_matrix(f, p + "attn_output.weight");
+    const Matrix wg = read_matrix(f, p + "ffn_gate.weight"), wu = read_matrix(f, p + "ffn_up.weight");
+    const Matrix wd = read_matrix(f, p + "ffn_down.weight");
+    const Matrix an = read_matrix(f, p + "attn_norm.weight"), fn = read_matrix(f, p + "ffn_norm.weight");
+    add_filled(w, p + "attn_norm.weight", DType::F32, o.dim, 0, vector_from(an));
+    add_filled(w, p + "attn_q.weight", t, o.dim, q_dim, rows_from(wq, q_scale, [&](int64_t j) { return map.q(j); }));
+    add_filled(w, p + "attn_k.weight", t, o.dim, kv_dim, rows_from(wk, 1.0f, [&](int64_t j) { return map.kv(j); }));
+    add_filled(w, p + "attn_v.weight", t, o.dim, kv_dim, rows_from(wv, 1.0f, [&](int64_t j) { return map.kv(j); }));
+    add_filled(w, p + "attn_output.weight", t, q_dim, o.dim, [&](int64_t r, float* row) {
+      if (r < wo.rows)
+        for (int64_t c = 0; c < wo.cols; ++c) row[map.q(c)] = wo.row(r)[c];
+    });
+    add_filled(w, p + "ffn_norm.weight", DType::F32, o.dim, 0, vector_from(fn));
+    add_filled(w, p + "ffn_gate.weight", t, o.dim, o.ff, rows_from(wg, 1.0f, same));
+    add_filled(w, p + "ffn_up.weight", t, o.dim, o.ff, rows_from(wu, 1.0f, same));
+    add_filled(w, p + "ffn_down.weight", t, o.ff, o.dim, rows_from(wd, 1.0f, same));
+  }
+}
 }  // namespace
 
-void synth_llama_gguf(const SynthOptions& o) {
+void synth_llama_gguf(const SynthOptions& opt) {
+  SynthOptions o = opt;
   const int hd = o.head_dim != 0 ? o.head_dim : (o.heads > 0 ? o.dim / o.heads : 0);
   validate(o, hd);
+  std::unique_ptr<GgufFile> small;
+  ModelConfig s;
+  if (!o.embed_from.empty()) {
+    small = GgufFile::open(o.embed_from);
+    s = config_from_gguf(*small);
+    check_embeddable(o, s, hd);
+    o.tokenizer_from = o.embed_from;
+    o.rope_freq_base = s.rope_freq_base;
+    o.rms_eps = s.rms_eps * static_cast<float>(s.dim) / static_cast<float>(o.dim);
+  }
   const int64_t q_dim = int64_t(o.heads) * hd, kv_dim = int64_t(o.kv_heads) * hd;
 
   GgufWriter w;
   w.set_string("general.architecture", "llama");
-  w.set_string("general.name", fmt::format("kvik-synth d{} L{} h{}/{} hd{} ff{} v{} {}", o.dim, o.layers, o.heads,
-                                           o.kv_heads, hd, o.ff, o.vocab, dtype_name(o.type)));
+  w.set_string("general.name", fmt::format("kvik-synth{}{} d{} L{} h{}/{} hd{} ff{} v{} {}", small ? " embedding " : "",
+                                           small ? o.embed_from : "", o.dim, o.layers, o.heads, o.kv_heads, hd, o.ff,
+                                           o.vocab, dtype_name(o.type)));
   w.set_u32("general.file_type", o.q4_k_m ? 15 : llama_file_type(o.type));  // 15: LLAMA_FTYPE_MOSTLY_Q4_K_M
   w.set_u32("llama.context_length", static_cast<uint32_t>(o.context));
   w.set_u32("llama.embedding_length", static_cast<uint32_t>(o.dim));
@@ -225,6 +375,11 @@ void synth_llama_gguf(const SynthOptions& o) {
     write_byte_vocab(w, o.vocab);
   else
     copy_vocab(w, o.tokenizer_from, o.vocab);
+  if (small) {
+    write_embedded(w, o, *small, s, hd);
+    w.write(o.out_path);
+    return;
+  }
 
   // Scales: every projection has std 1/sqrt(fan_in), so with RMS-normed inputs each output is O(1). The
   // embedding has std 1 so the residual stream starts O(1) and depends clearly on the token. The output head

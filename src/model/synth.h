@@ -18,6 +18,11 @@ struct SynthOptions {
   // layers llama.cpp's use_more_bits() picks (the first and last eighth, and every third in between).
   bool q4_k_m = false;
   std::string tokenizer_from;  // a GGUF whose tokenizer.ggml.* keys are copied (padded to `vocab`)
+  // A small llama GGUF whose function the written model computes (greedy output equal up to rounding) in the given
+  // bigger shape: its weights placed in the big matrices, the rest zero, layers past its own passing the residual
+  // through. A model with the big shape's cost per token and a real model's predictions (benchmarks of
+  // speculative decoding on text that copies). Tokenizer, rope base and ε (scaled) come from it; --type applies.
+  std::string embed_from;
   uint64_t seed = 1;
   float rope_freq_base = 10000.f;
   float rms_eps = 1e-5f;
