@@ -11,6 +11,9 @@
 #   l1b_16             kvik bench on the 1B shape, 16 concurrent requests of random ids: output tok/s
 #   l1b_draft          the 1B shape, grounded prompt, method draft_model with a small random model of the same
 #                      vocabulary (d 256, 2 layers) drafting DRAFT_K tokens: random weights agree on little
+#   l1bs_*            the same shape computing stories260K (synth --embed-from; its greedy text at the 1B's cost):
+#                      grounded, free, 16 grounded prompts at once (l1bs_16), and draft_model with stories260K itself
+#                      drafting 4 tokens on free generation (a draft of the same function: acceptance near 1)
 # Usage: bench/spec_decode.sh   Environment: KVIK (build/kvik), ROUNDS (3), G (128 tokens per request; l1b_16: G16, 64),
 #   SPEC (the --speculative-config JSON), DRAFT_K (2), L1B (path of the 1B-shaped model; written to a temp dir when unset),
 #   THREADS (all cores).
@@ -26,6 +29,14 @@ trap 'rm -rf "$TMP"' EXIT
 L1B="${L1B:-$TMP/l1b.gguf}"
 [ -f "$L1B" ] || "$KVIK" synth "$L1B" --dim 2048 --layers 16 --heads 32 --kv-heads 8 --ff 8192 --vocab 32000 \
   --type q8_0 --tokenizer-from "$STORIES" >/dev/null 2>&1
+# The same shape computing stories260K (synth --embed-from): the 1B's cost per token with a real model's text,
+# which copies a prompt it is asked to repeat.
+L1BS="${L1BS:-$TMP/l1b_stories.gguf}"
+[ -f "$L1BS" ] || "$KVIK" synth "$L1BS" --embed-from "$STORIES" --dim 2048 --layers 16 --heads 32 --kv-heads 8 --ff 8192 \
+  --vocab 32000 --type q8_0 >/dev/null 2>&1
+STORIES_V="$TMP/stories_v32000.gguf"  # stories260K with the 1B shape's vocabulary (rows past 512 zero): its draft
+"$KVIK" synth "$STORIES_V" --embed-from "$STORIES" --dim 64 --layers 5 --heads 8 --kv-heads 4 --ff 172 --vocab 32000 \
+  >/dev/null 2>&1
 DRAFT="$TMP/draft.gguf" DRAFT_K="${DRAFT_K:-2}"
 "$KVIK" synth "$DRAFT" --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --vocab 32000 --type q8_0 \
   --tokenizer-from "$STORIES" >/dev/null 2>&1
@@ -49,10 +60,10 @@ gen1() {  # MODEL PROMPT ON [SPEC]
   nice "$KVIK" generate -m "$1" -p "$2" -n "$G" --temperature 0 --ignore-eos --threads "$THREADS" --json "${extra[@]}" \
     2>/dev/null | jq -c '{tok_s: .timings.decode_tok_s} + .spec_decode'
 }
-gen16() {  # ON: 16 grounded prompts on stories260K at once
+gen16() {  # ON [MODEL]: 16 grounded prompts at once (stories260K unless MODEL)
   local extra=()
   [ "$1" = on ] && extra=(--speculative-config "$SPEC")
-  nice "$KVIK" generate -m "$STORIES" --prompts "$TMP/16.jsonl" --threads "$THREADS" --json "${extra[@]}" 2>/dev/null |
+  nice "$KVIK" generate -m "${2:-$STORIES}" --prompts "$TMP/16.jsonl" --threads "$THREADS" --json "${extra[@]}" 2>/dev/null |
     jq -sc '{tok_s: ((map(.token_ids | length) | add) / (map(.timings.prefill_ms + .timings.decode_ms) | max) * 1000),
              drafts: (map(.spec_decode.drafts) | add), draft_tokens: (map(.spec_decode.draft_tokens) | add),
              accepted_tokens: (map(.spec_decode.accepted_tokens) | add)}'
@@ -74,10 +85,14 @@ run_case() {  # CASE ON
     stories_16) gen16 "$2" ;;
     l1b_16) bench16 "$2" ;;
     l1b_draft) gen1 "$L1B" "$GROUNDED" "$2" "{\"method\": \"draft_model\", \"model\": \"$DRAFT\", \"num_speculative_tokens\": $DRAFT_K}" ;;
+    l1bs_grounded) gen1 "$L1BS" "$GROUNDED" "$2" ;;
+    l1bs_free) gen1 "$L1BS" "$FREE" "$2" ;;
+    l1bs_16) gen16 "$2" "$L1BS" ;;
+    l1bs_draft) gen1 "$L1BS" "$FREE" "$2" "{\"method\": \"draft_model\", \"model\": \"$STORIES_V\", \"num_speculative_tokens\": 4}" ;;
   esac
 }
 
-CASES="${CASES:-stories_grounded stories_free stories_16 l1b_grounded l1b_free l1b_16 l1b_draft}"
+CASES="${CASES:-stories_grounded stories_free stories_16 l1b_grounded l1b_free l1b_16 l1b_draft l1bs_grounded l1bs_free l1bs_16 l1bs_draft}"
 echo "cases: $CASES; $ROUNDS rounds, $G tokens, $THREADS threads; load: $(uptime | sed 's/.*load average: //')" >&2
 for r in $(seq 1 "$ROUNDS"); do
   for c in $CASES; do

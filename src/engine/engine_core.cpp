@@ -440,7 +440,10 @@ RequestOutput EngineCore::verify_drafts(Request& req, const float* logits, int64
   ++spec_stats_.num_drafts;
   spec_stats_.num_draft_tokens += num_drafts;
   spec_stats_.num_accepted_tokens += accepted;
-  req.spec_gate.record(num_drafts, accepted, req.num_output_tokens());
+  if (config_.speculative.adaptive)  // the draft length follows the acceptance estimate; no k that pays pauses
+    req.spec_gate.observe_verification(num_drafts, accepted);
+  else
+    req.spec_gate.record(num_drafts, accepted, req.num_output_tokens());
   ++req.stats.spec_drafts;
   req.stats.spec_draft_tokens += num_drafts;
   req.stats.spec_accepted_tokens += accepted;
