@@ -61,10 +61,27 @@ EngineCore::EngineCore(LlamaModel& model, const EngineConfig& config, std::vecto
   if (config_.max_model_len <= 0) config_.max_model_len = mc.context_length;
   check_config(config_, mc);
   if (config_.num_threads > 0) ThreadPool::global().set_num_threads(config_.num_threads);
-  const KvCacheBudget budget = kv_budget(config_);
-  capacity_ = plan_kv_capacity(mc, budget, model.resident_weight_bytes());
+  KvCacheBudget budget = kv_budget(config_);
+  if (config_.speculative.method == SpeculativeConfig::Method::kDraftModel) {
+    draft_model_ = load_model(config_.speculative.model, config_);
+    const ModelConfig& dc = draft_model_->config();
+    if (dc.vocab_size != mc.vocab_size)
+      fail(
+          "--speculative-config: the draft model {} has a vocabulary of {} tokens, the model {}: they must be the same",
+          config_.speculative.model, dc.vocab_size, mc.vocab_size);
+    KvCacheTensors::check_dtype(dc, budget.dtype);
+    budget.draft_bytes_per_token = KvCacheTensors::bytes_per_token(dc, budget.dtype);
+  }
+  const int64_t draft_weight_bytes = draft_model_ ? draft_model_->resident_weight_bytes() : 0;
+  capacity_ = plan_kv_capacity(mc, budget, model.resident_weight_bytes() + draft_weight_bytes);
   if (config_.log_stats) log_kv_capacity(mc, budget, capacity_);
   cache_ = std::make_unique<KvCacheTensors>(mc, capacity_.num_blocks, config_.block_size, config_.kv_cache_dtype);
+  if (draft_model_) {
+    draft_cache_ = std::make_unique<KvCacheTensors>(draft_model_->config(), capacity_.num_blocks, config_.block_size,
+                                                    config_.kv_cache_dtype);
+    draft_runner_ = std::make_unique<DraftRunner>(*draft_model_, *draft_cache_, config_.max_num_batched_tokens,
+                                                  config_.max_num_seqs, config_.max_model_len);
+  }
   kv_ = std::make_unique<KVCacheManager>(capacity_.num_blocks, config_.block_size, config_.enable_prefix_caching);
   SchedulerConfig sc;
   sc.max_num_seqs = config_.max_num_seqs;
@@ -79,13 +96,6 @@ EngineCore::EngineCore(LlamaModel& model, const EngineConfig& config, std::vecto
   spec_logged_ = spec_stats_;
   spec_log_time_ = Clock::now();
   if (config_.log_stats && k > 0) log_info("speculative decoding: {}", describe(config_.speculative));
-  if (config_.speculative.method == SpeculativeConfig::Method::kDraftModel) {
-    draft_model_ = load_model(config_.speculative.model, config_);
-    if (draft_model_->config().vocab_size != mc.vocab_size)
-      fail(
-          "--speculative-config: the draft model {} has a vocabulary of {} tokens, the model {}: they must be the same",
-          config_.speculative.model, draft_model_->config().vocab_size, mc.vocab_size);
-  }
 }
 
 std::optional<ValidationError> EngineCore::validate(const std::vector<int32_t>& prompt_ids,
@@ -291,6 +301,7 @@ std::vector<EngineCore::SampleSlot> EngineCore::sample_slots(const std::vector<S
 // pays pauses (its gate), and one without evidence yet probes with k.
 void EngineCore::propose_drafts() {
   const SpeculativeConfig& sc = config_.speculative;
+  draft_jobs_.clear();
   if (!sc.enabled()) return;
   const bool busy =
       sc.disable_by_batch_size > 0 && scheduler_->num_running() + scheduler_->num_waiting() > sc.disable_by_batch_size;
@@ -328,36 +339,30 @@ void EngineCore::propose_drafts() {
     if (sc.method == SpeculativeConfig::Method::kNgram) {
       req->spec_token_ids.resize(static_cast<size_t>(k));
     } else {
-      const Clock::time_point t0 = Clock::now();
-      draft_model_propose(*req, k);
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count() / k;
-      draft_token_seconds_ = draft_token_seconds_ == 0 ? s : draft_token_seconds_ + 0.25 * (s - draft_token_seconds_);
+      if (!reserve_draft_slots(*req, k)) continue;
+      draft_jobs_.push_back({req, k});
     }
     step_tokens += k;
     step_yield += expected_tokens_per_step(req->spec_gate.acceptance(), k) - 1;
   }
+  if (draft_jobs_.empty()) return;
+  const Clock::time_point t0 = Clock::now();
+  draft_runner_->propose(draft_jobs_, *kv_);
+  int64_t proposed = 0;
+  for (const DraftRunner::Job& j : draft_jobs_) proposed += j.k;
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count() / static_cast<double>(proposed);
+  draft_token_seconds_ = draft_token_seconds_ == 0 ? s : draft_token_seconds_ + 0.25 * (s - draft_token_seconds_);
 }
 
-// The draft keeps its KV for the longest prefix of what it was fed that still matches the request's tokens
-// (its accepted proposals included), computes the rest, and then proposes k tokens one forward pass each.
-// Greedy (argmax of the draft's raw logits): the proposal is one-hot, as Sampler::verify_draft requires.
-void EngineCore::draft_model_propose(Request& req, int32_t k) {
-  if (!req.draft) req.draft = std::make_unique<SingleSequence>(*draft_model_, config_.max_model_len, DType::F16);
-  const std::vector<int32_t>& all = req.all_token_ids;
-  std::vector<int32_t>& fed = req.draft_fed;
-  size_t keep = 0;
-  while (keep < fed.size() && keep + 1 < all.size() && fed[keep] == all[keep]) ++keep;  // the last token is refed
-  req.draft->truncate(static_cast<int64_t>(keep));
-  fed.resize(keep);
-  fed.insert(fed.end(), all.begin() + static_cast<std::ptrdiff_t>(keep), all.end());
-  std::vector<float> logits = req.draft->append(std::span<const int32_t>(all).subspan(keep));
-  for (int32_t i = 0; i < k; ++i) {
-    const int32_t d = argmax(logits);
-    req.spec_token_ids.push_back(d);
-    if (i + 1 == k) break;
-    fed.push_back(d);
-    logits = req.draft->append(std::span<const int32_t>(&req.spec_token_ids.back(), 1));
-  }
+// The blocks a draft-model proposal writes into (its KV for the request's last token and all proposals but the
+// last) and the target's verification then needs, allocated before the draft runs; false (no speculation this
+// step) when the pool would keep fewer free blocks than there are running requests, or when the block the new
+// positions start in is still shared with a forked sibling (the target's copy-on-write comes first).
+bool EngineCore::reserve_draft_slots(Request& req, int32_t k) {
+  const BlockTable& table = kv_->block_table(req.request_id);
+  const int64_t first = req.num_computed_tokens / config_.block_size;
+  if (first < table.size() && table.blocks[static_cast<size_t>(first)]->ref_cnt > 1) return false;
+  return kv_->allocate_slots(req, 1 + k, nullptr, scheduler_->num_running()).has_value();
 }
 
 void EngineCore::run_step(std::vector<RequestOutput>& outputs) {
@@ -368,6 +373,8 @@ void EngineCore::run_step(std::vector<RequestOutput>& outputs) {
   const Clock::time_point step_start = Clock::now();
   const float* logits = runner_->execute(so, *kv_, sample_rows_);
   scheduler_->update_after_step(so);
+  // draft_model: blocks reserved for drafts the scheduler did not take go back (a preempted request holds none).
+  for (const DraftRunner::Job& j : draft_jobs_) kv_->release_rejected(*j.request);
 
   std::vector<SampleSlot> slots = sample_slots(sample_rows_);
   sample_inputs_.clear();

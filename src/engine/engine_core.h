@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/draft_runner.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/model_runner.h"
 #include "engine/parent_request.h"
@@ -110,8 +111,8 @@ class EngineCore {
   std::vector<SampleSlot> sample_slots(const std::vector<SampleRows>& rows);
   // Speculative decoding: drafts for every running decode that may speculate, before schedule().
   void propose_drafts();
-  // draft_model: the draft model catches up on the request's tokens and proposes k greedily.
-  void draft_model_propose(Request& req, int32_t k);
+  // draft_model: allocates the blocks the draft writes and the verification needs (false: not this step).
+  bool reserve_draft_slots(Request& req, int32_t k);
   // Verifies a speculating request's drafts against its rows (Sampler::verify_draft) and appends the accepted
   // tokens and the target's next one, stopping where the request stops; rolls back the rejected drafts.
   RequestOutput verify_drafts(Request& req, const float* logits, int64_t first_row, int64_t num_rows,
@@ -137,7 +138,10 @@ class EngineCore {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
   Sampler sampler_;
-  std::unique_ptr<LlamaModel> draft_model_;  // --speculative-config method draft_model
+  std::unique_ptr<LlamaModel> draft_model_;      // --speculative-config method draft_model
+  std::unique_ptr<KvCacheTensors> draft_cache_;  // its KV, in the same block ids as cache_
+  std::unique_ptr<DraftRunner> draft_runner_;
+  std::vector<DraftRunner::Job> draft_jobs_;  // this step's proposals (reused)
   std::unique_ptr<structured::StructuredOutputManager> structured_;
   int64_t last_step_tokens_ = 0;
   uint64_t seed_counter_;

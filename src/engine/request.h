@@ -14,7 +14,6 @@
 #include "engine/parent_request.h"
 #include "engine/sample/rng.h"
 #include "engine/sampling_params.h"
-#include "engine/single_sequence.h"
 #include "engine/spec_decode.h"
 #include "engine/structured/structured_output.h"
 
@@ -98,9 +97,8 @@ struct Request {
   // request currently proposes any.
   std::vector<int32_t> spec_token_ids;
   SpecDecodeGate spec_gate;
-  // draft_model: this sequence's draft-model KV (created at its first proposal) and the tokens it was fed, in
-  // position order (the draft's own proposals after the last real token until they are checked).
-  std::unique_ptr<SingleSequence> draft;
+  // draft_model: the tokens whose draft-model KV this sequence's blocks hold, in position order (the draft's own
+  // proposals after the last real token until they are checked); cleared when preemption frees the blocks.
   std::vector<int32_t> draft_fed;
 
   Request(std::string id, std::vector<int32_t> prompt, SamplingParams params, std::vector<int32_t> eos, uint64_t seed)

@@ -61,6 +61,7 @@ void Scheduler::preempt(Request* victim) {
   running_.erase(std::remove(running_.begin(), running_.end(), victim), running_.end());
   victim->status = RequestStatus::kPreempted;
   victim->num_computed_tokens = 0;
+  victim->draft_fed.clear();  // its draft-model KV went with the blocks
   victim->spec_token_ids.clear();
   ++victim->stats.num_preemptions;
   ++num_preemptions_;

@@ -60,7 +60,7 @@ void KvCacheTensors::copy_block(int32_t src, int32_t dst, int32_t num_slots) {
 KvCapacity plan_kv_capacity(const ModelConfig& mc, const KvCacheBudget& c, int64_t weight_bytes) {
   KvCapacity k;
   KvCacheTensors::check_dtype(mc, c.dtype);
-  k.bytes_per_token = KvCacheTensors::bytes_per_token(mc, c.dtype);
+  k.bytes_per_token = KvCacheTensors::bytes_per_token(mc, c.dtype) + c.draft_bytes_per_token;
   const int64_t block_bytes = k.bytes_per_token * c.block_size;
   const int64_t blocks_per_seq = (c.max_model_len + c.block_size - 1) / c.block_size;
   if (c.num_kv_blocks > 0) {
@@ -86,8 +86,12 @@ KvCapacity plan_kv_capacity(const ModelConfig& mc, const KvCacheBudget& c, int64
 }
 
 void log_kv_capacity(const ModelConfig& mc, const KvCacheBudget& c, const KvCapacity& k) {
-  log_info("KV cache: {}, {} bytes per token (2 x L {} x {} bytes per row of n_kv {} x d_h {})", dtype_name(c.dtype),
-           k.bytes_per_token, mc.n_layers, kv_row_bytes(c.dtype, mc.kv_dim()), mc.n_kv_heads, mc.head_dim);
+  log_info("KV cache: {}, {} bytes per token (2 x L {} x {} bytes per row of n_kv {} x d_h {}){}", dtype_name(c.dtype),
+           k.bytes_per_token - c.draft_bytes_per_token, mc.n_layers, kv_row_bytes(c.dtype, mc.kv_dim()), mc.n_kv_heads,
+           mc.head_dim,
+           c.draft_bytes_per_token > 0
+               ? fmt::format(", + {} for the draft model's KV in the same blocks", c.draft_bytes_per_token)
+               : "");
   log_info("Available KV cache memory: {:.2f} GiB", k.gib);
   log_info("KV cache size: {} tokens ({} blocks of {})", k.tokens, k.num_blocks, c.block_size);
   log_info("Maximum concurrency for {} tokens per request: {:.2f}x", c.max_model_len, k.max_concurrency);

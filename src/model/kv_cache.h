@@ -59,6 +59,9 @@ struct KvCacheBudget {
   double memory_utilization = 0.9;
   int64_t num_kv_blocks = 0;  // > 0 overrides both (tests)
   DType dtype = DType::F16;
+  // Speculative decoding's draft model keeps its KV in the same blocks (a second cache of as many blocks): its
+  // bytes per token count in every block.
+  int64_t draft_bytes_per_token = 0;
 };
 
 // What the KV pool can hold, as the course explains it; computed once at start-up.
