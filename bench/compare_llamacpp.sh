@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kvik vs llama.cpp on the same GGUF, threads and machine. Builds nothing from llama.cpp: the peer (node-llama-cpp's
 # prebuilt llama.cpp) is installed by ../shared/peer/setup.sh. The engines run alternately (A B A B ...) for ROUNDS
-# rounds so that drift in machine load hits both; the table shows medians and kvik/llama.cpp ratios for
+# rounds so that drift in machine load hits both; it prints JSON: the CPU (and its AMX flags), medians and
+# kvik / llama.cpp ratios for
 #   prefill   P tokens at batch 1 (tokens/s)
 #   decode    G tokens at batch 1 after the P-token prompt (tokens/s)
 #   batch     output tokens/s with NSEQ parallel sequences (BP-token prompts, BG new tokens each)
@@ -23,6 +24,7 @@ PEER="${KVIK_PEER_DIR:-/tmp/kvik-peer}"
 SHARED="${KVIK_SHARED_DIR:-$ROOT/../shared}"
 
 [[ -f "$MODEL" ]] || { echo "no such model: $MODEL" >&2; exit 1; }
+MODEL="$(realpath "$MODEL")"  # the peer runs from its own directory
 [[ -x "$KVIK" ]] || { echo "kvik binary not found: $KVIK (build it, or set KVIK=...)" >&2; exit 1; }
 if [[ ! -f "$PEER/llamacpp-ref.mjs" ]]; then
   echo "installing the llama.cpp peer with $SHARED/peer/setup.sh" >&2
@@ -56,22 +58,24 @@ for r in $(seq 1 "$ROUNDS"); do
   echo "round $r/$ROUNDS done" >&2
 done
 
-python3 - "$OUT" "$ROUNDS" "$P" "$G" "$NSEQ" <<'PY'
-import json, statistics, sys
-out, rounds, P, G, nseq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-def load(e, kind, r):
-    with open(f"{out}/{e}.{kind}.{r}.json") as f:
-        return json.loads(f.read())
-rows = {"prefill": ([], []), "decode": ([], []), "batch": ([], [])}
-for r in range(1, rounds + 1):
-    ks, kb = load("kvik", "single", r), load("kvik", "batch", r)
-    ls, lb = load("llama", "single", r), load("llama", "batch", r)
-    rows["prefill"][0].append(P / (ks["ttft_ms"]["p50"] / 1000)); rows["prefill"][1].append(ls["prefill_tok_s"])
-    rows["decode"][0].append(1000 / ks["itl_ms"]["p50"]);          rows["decode"][1].append(ls["decode_tok_s"])
-    rows["batch"][0].append(kb["output_tok_s"]);                   rows["batch"][1].append(lb.get("output_tok_s", float("nan")))
-labels = {"prefill": f"prefill {P} tok/s", "decode": f"decode {G} tok/s (batch 1)", "batch": f"output tok/s ({nseq} seqs)"}
-print(f"{'':30} {'kvik':>10} {'llama.cpp':>10} {'kvik/llama':>11}   (medians of {rounds})")
-for k, (a, b) in rows.items():
-    ma, mb = statistics.median(a), statistics.median(b)
-    print(f"{labels[k]:30} {ma:10.2f} {mb:10.2f} {ma / mb:11.2f}")
-PY
+# One JSON object: the CPU, the settings, per row the medians and kvik / llama.cpp (the runs alongside).
+CPU="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+AMX="$({ grep -o 'amx[a-z0-9_]*' /proc/cpuinfo || true; } | sort -u | tr '\n' ' ' | sed 's/ $//')"
+for r in $(seq 1 "$ROUNDS"); do
+  jq -cn --slurpfile ks "$OUT/kvik.single.$r.json" --slurpfile kb "$OUT/kvik.batch.$r.json" \
+    --slurpfile ls "$OUT/llama.single.$r.json" --slurpfile lb "$OUT/llama.batch.$r.json" --argjson p "$P" '
+    {prefill: [$p / ($ks[0].ttft_ms.p50 / 1000), $ls[0].prefill_tok_s],
+     decode: [1000 / $ks[0].itl_ms.p50, $ls[0].decode_tok_s],
+     batch: [$kb[0].output_tok_s, ($lb[0].output_tok_s // null)]}'
+done | jq -s --arg cpu "$CPU" --arg amx "$AMX" --argjson threads "$THREADS" --arg model "$MODEL" --argjson rounds "$ROUNDS" \
+  --argjson p "$P" --argjson g "$G" --argjson nseq "$NSEQ" '
+  def median: map(select(. != null)) | sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor]
+                                                else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+  def r2: if . == null then null else . * 100 | round / 100 end;
+  . as $runs | {cpu: $cpu, amx: $amx, threads: $threads, model: $model, rounds: $rounds,
+    rows: (["prefill", "decode", "batch"] | map(. as $k |
+      {key: $k, value: {what: ({prefill: "prefill \($p) tok/s", decode: "decode \($g) tok/s (batch 1)",
+                                batch: "output tok/s (\($nseq) seqs)"}[$k]),
+                        kvik: ($runs | map(.[$k][0]) | median | r2), llama_cpp: ($runs | map(.[$k][1]) | median | r2),
+                        kvik_runs: ($runs | map(.[$k][0] | r2)), llama_cpp_runs: ($runs | map(.[$k][1] | r2))}})
+      | from_entries | map_values(. + {ratio: (if .llama_cpp then (.kvik / .llama_cpp | r2) else null end)}))}'

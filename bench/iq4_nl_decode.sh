@@ -32,20 +32,20 @@ for r in $(seq 1 "$ROUNDS"); do
   done
   echo "round $r/$ROUNDS done" >&2
 done
-python3 - "$TMP/runs" "$THREADS" "$(stat -c %s "$TMP/q4_0.gguf")" "$(stat -c %s "$TMP/iq4_nl.gguf")" <<'PY'
-import json, statistics, sys
-runs = {}
-for line in open(sys.argv[1]):
-    t, who, js = line.split(" ", 2)
-    j = json.loads(js)
-    v = 1000.0 / j["itl_ms"]["p50"] if who == "kvik" else j["decode_tok_s"]
-    runs.setdefault(t, {}).setdefault(who, []).append(v)
-cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "")
-med = {t: {w: round(statistics.median(v), 2) for w, v in r.items()} for t, r in runs.items()}
-print(json.dumps({"cpu": cpu, "threads": int(sys.argv[2]), "bytes": {"q4_0": int(sys.argv[3]), "iq4_nl": int(sys.argv[4])},
-                  "decode_tok_s": med,
-                  "kvik_iq4_nl_over_q4_0": round(med["iq4_nl"]["kvik"] / med["q4_0"]["kvik"], 3),
-                  "llama_iq4_nl_over_q4_0": round(med["iq4_nl"]["llama"] / med["q4_0"]["llama"], 3),
-                  "kvik_over_llama": {t: round(m["kvik"] / m["llama"], 3) for t, m in med.items()},
-                  "runs": runs}, indent=1))
-PY
+# One JSON object: medians of decode tok/s per type and engine (kvik: 1 / median inter-token latency), the
+# IQ4_NL / Q4_0 ratio of each engine and kvik / llama.cpp per type.
+CPU="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+while read -r t who js; do
+  jq -c --arg t "$t" --arg w "$who" '{type: $t, who: $w, tok_s: (if $w == "kvik" then 1000 / .itl_ms.p50 else .decode_tok_s end)}' <<< "$js"
+done < "$TMP/runs" | jq -s --arg cpu "$CPU" --argjson threads "$THREADS" --argjson q4 "$(stat -c %s "$TMP/q4_0.gguf")" \
+  --argjson iq4 "$(stat -c %s "$TMP/iq4_nl.gguf")" '
+  def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+  def r(n): . * n | round / n;
+  (group_by(.type) | map({key: .[0].type, value: (group_by(.who) | map({key: .[0].who, value: (map(.tok_s) | median | r(100))})
+                                                  | from_entries)}) | from_entries) as $med |
+  {cpu: $cpu, threads: $threads, bytes: {q4_0: $q4, iq4_nl: $iq4}, decode_tok_s: $med,
+   kvik_iq4_nl_over_q4_0: ($med.iq4_nl.kvik / $med.q4_0.kvik | r(1000)),
+   llama_iq4_nl_over_q4_0: ($med.iq4_nl.llama / $med.q4_0.llama | r(1000)),
+   kvik_over_llama: ($med | map_values(.kvik / .llama | r(1000))),
+   runs: (group_by(.type) | map({key: .[0].type, value: (group_by(.who) | map({key: .[0].who, value: map(.tok_s)}) | from_entries)})
+          | from_entries)}'
