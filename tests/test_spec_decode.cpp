@@ -16,6 +16,7 @@
 #include "engine/single_sequence.h"
 #include "engine/spec_decode.h"
 #include "engine/structured/structured_output.h"
+#include "engine/suffix_cache.h"
 #include "model/llama.h"
 #include "model/synth.h"
 #include "server/metrics.h"
@@ -832,6 +833,84 @@ TEST(SpecDecodeEngine, DisableByBatchSize) {
   EXPECT_NE(parse_error(R"({"method": "ngram", "num_speculative_tokens": 3, "disable_by_batch_size": 0})")
                 .find("\"disable_by_batch_size\" must be in 1.."),
             std::string::npos);
+}
+
+}  // namespace
+
+namespace {
+
+// ---- suffix decoding ----
+
+TEST(SpecDecodeSuffix, ProposesFromItsOwnTextThenFromRecentRequests) {
+  SuffixCache c(/*max_depth=*/8, /*max_cached_requests=*/2, /*max_spec_factor=*/2.0);
+  std::vector<int32_t> out;
+  // Its own text: "5 6 ... 5 6" matches 2 tokens and proposes what followed, at most 2 × 2.
+  const std::vector<int32_t> own = {1, 5, 6, 7, 8, 9, 10, 5, 6};
+  EXPECT_EQ(c.propose(own, 8, out), 4);
+  EXPECT_EQ(out, (std::vector<int32_t>{7, 8, 9, 10}));
+  EXPECT_EQ(c.propose(own, 3, out), 3);  // and at most k
+  // Nothing earlier: no proposal, until a recent request has the text.
+  const std::vector<int32_t> fresh = {40, 41, 42, 43, 44};
+  EXPECT_EQ(c.propose(fresh, 8, out), 0);
+  c.add(std::vector<int32_t>{90, 42, 43, 44, 45, 46, 47, 48, 49});
+  EXPECT_EQ(c.propose(fresh, 8, out), 5);  // "42 43 44" matched (3 tokens: up to 6), the cached text ends after 5
+  EXPECT_EQ(out, (std::vector<int32_t>{45, 46, 47, 48, 49}));
+  // The longest match wins over a more recent shorter one; the oldest request leaves past max_cached_requests.
+  c.add(std::vector<int32_t>{7, 43, 44, 60, 61, 62});
+  EXPECT_EQ(c.propose(fresh, 8, out), 5);
+  EXPECT_EQ(out[0], 45);
+  c.add(std::vector<int32_t>{1, 2, 3});
+  EXPECT_EQ(c.num_cached(), 2);
+  EXPECT_EQ(c.propose(fresh, 8, out), 3);  // "43 44" (2): the request that had "42 43 44" is gone
+  EXPECT_EQ(out, (std::vector<int32_t>{60, 61, 62}));
+  // A loop in its own text continues past its end, as lookup does.
+  EXPECT_EQ(c.propose(std::vector<int32_t>{3, 4, 3, 4, 3, 4}, 6, out), 6);
+  EXPECT_EQ(out, (std::vector<int32_t>{3, 4, 3, 4, 3, 4}));
+}
+
+TEST(SpecDecodeSuffix, ConfigUsesVllmKeys) {
+  SpeculativeConfig c = parse_speculative_config(
+      R"({"method": "suffix", "suffix_decoding_max_tree_depth": 16, "suffix_decoding_max_cached_requests": 50,
+          "suffix_decoding_max_spec_factor": 1.5})");
+  EXPECT_EQ(c.method, SpeculativeConfig::Method::kSuffix);
+  EXPECT_EQ(c.num_speculative_tokens, 16);  // the depth, without num_speculative_tokens
+  EXPECT_EQ(c.suffix_max_cached_requests, 50);
+  EXPECT_DOUBLE_EQ(c.suffix_max_spec_factor, 1.5);
+  EXPECT_NE(parse_error(R"({"method": "suffix", "suffix_decoding_min_token_prob": 0.1})").find("unknown key"),
+            std::string::npos);
+  EXPECT_NE(parse_error(R"({"method": "suffix", "suffix_decoding_max_spec_factor": -1})").find("(0, 64]"),
+            std::string::npos);
+}
+
+// An agent loop: the same request again is proposed from the first one's text (acceptance high from its first
+// step), with greedy output identical to the plain engine's, alone and in a batch.
+TEST(SpecDecodeSuffix, RepeatedRequestsSpeculateFromEarlierOnesAndMatchPlain) {
+  auto m = stories();
+  SpeculativeConfig spec;
+  spec.method = SpeculativeConfig::Method::kSuffix;
+  spec.num_speculative_tokens = 6;
+  spec.adaptive = false;
+  EngineConfig cfg = engine_config(spec);
+  EngineCore e(*m, cfg, {2});
+  EngineCore p(*m, engine_config({}), {2});
+  const std::vector<int32_t> prompt = story_prompts()(5, 20);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<int32_t> got, want;
+    const std::string id = "r" + std::to_string(round);
+    ASSERT_EQ(msg(e.add_request(id, prompt, greedy(48))), "");
+    ASSERT_EQ(msg(p.add_request(id, prompt, greedy(48))), "");
+    while (e.has_unfinished())
+      for (auto& o : e.step()) got.insert(got.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    while (p.has_unfinished())
+      for (auto& o : p.step()) want.insert(want.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    EXPECT_EQ(got, want) << id;
+  }
+  const SpecDecodeStats& s = e.spec_decode_stats();
+  EXPECT_GT(s.acceptance_rate(), 0.9) << s.num_accepted_tokens << " of " << s.num_draft_tokens;
+  EXPECT_GT(s.mean_accepted_len(), 4.0);
+  std::vector<Job> batch;
+  for (int i = 0; i < 8; ++i) batch.push_back({story_prompts()(5 + i % 2, 20), greedy(30)});
+  EXPECT_EQ(run_jobs(*m, engine_config(spec), batch).tokens, run_jobs(*m, engine_config({}), batch).tokens);
 }
 
 }  // namespace

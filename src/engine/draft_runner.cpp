@@ -8,8 +8,8 @@
 
 namespace kvik {
 
-DraftRunner::DraftRunner(LlamaModel& draft, KvCacheTensors& cache, int64_t max_num_batched_tokens,
-                         int64_t max_num_seqs, int64_t max_model_len)
+DraftRunner::DraftRunner(LlamaModel& draft, KvCacheTensors& cache, int64_t max_num_batched_tokens, int64_t max_num_seqs,
+                         int64_t max_model_len)
     : model_(draft),
       cache_(cache),
       max_tokens_(std::max(max_num_batched_tokens, max_num_seqs)),

@@ -96,6 +96,10 @@ EngineCore::EngineCore(LlamaModel& model, const EngineConfig& config, std::vecto
   spec_logged_ = spec_stats_;
   spec_log_time_ = Clock::now();
   if (config_.log_stats && k > 0) log_info("speculative decoding: {}", describe(config_.speculative));
+  if (config_.speculative.method == SpeculativeConfig::Method::kSuffix)
+    suffix_ = std::make_unique<SuffixCache>(config_.speculative.suffix_max_tree_depth,
+                                            config_.speculative.suffix_max_cached_requests,
+                                            config_.speculative.suffix_max_spec_factor);
 }
 
 std::optional<ValidationError> EngineCore::validate(const std::vector<int32_t>& prompt_ids,
@@ -326,6 +330,9 @@ void EngineCore::propose_drafts() {
     if (sc.method == SpeculativeConfig::Method::kNgram) {
       k = ngram_propose(req->all_token_ids, sc.prompt_lookup_min, sc.prompt_lookup_max, k, req->spec_token_ids);
       if (k == 0) continue;
+    } else if (sc.method == SpeculativeConfig::Method::kSuffix) {
+      k = suffix_->propose(req->all_token_ids, k, req->spec_token_ids);
+      if (k == 0) continue;
     }
     if (sc.adaptive && req->spec_gate.has_evidence()) {
       const double draft_seconds = sc.method == SpeculativeConfig::Method::kDraftModel ? draft_token_seconds_ : 0;
@@ -336,7 +343,7 @@ void EngineCore::propose_drafts() {
         continue;
       }
     }
-    if (sc.method == SpeculativeConfig::Method::kNgram) {
+    if (sc.method != SpeculativeConfig::Method::kDraftModel) {
       req->spec_token_ids.resize(static_cast<size_t>(k));
     } else {
       if (!reserve_draft_slots(*req, k)) continue;
@@ -409,6 +416,7 @@ void EngineCore::run_step(std::vector<RequestOutput>& outputs) {
       if (!o.finished) children.push_back(std::move(s.child));
     } else {
       flush_fork();
+      if (o.finished && suffix_) suffix_->add(s.request->all_token_ids);
       if (o.finished) scheduler_->finish_request(s.request->request_id);
     }
     outputs.push_back(std::move(o));

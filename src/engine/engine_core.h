@@ -21,6 +21,7 @@
 #include "engine/sample/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/spec_decode.h"
+#include "engine/suffix_cache.h"
 #include "model/kv_cache.h"
 #include "model/llama.h"
 
@@ -141,6 +142,7 @@ class EngineCore {
   std::unique_ptr<LlamaModel> draft_model_;      // --speculative-config method draft_model
   std::unique_ptr<KvCacheTensors> draft_cache_;  // its KV, in the same block ids as cache_
   std::unique_ptr<DraftRunner> draft_runner_;
+  std::unique_ptr<SuffixCache> suffix_;       // --speculative-config method suffix: recent requests' texts
   std::vector<DraftRunner::Job> draft_jobs_;  // this step's proposals (reused)
   std::unique_ptr<structured::StructuredOutputManager> structured_;
   int64_t last_step_tokens_ = 0;

@@ -48,6 +48,31 @@ void parse_ngram(const nlohmann::json& j, SpeculativeConfig& c) {
          c.prompt_lookup_min, c.prompt_lookup_max);
 }
 
+void parse_suffix(const nlohmann::json& j, SpeculativeConfig& c) {
+  const std::vector<std::string> known = {
+      "num_speculative_tokens",          "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
+      "suffix_decoding_max_spec_factor", "disable_by_batch_size",          "adaptive"};
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (it.key() != "method" && std::find(known.begin(), known.end(), it.key()) == known.end())
+      fail("--speculative-config: unknown key \"{}\" for method \"suffix\" (known: {})", it.key(),
+           fmt::join(known, ", "));
+  c.method = SpeculativeConfig::Method::kSuffix;
+  if (j.contains("suffix_decoding_max_tree_depth"))
+    c.suffix_max_tree_depth = int_key(j, "suffix_decoding_max_tree_depth", 2, 1024);
+  if (j.contains("suffix_decoding_max_cached_requests"))
+    c.suffix_max_cached_requests = int_key(j, "suffix_decoding_max_cached_requests", 0, 100000);
+  if (j.contains("suffix_decoding_max_spec_factor")) {
+    const nlohmann::json& v = j["suffix_decoding_max_spec_factor"];
+    if (!v.is_number() || !(v.get<double>() > 0) || v.get<double>() > 64)
+      fail("--speculative-config: \"suffix_decoding_max_spec_factor\" must be a number in (0, 64], got {}", v.dump());
+    c.suffix_max_spec_factor = v.get<double>();
+  }
+  // As vLLM: without num_speculative_tokens the tree depth bounds the drafts.
+  c.num_speculative_tokens = j.contains("num_speculative_tokens")
+                                 ? int_key(j, "num_speculative_tokens", 1, kMaxSpeculativeTokens)
+                                 : std::min(c.suffix_max_tree_depth, kMaxSpeculativeTokens);
+}
+
 void parse_draft_model(const nlohmann::json& j, SpeculativeConfig& c) {
   check_keys(j, "draft_model", {"model", "num_speculative_tokens", "disable_by_batch_size", "adaptive"});
   c.method = SpeculativeConfig::Method::kDraftModel;
@@ -66,14 +91,16 @@ SpeculativeConfig parse_speculative_config(const std::string& json) {
   if (j.is_discarded()) fail("--speculative-config: not valid JSON: {}", json);
   if (!j.is_object()) fail("--speculative-config: expected a JSON object, got {}", json);
   if (!j.contains("method") || !j["method"].is_string())
-    fail("--speculative-config: \"method\" (a string: \"ngram\" or \"draft_model\") is required");
+    fail("--speculative-config: \"method\" (a string: \"ngram\", \"draft_model\" or \"suffix\") is required");
   const std::string method = j["method"].get<std::string>();
   if (method == "ngram" || method == "[ngram]")
     parse_ngram(j, c);
   else if (method == "draft_model")
     parse_draft_model(j, c);
+  else if (method == "suffix")
+    parse_suffix(j, c);
   else
-    fail("--speculative-config: unknown method \"{}\" (supported: \"ngram\", \"draft_model\")", method);
+    fail("--speculative-config: unknown method \"{}\" (supported: \"ngram\", \"draft_model\", \"suffix\")", method);
   if (j.contains("disable_by_batch_size"))
     c.disable_by_batch_size = int_key(j, "disable_by_batch_size", 1, std::numeric_limits<int32_t>::max());
   if (j.contains("adaptive")) {
@@ -90,6 +117,10 @@ std::string describe(const SpeculativeConfig& c) {
     case SpeculativeConfig::Method::kNgram:
       return fmt::format("ngram, {} {} speculative tokens, prompt lookup n = {}..{}", c.adaptive ? "up to" : "always",
                          c.num_speculative_tokens, c.prompt_lookup_min, c.prompt_lookup_max);
+    case SpeculativeConfig::Method::kSuffix:
+      return fmt::format("suffix, {} {} speculative tokens, match depth {}, {} cached requests, spec factor {}",
+                         c.adaptive ? "up to" : "always", c.num_speculative_tokens, c.suffix_max_tree_depth,
+                         c.suffix_max_cached_requests, c.suffix_max_spec_factor);
     case SpeculativeConfig::Method::kDraftModel:
       return fmt::format("draft model {}, {} {} speculative tokens (greedy drafts)", c.model,
                          c.adaptive ? "up to" : "always", c.num_speculative_tokens);

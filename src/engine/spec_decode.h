@@ -14,7 +14,7 @@
 namespace kvik {
 
 struct SpeculativeConfig {
-  enum class Method { kNone, kNgram, kDraftModel };
+  enum class Method { kNone, kNgram, kDraftModel, kSuffix };
   Method method = Method::kNone;
   int32_t num_speculative_tokens = 0;  // k: drafts proposed per step
   // n-gram: the longest suffix of n tokens (max down to min) that also occurs earlier in prompt + output
@@ -27,6 +27,12 @@ struct SpeculativeConfig {
   int32_t disable_by_batch_size = 0;
   // draft_model: a second, smaller model with the same vocabulary proposes k tokens greedily (so the proposal
   // q is one-hot and Sampler::verify_draft stays exact); it keeps its own KV per request.
+  // suffix (vLLM's keys): the longest match of the request's latest tokens, up to max_tree_depth, in its own text
+  // and the last max_cached_requests requests' texts proposes what followed it, at most max_spec_factor × the match
+  // length (and k) tokens (engine/suffix_cache.h).
+  int32_t suffix_max_tree_depth = 24;
+  int32_t suffix_max_cached_requests = 1000;
+  double suffix_max_spec_factor = 1.0;
   std::string model;
   // kvik's extension "adaptive" (default true): each step, each request drafts the number of tokens, 0..k, that
   // maximizes expected output tokens per second of the step, from its own acceptance rate and the measured cost of
