@@ -29,6 +29,29 @@ inline std::string write_synth_gqa(const std::string& name, uint64_t seed) {
   return o.out_path;
 }
 
+// A small mixture of experts: Mixtral-shaped (arch "mixtral": 8 experts, 2 used, d_ff 256) or Qwen3-MoE-shaped
+// ("qwen3moe": 16 experts of width 256, 4 used, q/k norm); d 256, 2 layers, 4 query / 2 KV heads, vocab 512,
+// context 1024, weights in `type` (Q4_K and Q8_0 run through the packed kernels).
+inline std::string write_synth_moe(const std::string& name, const std::string& arch, DType type, uint64_t seed) {
+  SynthOptions o;
+  o.out_path = ::testing::TempDir() + name;
+  o.arch = arch;
+  o.dim = 256;
+  o.layers = 2;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.ff = 256;
+  o.experts = arch == "mixtral" ? 8 : 16;
+  o.experts_used = arch == "mixtral" ? 2 : 4;
+  o.expert_ff = arch == "mixtral" ? 0 : 256;
+  o.vocab = 512;
+  o.context = 1024;
+  o.type = type;
+  o.seed = seed;
+  synth_llama_gguf(o);
+  return o.out_path;
+}
+
 // stories260K's tokenizer, optionally with a chat template added to its metadata.
 inline std::unique_ptr<Tokenizer> stories_tokenizer(const std::string& chat_template) {
   auto src = GgufFile::open(KVIK_SHARED_DIR "/models/stories260K.gguf");

@@ -180,6 +180,17 @@ TEST(Engine, OutputEqualitySynthGqaQuantizedKv) {
   for (DType kv : {DType::Q8_0, DType::F8_E4M3}) expect_equal_outputs(*m, 8, 24, kv);
 }
 
+// A mixture of experts groups each step's tokens by expert, so which tokens share an expert's matmul changes with
+// the batch; every token's result must not (Mixtral- and Qwen3-MoE-shaped, packed Q4_K and Q8_0 experts).
+TEST(Engine, OutputEqualitySynthMoe) {
+  for (const auto& [arch, type] : {std::pair{"mixtral", DType::Q4_K}, std::pair{"qwen3moe", DType::Q8_0}}) {
+    SCOPED_TRACE(arch);
+    auto m =
+        LlamaModel::load(test_models::write_synth_moe(std::string("kvik_engine_") + arch + ".gguf", arch, type, 9));
+    expect_equal_outputs(*m, 8, 24);
+  }
+}
+
 TEST(Engine, PrefixCachingSharesAllFullBlocks) {
   // The course's example: a 1000-token shared prefix with block size 16 → 62 full blocks = 992 tokens cached;
   // the second request computes only what follows the last full shared block.

@@ -96,6 +96,32 @@ TEST(HfModel, Qwen3ShapedTiedQkNormMatchesGgufTwin) {
 
 TEST(HfModel, Qwen2ShapedWithAttentionBiasMatchesGgufTwin) { check_twin(shape("qwen2"), "qwen2"); }
 
+// Mixtral (block_sparse_moe.experts.N.w1/w2/w3) and Qwen3-MoE (mlp.experts.N.*_proj): the GGUF twin stacks each
+// kind of expert matrix into ffn_*_exps, as convert_hf_to_gguf.py does.
+TEST(HfModel, MixtralShapedMoeMatchesGgufTwin) {
+  SynthOptions o = shape("mixtral");
+  o.experts = 4, o.experts_used = 2;
+  check_twin(o, "mixtral");
+  o.type = DType::BF16;
+  check_twin(o, "mixtral_bf16");
+  const ModelConfig c = config_from_hf((fs::temp_directory_path() / "kvik_hf_mixtral").string());
+  EXPECT_EQ(c.arch, "llama");
+  EXPECT_EQ(c.n_experts, 4);
+  EXPECT_EQ(c.n_experts_used, 2);
+  EXPECT_EQ(c.expert_ff_dim, 96);
+}
+
+TEST(HfModel, Qwen3MoeShapedMatchesGgufTwin) {
+  SynthOptions o = shape("qwen3moe");
+  o.experts = 8, o.experts_used = 3, o.expert_ff = 32, o.head_dim = 32;
+  check_twin(o, "qwen3moe");
+  const ModelConfig c = config_from_hf((fs::temp_directory_path() / "kvik_hf_qwen3moe").string());
+  EXPECT_EQ(c.arch, "qwen3moe");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_EQ(c.expert_ff_dim, 32);
+}
+
 TEST(HfModel, Bf16AndF16WeightsMatchTheirGgufTwin) {
   SynthOptions o = shape("llama");
   o.type = DType::BF16;
