@@ -13,8 +13,8 @@
 namespace kvik::test_models {
 
 // A small GQA Llama (d 128, 2 layers, 8 query / 2 KV heads, d_ff 256, vocab 512, context 1024) in the test's temp
-// directory under `name`, with weights from `seed`.
-inline std::string write_synth_gqa(const std::string& name, uint64_t seed) {
+// directory under `name`, with weights from `seed`; sliding_window > 0: Mistral-style attention over that many keys.
+inline std::string write_synth_gqa(const std::string& name, uint64_t seed, int sliding_window = 0) {
   SynthOptions o;
   o.out_path = ::testing::TempDir() + name;
   o.dim = 128;
@@ -25,6 +25,7 @@ inline std::string write_synth_gqa(const std::string& name, uint64_t seed) {
   o.vocab = 512;
   o.context = 1024;
   o.seed = seed;
+  o.sliding_window = sliding_window;
   synth_llama_gguf(o);
   return o.out_path;
 }

@@ -191,6 +191,14 @@ TEST(Engine, OutputEqualitySynthMoe) {
   }
 }
 
+// Sliding-window attention (window 8, shorter than most prompts): every equality holds when a query sees only
+// the last 8 keys.
+TEST(Engine, OutputEqualitySynthSlidingWindow) {
+  auto m = LlamaModel::load(test_models::write_synth_gqa("kvik_engine_swa.gguf", 7, 8));
+  ASSERT_EQ(m->config().sliding_window, 8);
+  expect_equal_outputs(*m, 8, 24);
+}
+
 TEST(Engine, PrefixCachingSharesAllFullBlocks) {
   // The course's example: a 1000-token shared prefix with block size 16 → 62 full blocks = 992 tokens cached;
   // the second request computes only what follows the last full shared block.

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "engine/single_sequence.h"
+#include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "model/llama.h"
 #include "model/model_config.h"
@@ -120,6 +121,18 @@ TEST(HfModel, Qwen3MoeShapedMatchesGgufTwin) {
   EXPECT_TRUE(c.qk_norm);
   EXPECT_TRUE(c.norm_topk_prob);
   EXPECT_EQ(c.expert_ff_dim, 32);
+}
+
+// MistralForCausalLM with sliding_window 5 (the prompt is 20 tokens): llama.attention.sliding_window in the twin.
+TEST(HfModel, MistralSlidingWindowMatchesGgufTwin) {
+  SynthOptions o = shape("llama");
+  o.sliding_window = 5;
+  check_twin(o, "mistral_swa");
+  const ModelConfig c = config_from_hf((fs::temp_directory_path() / "kvik_hf_mistral_swa").string());
+  EXPECT_EQ(c.sliding_window, 5);
+  EXPECT_EQ(GgufFile::open((fs::temp_directory_path() / "kvik_hf_mistral_swa.gguf").string())
+                ->get_int("llama.attention.sliding_window"),
+            5);
 }
 
 TEST(HfModel, Bf16AndF16WeightsMatchTheirGgufTwin) {

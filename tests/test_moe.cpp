@@ -233,14 +233,14 @@ TEST(Moe, ActiveParametersAndDecodeBytesCountOnlyRoutedExperts) {
 
 // kvik against llama.cpp, teacher-forced: llama.cpp's 256 greedy tokens go through kvik in one append; kvik's
 // argmax must be llama.cpp's token at ≥ 99% of positions (F32), 97% (Q8_0) — the bounds of the dense parity
-// tests — or 94% (Q4_K: mixtral_q4_k measures 94.9%, the dense Q4_0/Q4_K models 95-97%; see below), and the mean |Δp| over llama.cpp's top-5 ids stay ≤ 1e-3 (F32) / 0.01 (quantized). A MoE adds
-// one effect dense models do not have: where two experts are a near-tie for the k-th place, the last-bit
-// differences between the engines (f16 KV cache and flash attention there) can route a token to the other expert,
-// and that token's whole MLP output changes. Measured (f32 KV cache, AVX-512 VNNI): F32 models agree 256/256 with
-// mean |Δp| 3e-4 / 5e-4, yet one position of qwen3moe_f32 deviates by 0.046 (its neighbours by < 0.002); the
-// quantized ones 94.9-99.2% with mean |Δp| 0.005-0.009 and single positions up to 0.21. So the max is reported,
-// not bounded, and a miss outside llama.cpp's top 3 (a flip that changes the token) is allowed once per quantized
-// model, never for F32.
+// tests — or 94% (Q4_K: mixtral_q4_k measures 94.9%, the dense Q4_0/Q4_K models 95-97%; see below), and the mean |Δp|
+// over llama.cpp's top-5 ids stay ≤ 1e-3 (F32) / 0.01 (quantized). A MoE adds one effect dense models do not have:
+// where two experts are a near-tie for the k-th place, the last-bit differences between the engines (f16 KV cache and
+// flash attention there) can route a token to the other expert, and that token's whole MLP output changes. Measured
+// (f32 KV cache, AVX-512 VNNI): F32 models agree 256/256 with mean |Δp| 3e-4 / 5e-4, yet one position of qwen3moe_f32
+// deviates by 0.046 (its neighbours by < 0.002); the quantized ones 94.9-99.2% with mean |Δp| 0.005-0.009 and single
+// positions up to 0.21. So the max is reported, not bounded, and a miss outside llama.cpp's top 3 (a flip that changes
+// the token) is allowed once per quantized model, never for F32.
 TEST(Moe, SynthModelsMatchLlamaCppTeacherForced) {
   std::ifstream in(kFixture);
   ASSERT_TRUE(in) << kFixture << " missing: tools/make_moe_ref_fixture.sh writes it";

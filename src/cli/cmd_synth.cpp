@@ -23,6 +23,8 @@ Run add_synth(CLI::App& app) {
   c->add_option("--experts", o->experts, "Experts per block E (mixtral, qwen3moe)");
   c->add_option("--experts-used", o->experts_used, "Experts the router picks per token k");
   c->add_option("--expert-ff", o->expert_ff, "qwen3moe: expert width d_ff_exp (0 = --ff)");
+  c->add_option("--sliding-window", o->sliding_window,
+                "Mistral-style sliding-window attention over the last W positions (0 = none)");
   c->add_flag("--tied", o->tied, "With --hf: tie_word_embeddings (no lm_head.weight)");
   c->add_flag("--rope-scaling-llama3", o->rope_scaling_llama3, "With --hf: Llama 3.1 rope_scaling");
   c->add_option("--tokenizer-dir", o->tokenizer_dir,

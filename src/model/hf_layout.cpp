@@ -73,6 +73,7 @@ void write_arch_metadata(const ModelConfig& c, GgufWriter& w) {
   w.set_f32(a + "rope.freq_base", c.rope_freq_base);
   u32("rope.dimension_count", c.rope_dim);
   u32("vocab_size", c.vocab_size);
+  if (c.sliding_window > 0) u32("attention.sliding_window", c.sliding_window);
   if (c.is_moe()) {
     u32("expert_count", c.n_experts);
     u32("expert_used_count", c.n_experts_used);

@@ -398,6 +398,7 @@ void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensor
   a.n_kv_heads = c.n_kv_heads;
   a.head_dim = c.head_dim;
   a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  a.sliding_window = static_cast<int32_t>(c.sliding_window);
   paged_attention(a);
 
   matmul(ws_.attn.data(), T, w.wo, ws_.proj.data());  // [T, d]

@@ -79,6 +79,8 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   if (c.rope_dim % 2 != 0) fail("{}: rope.dimension_count {} must be even", g.path(), c.rope_dim);
   c.rope_freq_base = static_cast<float>(g.get_float(a + "rope.freq_base").value_or(10000.0));
   c.rms_eps = static_cast<float>(g.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+  if (auto w = g.get_int(a + "attention.sliding_window"); w && *w != 0)
+    c.sliding_window = positive(a + "attention.sliding_window", *w, 1 << 24);
   if (!(c.rms_eps > 0.0f)) fail("{}: attention.layer_norm_rms_epsilon must be positive", g.path());
 
   const GgufTensorInfo* emb = g.find_tensor("token_embd.weight");
@@ -191,7 +193,14 @@ ModelConfig config_from_hf(const std::string& dir) {
   c.rope_freq_base = static_cast<float>(number("rope_theta", 10000.0));
   c.rms_eps = static_cast<float>(number("rms_norm_eps", 1e-6));
   if (!(c.rms_eps > 0)) fail("{}: \"rms_norm_eps\" must be positive", f);
-  c.rope_type = RopeType::kNeox;  // HF checkpoints rotate halves (rotate_half)
+  c.rope_type = RopeType::kNeox;                                       // HF checkpoints rotate halves (rotate_half)
+  if (arch == "MistralForCausalLM" || arch == "MixtralForCausalLM") {  // null or absent: full attention
+    if (j.contains("sliding_window") && !j["sliding_window"].is_null())
+      c.sliding_window = integer("sliding_window", std::nullopt, 1 << 24);
+  } else if (j.contains("use_sliding_window") && j["use_sliding_window"].is_boolean() &&
+             j["use_sliding_window"].get<bool>()) {
+    fail("{}: use_sliding_window (Qwen's per-layer sliding window) is not supported", f);
+  }
   c.tied_embeddings = j.value("tie_word_embeddings", false);
   c.attn_bias = c.arch == "qwen2" ? true : j.value("attention_bias", false);
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";

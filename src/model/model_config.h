@@ -40,6 +40,9 @@ struct ModelConfig {
   int64_t n_experts_used = 0;  // k
   int64_t expert_ff_dim = 0;   // d_ff_exp (Mixtral: feed_forward_length; Qwen3-MoE: expert_feed_forward_length)
   bool norm_topk_prob = true;  // the k router weights renormalized to sum 1 (Mixtral always; Qwen3-MoE's flag)
+  // Sliding-window attention (Mistral's sliding_window; GGUF {arch}.attention.sliding_window): a query at position
+  // p sees keys p − W + 1..p in every layer. 0: full causal attention.
+  int64_t sliding_window = 0;
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }

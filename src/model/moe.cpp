@@ -81,7 +81,7 @@ void moe_chunk(const MoeWeights& w, const ModelConfig& c, const float* xn, int64
     groups.push_back({&w.gate[e], o, n, &ws.gate[o * ff]});
     groups.push_back({&w.up[e], o, n, &ws.up[o * ff]});
   }
-  matmul_grouped(ws.xs.data(), N, groups);            // gate, up [N, d_ff_exp]
+  matmul_grouped(ws.xs.data(), N, groups);         // gate, up [N, d_ff_exp]
   silu_mul(ws.gate.data(), ws.up.data(), N * ff);  // silu(gate) · up
   groups.clear();
   for (int64_t e = 0; e < E; ++e)

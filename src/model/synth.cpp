@@ -108,6 +108,7 @@ void validate(const SynthOptions& o, int head_dim) {
   if (o.expert_ff < 0 || (o.expert_ff > 0 && o.arch != "qwen3moe"))
     fail("synth: --expert-ff {} is for --arch qwen3moe (Mixtral's experts are --ff wide)", o.expert_ff);
   if (o.expert_ff % block != 0) fail("synth: --expert-ff {} must be a multiple of {} for {}", o.expert_ff, block, tn);
+  if (o.sliding_window < 0) fail("synth: --sliding-window {} must be positive (or 0: none)", o.sliding_window);
   if (o.tokenizer_from.empty() && o.vocab < 262)
     fail("synth: --vocab {} must be at least 262 for the built-in byte vocabulary (or use --tokenizer-from)", o.vocab);
 }
@@ -238,6 +239,7 @@ void write_synth_metadata(GgufWriter& w, const SynthOptions& o, int hd) {
     w.set_u32(a + "attention.key_length", static_cast<uint32_t>(hd));
     w.set_u32(a + "attention.value_length", static_cast<uint32_t>(hd));
   }
+  if (o.sliding_window > 0) w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(o.sliding_window));
   if (moe) {
     w.set_u32(a + "expert_count", static_cast<uint32_t>(o.experts));
     w.set_u32(a + "expert_used_count", static_cast<uint32_t>(o.experts_used));

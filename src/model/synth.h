@@ -26,6 +26,9 @@ struct SynthOptions {
 
   // Mixture of experts (arch mixtral or qwen3moe): E experts of width expert_ff (0 = ff), k used per token.
   int experts = 0, experts_used = 0, expert_ff = 0;
+  // Mistral-style sliding-window attention over the last W positions ({arch}.attention.sliding_window; with --hf a
+  // MistralForCausalLM config.json). 0: none.
+  int sliding_window = 0;
 
   // Hugging Face directory output (synth_hf): config.json + model.safetensors (+ tokenizer files).
   std::string hf_dir;

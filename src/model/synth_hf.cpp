@@ -70,6 +70,7 @@ ModelConfig synth_config(const SynthOptions& o, int64_t head_dim, int64_t vocab)
   c.ff_dim = o.ff, c.vocab_size = vocab, c.context_length = o.context, c.rope_dim = head_dim;
   c.rope_freq_base = o.rope_freq_base, c.rms_eps = o.rms_eps, c.tied_embeddings = o.tied;
   c.attn_bias = o.arch == "qwen2", c.qk_norm = o.arch == "qwen3" || o.arch == "qwen3moe";
+  c.sliding_window = o.sliding_window;
   if (o.experts > 0) {
     c.n_experts = o.experts, c.n_experts_used = o.experts_used;
     c.expert_ff_dim = o.arch == "qwen3moe" && o.expert_ff > 0 ? o.expert_ff : o.ff;
@@ -94,7 +95,7 @@ void synth_values(const HfTensorLayout& t, const SynthOptions& o, float* mean, f
 
 // config.json (and, with a tokenizer, its files and generation_config.json) as a Hugging Face export has them.
 void write_config_files(const SynthOptions& o, int64_t hd, int64_t vocab, const Tokenizer* tok) {
-  const char* hf_arch = o.arch == "llama"     ? "LlamaForCausalLM"
+  const char* hf_arch = o.arch == "llama"     ? (o.sliding_window > 0 ? "MistralForCausalLM" : "LlamaForCausalLM")
                         : o.arch == "qwen2"   ? "Qwen2ForCausalLM"
                         : o.arch == "qwen3"   ? "Qwen3ForCausalLM"
                         : o.arch == "mixtral" ? "MixtralForCausalLM"
@@ -119,6 +120,12 @@ void write_config_files(const SynthOptions& o, int64_t hd, int64_t vocab, const 
       {"hidden_act", "silu"},
   };
   if (o.arch == "llama") config["attention_bias"] = false;
+  if (o.sliding_window > 0) {
+    if (o.arch != "llama" && o.arch != "mixtral")
+      fail("synth: --sliding-window is for --arch llama (Mistral) or mixtral");
+    config["model_type"] = o.arch == "llama" ? "mistral" : "mixtral";
+    config["sliding_window"] = o.sliding_window;
+  }
   if (o.arch == "mixtral") {
     config["num_local_experts"] = o.experts;
     config["num_experts_per_tok"] = o.experts_used;
