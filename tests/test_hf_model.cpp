@@ -253,6 +253,27 @@ TEST(HfModel, BadFilesGiveClearErrors) {
   EXPECT_NE(error_of([&] { LlamaModel::load(empty.string()); }).find("no config.json"), std::string::npos);
 }
 
+TEST(HfModel, BadMoeConfigsNameTheField) {
+  SynthOptions o = shape("qwen3moe");
+  o.experts = 4, o.experts_used = 2, o.expert_ff = 32;
+  o.hf_dir = temp("bad_moe").string();
+  synth_hf(o);
+  const std::string dir = o.hf_dir;
+  nlohmann::json cfg;
+  std::ifstream(dir + "/config.json") >> cfg;
+  const auto with = [&](const char* key, const nlohmann::json& v) {
+    nlohmann::json c = cfg;
+    c[key] = v;
+    std::ofstream(dir + "/config.json") << c.dump();
+    return error_of([&] { config_from_hf(dir); });
+  };
+  EXPECT_NE(with("num_experts_per_tok", 5).find("\"num_experts_per_tok\" = 5 is out of range (1..4)"),
+            std::string::npos);
+  EXPECT_NE(with("norm_topk_prob", "yes").find("\"norm_topk_prob\" must be true or false"), std::string::npos);
+  EXPECT_NE(with("mlp_only_layers", {0}).find("mlp_only_layers"), std::string::npos);
+  EXPECT_NE(with("moe_intermediate_size", nullptr).find("\"moe_intermediate_size\" is missing"), std::string::npos);
+}
+
 TEST(Safetensors, CorruptHeadersAreRejectedWithTheReason) {
   const auto image = [](const std::string& header, size_t data_bytes) {
     std::vector<uint8_t> b(8 + header.size() + data_bytes, 0);

@@ -2,6 +2,7 @@
 // and the grouped MoE MLP bit for bit against a token-by-token reference, the loader's errors, and kvik against
 // llama.cpp on random-weight Mixtral- and Qwen3-MoE-shaped models (tests/fixtures/ref_synth_moe.json, made by
 // tools/make_moe_ref_fixture.sh).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -27,6 +28,7 @@
 #include "model/moe.h"
 #include "model/synth.h"
 #include "random_weights.h"
+#include "run_kvik.h"
 
 using namespace kvik;
 using kvik::test::random_weights;
@@ -228,6 +230,16 @@ TEST(Moe, ActiveParametersAndDecodeBytesCountOnlyRoutedExperts) {
   EXPECT_EQ(m->parameter_count() - m->active_parameter_count(), 2 * 6 * expert_params);
   // F32 weights, not repacked: the decode bytes are the file's tensors less the embedding table and 6 of 8 experts.
   EXPECT_EQ(m->weight_bytes() - m->decode_bytes_per_token(), 512 * 64 * 4 + 2 * 6 * expert_params * 4);
+  // kvik inspect says the same from the file alone, and the start-up log after loading.
+  const auto r = kvik::test::run("inspect " + o.out_path);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("E            8  experts per block (mixture of experts), k = 2 used per token"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(fmt::format("active parameters per token: {}", m->active_parameter_count())), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(fmt::format("({}), active experts only", m->decode_bytes_per_token())), std::string::npos)
+      << r.out;
   fs::remove_all(dir);
 }
 

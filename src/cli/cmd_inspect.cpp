@@ -104,6 +104,9 @@ Run add_inspect(CLI::App& app) {
         std::printf("  d_ff  %8lld  MLP width\n", (long long)c.ff_dim);
       }
       std::printf("  V     %8lld  vocabulary\n", (long long)c.vocab_size);
+      if (c.sliding_window > 0)
+        std::printf("  sliding-window attention: each query sees the last %lld positions\n",
+                    (long long)c.sliding_window);
       std::printf("  context %lld, rope base %g over %lld dims, rms eps %g, %s LM head\n\n",
                   (long long)c.context_length, c.rope_freq_base, (long long)c.rope_dim, c.rms_eps,
                   c.tied_embeddings ? "tied" : "separate");

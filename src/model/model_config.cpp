@@ -181,6 +181,8 @@ ModelConfig config_from_hf(const std::string& dir) {
     c.n_experts = integer("num_experts", std::nullopt, 4096);
     c.n_experts_used = integer("num_experts_per_tok", std::nullopt, c.n_experts);
     c.expert_ff_dim = integer("moe_intermediate_size", std::nullopt, 1 << 22);
+    if (j.contains("norm_topk_prob") && !j["norm_topk_prob"].is_boolean())
+      fail("{}: \"norm_topk_prob\" must be true or false, found {}", f, j["norm_topk_prob"].dump());
     c.norm_topk_prob = j.value("norm_topk_prob", false);  // transformers' Qwen3MoeConfig default
     // Every block sparse (what the released models and llama.cpp's qwen3moe have).
     if (integer("decoder_sparse_step", 1, 4096) != 1 ||
