@@ -65,7 +65,17 @@ EngineCore::EngineCore(LlamaModel& model, const EngineConfig& config, std::vecto
   capacity_ = plan_kv_capacity(mc, budget, model.resident_weight_bytes());
   if (config_.log_stats) log_kv_capacity(mc, budget, capacity_);
   cache_ = std::make_unique<KvCacheTensors>(mc, capacity_.num_blocks, config_.block_size, config_.kv_cache_dtype);
-  kv_ = std::make_unique<KVCacheManager>(capacity_.num_blocks, config_.block_size, config_.enable_prefix_caching);
+  kv_ = std::make_unique<KVCacheManager>(capacity_.num_blocks, config_.block_size, config_.enable_prefix_caching,
+                                         mc.sliding_window);
+  if (config_.log_stats && mc.sliding_window > 0) {
+    // A decoding sequence holds the blocks of its last W positions (plus the block being written): ⌈W/bs⌉ + 1.
+    const int64_t per_seq = std::min<int64_t>((mc.sliding_window + config_.block_size - 1) / config_.block_size + 1,
+                                              (config_.max_model_len + config_.block_size - 1) / config_.block_size);
+    log_info(
+        "Sliding window {}: blocks out of the window are freed; a decoding sequence holds at most {} blocks, "
+        "so {:.2f}x concurrency for {} tokens per request",
+        mc.sliding_window, per_seq, static_cast<double>(capacity_.num_blocks) / per_seq, config_.max_model_len);
+  }
   SchedulerConfig sc;
   sc.max_num_seqs = config_.max_num_seqs;
   sc.max_num_batched_tokens = config_.max_num_batched_tokens;
