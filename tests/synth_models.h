@@ -13,8 +13,8 @@
 namespace kvik::test_models {
 
 // A small GQA Llama (d 128, 2 layers, 8 query / 2 KV heads, d_ff 256, vocab 512, context 1024) in the test's temp
-// directory under `name`, with weights from `seed`.
-inline std::string write_synth_gqa(const std::string& name, uint64_t seed) {
+// directory under `name`, with weights from `seed`; sliding_window > 0: Mistral-style attention over that many keys.
+inline std::string write_synth_gqa(const std::string& name, uint64_t seed, int sliding_window = 0) {
   SynthOptions o;
   o.out_path = ::testing::TempDir() + name;
   o.dim = 128;
@@ -24,6 +24,30 @@ inline std::string write_synth_gqa(const std::string& name, uint64_t seed) {
   o.ff = 256;
   o.vocab = 512;
   o.context = 1024;
+  o.seed = seed;
+  o.sliding_window = sliding_window;
+  synth_llama_gguf(o);
+  return o.out_path;
+}
+
+// A small mixture of experts: Mixtral-shaped (arch "mixtral": 8 experts, 2 used, d_ff 256) or Qwen3-MoE-shaped
+// ("qwen3moe": 16 experts of width 256, 4 used, q/k norm); d 256, 2 layers, 4 query / 2 KV heads, vocab 512,
+// context 1024, weights in `type` (Q4_K and Q8_0 run through the packed kernels).
+inline std::string write_synth_moe(const std::string& name, const std::string& arch, DType type, uint64_t seed) {
+  SynthOptions o;
+  o.out_path = ::testing::TempDir() + name;
+  o.arch = arch;
+  o.dim = 256;
+  o.layers = 2;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.ff = 256;
+  o.experts = arch == "mixtral" ? 8 : 16;
+  o.experts_used = arch == "mixtral" ? 2 : 4;
+  o.expert_ff = arch == "mixtral" ? 0 : 256;
+  o.vocab = 512;
+  o.context = 1024;
+  o.type = type;
   o.seed = seed;
   synth_llama_gguf(o);
   return o.out_path;

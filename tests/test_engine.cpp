@@ -180,6 +180,66 @@ TEST(Engine, OutputEqualitySynthGqaQuantizedKv) {
   for (DType kv : {DType::Q8_0, DType::F8_E4M3}) expect_equal_outputs(*m, 8, 24, kv);
 }
 
+// A mixture of experts groups each step's tokens by expert, so which tokens share an expert's matmul changes with
+// the batch; every token's result must not (Mixtral- and Qwen3-MoE-shaped, packed Q4_K and Q8_0 experts).
+TEST(Engine, OutputEqualitySynthMoe) {
+  for (const auto& [arch, type] : {std::pair{"mixtral", DType::Q4_K}, std::pair{"qwen3moe", DType::Q8_0}}) {
+    SCOPED_TRACE(arch);
+    auto m =
+        LlamaModel::load(test_models::write_synth_moe(std::string("kvik_engine_") + arch + ".gguf", arch, type, 9));
+    expect_equal_outputs(*m, 8, 24);
+  }
+}
+
+// Sliding-window attention (window 8, shorter than most prompts): every equality holds when a query sees only
+// the last 8 keys.
+TEST(Engine, OutputEqualitySynthSlidingWindow) {
+  auto m = LlamaModel::load(test_models::write_synth_gqa("kvik_engine_swa.gguf", 7, 8));
+  ASSERT_EQ(m->config().sliding_window, 8);
+  expect_equal_outputs(*m, 8, 24);
+}
+
+// Window 8, block size 16: once a decode passes position 64 the sequence holds only the block of its last 8
+// positions (plus the one written next); the freed blocks are back in the pool, the output is the one without
+// freeing (SingleSequence keeps everything), and a second identical request still hits the prefix cache.
+TEST(Engine, SlidingWindowFreesBlocksOutOfTheWindow) {
+  auto m = LlamaModel::load(test_models::write_synth_gqa("kvik_engine_swa.gguf", 7, 8));
+  EngineConfig cfg;
+  cfg.max_model_len = 1024;
+  cfg.num_kv_blocks = 64;
+  cfg.log_stats = false;
+  EngineCore e(*m, cfg, {2});
+  std::vector<int32_t> prompt = {1};
+  for (int i = 0; i < 70; ++i) prompt.push_back(3 + (i * 37) % 500);
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 40;
+  ASSERT_EQ(msg(e.add_request("a", prompt, sp)), "");
+  std::vector<int32_t> out;
+  int64_t max_held_decoding = 0;
+  while (e.has_unfinished()) {
+    for (auto& o : e.step()) out.insert(out.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    const auto held = e.kv_cache_manager().block_table("a").held();
+    // From the second decode on (the freeing happens when a step's slots are allocated).
+    if (out.size() >= 2 && e.has_unfinished()) max_held_decoding = std::max<int64_t>(max_held_decoding, held.size());
+    EXPECT_EQ(e.kv_cache_manager().pool().num_free_blocks(), cfg.num_kv_blocks - static_cast<int64_t>(held.size()));
+  }
+  EXPECT_LE(max_held_decoding, 2) << "blocks out of the window were kept";
+  EXPECT_GE(max_held_decoding, 1);
+  EXPECT_EQ(out, greedy_alone(*m, prompt, 40));
+  // The same prompt again: its blocks were freed but kept their hashes, so the prefix cache still has them.
+  ASSERT_EQ(msg(e.add_request("b", prompt, sp)), "");
+  std::vector<int32_t> out2;
+  int64_t cached = -1;
+  while (e.has_unfinished())
+    for (auto& o : e.step()) {
+      out2.insert(out2.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      if (o.finished) cached = o.stats.num_cached_tokens;
+    }
+  EXPECT_EQ(out2, out);
+  EXPECT_EQ(cached, 64);
+}
+
 TEST(Engine, PrefixCachingSharesAllFullBlocks) {
   // The course's example: a 1000-token shared prefix with block size 16 → 62 full blocks = 992 tokens cached;
   // the second request computes only what follows the last full shared block.
@@ -221,7 +281,8 @@ void expect_block_accounting(const EngineCore& e, const EngineConfig& cfg) {
   std::vector<int> holders(cfg.num_kv_blocks, 0);
   int64_t seqs = 0;
   for (const Request* r : e.scheduler().running()) {
-    for (const KVCacheBlock* b : kv.blocks_of(r->request_id)) ++holders[b->block_id];
+    for (const KVCacheBlock* b : kv.blocks_of(r->request_id))
+      if (b) ++holders[b->block_id];  // null: freed by a sliding window
     seqs += r->num_seqs();
   }
   ASSERT_LE(seqs, cfg.max_num_seqs);

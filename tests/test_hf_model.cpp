@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "engine/single_sequence.h"
+#include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "model/llama.h"
 #include "model/model_config.h"
@@ -95,6 +96,44 @@ TEST(HfModel, Qwen3ShapedTiedQkNormMatchesGgufTwin) {
 }
 
 TEST(HfModel, Qwen2ShapedWithAttentionBiasMatchesGgufTwin) { check_twin(shape("qwen2"), "qwen2"); }
+
+// Mixtral (block_sparse_moe.experts.N.w1/w2/w3) and Qwen3-MoE (mlp.experts.N.*_proj): the GGUF twin stacks each
+// kind of expert matrix into ffn_*_exps, as convert_hf_to_gguf.py does.
+TEST(HfModel, MixtralShapedMoeMatchesGgufTwin) {
+  SynthOptions o = shape("mixtral");
+  o.experts = 4, o.experts_used = 2;
+  check_twin(o, "mixtral");
+  o.type = DType::BF16;
+  check_twin(o, "mixtral_bf16");
+  const ModelConfig c = config_from_hf((fs::temp_directory_path() / "kvik_hf_mixtral").string());
+  EXPECT_EQ(c.arch, "llama");
+  EXPECT_EQ(c.n_experts, 4);
+  EXPECT_EQ(c.n_experts_used, 2);
+  EXPECT_EQ(c.expert_ff_dim, 96);
+}
+
+TEST(HfModel, Qwen3MoeShapedMatchesGgufTwin) {
+  SynthOptions o = shape("qwen3moe");
+  o.experts = 8, o.experts_used = 3, o.expert_ff = 32, o.head_dim = 32;
+  check_twin(o, "qwen3moe");
+  const ModelConfig c = config_from_hf((fs::temp_directory_path() / "kvik_hf_qwen3moe").string());
+  EXPECT_EQ(c.arch, "qwen3moe");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_EQ(c.expert_ff_dim, 32);
+}
+
+// MistralForCausalLM with sliding_window 5 (the prompt is 20 tokens): llama.attention.sliding_window in the twin.
+TEST(HfModel, MistralSlidingWindowMatchesGgufTwin) {
+  SynthOptions o = shape("llama");
+  o.sliding_window = 5;
+  check_twin(o, "mistral_swa");
+  const ModelConfig c = config_from_hf((fs::temp_directory_path() / "kvik_hf_mistral_swa").string());
+  EXPECT_EQ(c.sliding_window, 5);
+  EXPECT_EQ(GgufFile::open((fs::temp_directory_path() / "kvik_hf_mistral_swa.gguf").string())
+                ->get_int("llama.attention.sliding_window"),
+            5);
+}
 
 TEST(HfModel, Bf16AndF16WeightsMatchTheirGgufTwin) {
   SynthOptions o = shape("llama");
@@ -212,6 +251,27 @@ TEST(HfModel, BadFilesGiveClearErrors) {
   const fs::path empty = temp("empty");
   fs::create_directories(empty);
   EXPECT_NE(error_of([&] { LlamaModel::load(empty.string()); }).find("no config.json"), std::string::npos);
+}
+
+TEST(HfModel, BadMoeConfigsNameTheField) {
+  SynthOptions o = shape("qwen3moe");
+  o.experts = 4, o.experts_used = 2, o.expert_ff = 32;
+  o.hf_dir = temp("bad_moe").string();
+  synth_hf(o);
+  const std::string dir = o.hf_dir;
+  nlohmann::json cfg;
+  std::ifstream(dir + "/config.json") >> cfg;
+  const auto with = [&](const char* key, const nlohmann::json& v) {
+    nlohmann::json c = cfg;
+    c[key] = v;
+    std::ofstream(dir + "/config.json") << c.dump();
+    return error_of([&] { config_from_hf(dir); });
+  };
+  EXPECT_NE(with("num_experts_per_tok", 5).find("\"num_experts_per_tok\" = 5 is out of range (1..4)"),
+            std::string::npos);
+  EXPECT_NE(with("norm_topk_prob", "yes").find("\"norm_topk_prob\" must be true or false"), std::string::npos);
+  EXPECT_NE(with("mlp_only_layers", {0}).find("mlp_only_layers"), std::string::npos);
+  EXPECT_NE(with("moe_intermediate_size", nullptr).find("\"moe_intermediate_size\" is missing"), std::string::npos);
 }
 
 TEST(Safetensors, CorruptHeadersAreRejectedWithTheReason) {

@@ -1,6 +1,7 @@
 // kvik inspect: the metadata, shapes (in the course's notation), parameter count and KV bytes per token of a GGUF file.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -44,6 +45,26 @@ std::string value_str(const GgufValue& v) {
   }
 }
 
+// Per decode token a MoE model runs k of E experts: the active parameters, and the weight bytes one token reads
+// (every tensor once, the embedding table one row, of each block's experts k / E) — what `kvik bench`'s roofline
+// divides the bandwidth by (before repacking).
+void print_active(const GgufFile& g, const ModelConfig& c, int64_t params, int64_t bytes) {
+  int64_t expert_params = 0, expert_bytes = 0, emb_bytes = 0;
+  for (const auto& t : g.tensors()) {
+    if (t.name.find("_exps.") != std::string::npos)
+      expert_params += t.numel(), expert_bytes += static_cast<int64_t>(t.nbytes);
+    if (t.name == "token_embd.weight") emb_bytes = static_cast<int64_t>(t.nbytes);
+  }
+  const int64_t E = std::max<int64_t>(c.n_experts, 1), k = c.is_moe() ? c.n_experts_used : 1;
+  const int64_t active = params - expert_params / E * (E - k);
+  const int64_t read = bytes - (c.tied_embeddings ? 0 : emb_bytes) - expert_bytes / E * (E - k);
+  if (c.is_moe())
+    std::printf("active parameters per token: %s (%.3f M; %lld of %lld experts per block)\n",
+                fmt::format("{:L}", active).c_str(), active / 1e6, (long long)k, (long long)E);
+  std::printf("weight bytes read per decode token: %s (%lld)%s\n", human_bytes(static_cast<double>(read)).c_str(),
+              (long long)read, c.is_moe() ? ", active experts only" : "");
+}
+
 }  // namespace
 
 Run add_inspect(CLI::App& app) {
@@ -75,14 +96,24 @@ Run add_inspect(CLI::App& app) {
                       ? "MQA"
                       : fmt::format("GQA, {} query heads share one KV head", c.n_heads / c.n_kv_heads).c_str());
       std::printf("  d_h   %8lld  head dimension\n", (long long)c.head_dim);
-      std::printf("  d_ff  %8lld  MLP width\n", (long long)c.ff_dim);
+      if (c.is_moe()) {
+        std::printf("  E     %8lld  experts per block (mixture of experts), k = %lld used per token\n",
+                    (long long)c.n_experts, (long long)c.n_experts_used);
+        std::printf("  d_ff  %8lld  expert MLP width\n", (long long)c.expert_ff_dim);
+      } else {
+        std::printf("  d_ff  %8lld  MLP width\n", (long long)c.ff_dim);
+      }
       std::printf("  V     %8lld  vocabulary\n", (long long)c.vocab_size);
+      if (c.sliding_window > 0)
+        std::printf("  sliding-window attention: each query sees the last %lld positions\n",
+                    (long long)c.sliding_window);
       std::printf("  context %lld, rope base %g over %lld dims, rms eps %g, %s LM head\n\n",
                   (long long)c.context_length, c.rope_freq_base, (long long)c.rope_dim, c.rms_eps,
                   c.tied_embeddings ? "tied" : "separate");
       const int64_t kv32 = c.kv_bytes_per_token(4), kv16 = c.kv_bytes_per_token(2);
       std::printf("parameters: %s (%.3f M)\n", fmt::format("{:L}", params).c_str(), params / 1e6);
       std::printf("weight bytes: %s (%lld)\n", human_bytes(static_cast<double>(bytes)).c_str(), (long long)bytes);
+      print_active(*g, c, params, bytes);
       std::printf(
           "KV bytes per token: 2 x L x n_kv x d_h x bytes = 2 x %lld x %lld x %lld x 4 = %lld (f32), %lld (f16)\n",
           (long long)c.n_layers, (long long)c.n_kv_heads, (long long)c.head_dim, (long long)kv32, (long long)kv16);

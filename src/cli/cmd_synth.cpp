@@ -16,8 +16,15 @@ Run add_synth(CLI::App& app) {
       app.add_subcommand("synth", "Write a random-weight Llama GGUF model of any shape (loads in kvik and llama.cpp)");
   c->add_option("out", o->out_path, "Output .gguf path (with --hf: optional, the same weights as GGUF)");
   c->add_option("--hf", o->hf_dir, "Write a Hugging Face directory (config.json + model.safetensors) here");
-  c->add_option("--arch", o->arch, "With --hf: llama, qwen2 (attention biases) or qwen3 (q/k norm)")
+  c->add_option("--arch", o->arch,
+                "llama, mixtral (llama + experts) or qwen3moe (q/k norm + experts); with --hf also qwen2 (attention "
+                "biases) or qwen3 (q/k norm)")
       ->capture_default_str();
+  c->add_option("--experts", o->experts, "Experts per block E (mixtral, qwen3moe)");
+  c->add_option("--experts-used", o->experts_used, "Experts the router picks per token k");
+  c->add_option("--expert-ff", o->expert_ff, "qwen3moe: expert width d_ff_exp (0 = --ff)");
+  c->add_option("--sliding-window", o->sliding_window,
+                "Mistral-style sliding-window attention over the last W positions (0 = none)");
   c->add_flag("--tied", o->tied, "With --hf: tie_word_embeddings (no lm_head.weight)");
   c->add_flag("--rope-scaling-llama3", o->rope_scaling_llama3, "With --hf: Llama 3.1 rope_scaling");
   c->add_option("--tokenizer-dir", o->tokenizer_dir,

@@ -69,6 +69,10 @@ EngineCore::EngineCore(LlamaModel& model, const EngineConfig& config, std::vecto
       fail(
           "--speculative-config: the draft model {} has a vocabulary of {} tokens, the model {}: they must be the same",
           config_.speculative.model, dc.vocab_size, mc.vocab_size);
+    if (mc.sliding_window > 0 || dc.sliding_window > 0)
+      fail(
+          "--speculative-config: draft_model with a sliding-window model is not supported (the window frees blocks "
+          "the other model's attention still reads); use \"ngram\" or \"suffix\"");
     KvCacheTensors::check_dtype(dc, budget.dtype);
     budget.draft_bytes_per_token = KvCacheTensors::bytes_per_token(dc, budget.dtype);
   }
@@ -82,7 +86,17 @@ EngineCore::EngineCore(LlamaModel& model, const EngineConfig& config, std::vecto
     draft_runner_ = std::make_unique<DraftRunner>(*draft_model_, *draft_cache_, config_.max_num_batched_tokens,
                                                   config_.max_num_seqs, config_.max_model_len);
   }
-  kv_ = std::make_unique<KVCacheManager>(capacity_.num_blocks, config_.block_size, config_.enable_prefix_caching);
+  kv_ = std::make_unique<KVCacheManager>(capacity_.num_blocks, config_.block_size, config_.enable_prefix_caching,
+                                         mc.sliding_window);
+  if (config_.log_stats && mc.sliding_window > 0) {
+    // A decoding sequence holds the blocks of its last W positions (plus the block being written): ⌈W/bs⌉ + 1.
+    const int64_t per_seq = std::min<int64_t>((mc.sliding_window + config_.block_size - 1) / config_.block_size + 1,
+                                              (config_.max_model_len + config_.block_size - 1) / config_.block_size);
+    log_info(
+        "Sliding window {}: blocks out of the window are freed; a decoding sequence holds at most {} blocks, "
+        "so {:.2f}x concurrency for {} tokens per request",
+        mc.sliding_window, per_seq, static_cast<double>(capacity_.num_blocks) / per_seq, config_.max_model_len);
+  }
   SchedulerConfig sc;
   sc.max_num_seqs = config_.max_num_seqs;
   sc.max_num_batched_tokens = config_.max_num_batched_tokens;

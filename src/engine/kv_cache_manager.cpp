@@ -6,9 +6,22 @@
 
 namespace kvik {
 
-KVCacheManager::KVCacheManager(int64_t num_blocks, int32_t block_size, bool enable_caching)
-    : block_size_(block_size), pool_(num_blocks, enable_caching) {
+KVCacheManager::KVCacheManager(int64_t num_blocks, int32_t block_size, bool enable_caching, int64_t sliding_window)
+    : block_size_(block_size), sliding_window_(sliding_window), pool_(num_blocks, enable_caching) {
   if (block_size <= 0) fail("--block-size must be positive, got {}", block_size);
+}
+
+// Every query from now on sits at a position ≥ num_computed_tokens and reads keys from p − W + 1 on: the blocks
+// wholly before num_computed_tokens − W + 1 are read by no one (speculative rollback never goes below it either).
+void KVCacheManager::free_out_of_window(const Request& req, BlockTable& table) {
+  const int64_t first_key = req.num_computed_tokens - sliding_window_ + 1;
+  const int64_t n = std::min<int64_t>(first_key > 0 ? first_key / block_size_ : 0, table.size());
+  for (int64_t i = table.num_out_of_window; i < n; ++i) {
+    KVCacheBlock*& b = table.blocks[static_cast<size_t>(i)];
+    if (b) pool_.free_blocks(std::span<KVCacheBlock* const>(&b, 1));  // oldest first: evicted first
+    b = nullptr;
+  }
+  table.num_out_of_window = std::max(table.num_out_of_window, n);
 }
 
 void KVCacheManager::update_block_hashes(Request& req) const {
@@ -38,6 +51,7 @@ std::optional<KVCacheBlocks> KVCacheManager::allocate_slots(Request& req, int64_
                                                             const KVCacheBlocks* new_computed,
                                                             int64_t num_reserved_blocks) {
   BlockTable& table = tables_[req.request_id];
+  if (sliding_window_ > 0) free_out_of_window(req, table);
   std::vector<KVCacheBlock*>& blocks = table.blocks;
   const int64_t num_computed_blocks_new = new_computed ? static_cast<int64_t>(new_computed->blocks.size()) : 0;
   const int64_t num_computed = req.num_computed_tokens + num_computed_blocks_new * block_size_;
@@ -90,7 +104,7 @@ void KVCacheManager::fork(const Request& parent, const Request& child) {
   if (it == tables_.end()) fail("internal: fork of '{}', which holds no KV blocks", parent.request_id);
   if (tables_.count(child.request_id)) fail("internal: fork into '{}', which already holds blocks", child.request_id);
   BlockTable shared = it->second;
-  pool_.touch(shared.blocks);
+  pool_.touch(shared.held());
   tables_.emplace(child.request_id, std::move(shared));
 }
 
@@ -110,7 +124,8 @@ void KVCacheManager::cache_computed_blocks(Request& req) {
   BlockTable& table = it->second;
   const int64_t full = std::min<int64_t>(
       {req.num_computed_tokens / block_size_, static_cast<int64_t>(req.block_hashes.size()), table.size()});
-  for (int64_t i = table.num_cached; i < full; ++i) pool_.cache_full_block(table.blocks[i], req.block_hashes[i]);
+  for (int64_t i = table.num_cached; i < full; ++i)
+    if (table.blocks[i]) pool_.cache_full_block(table.blocks[i], req.block_hashes[i]);
   table.num_cached = std::max(table.num_cached, full);
 }
 
@@ -129,7 +144,8 @@ void KVCacheManager::release_rejected(Request& req) {
 void KVCacheManager::free(Request& req) {
   auto it = tables_.find(req.request_id);
   if (it == tables_.end()) return;
-  std::vector<KVCacheBlock*> ordered(it->second.blocks.rbegin(), it->second.blocks.rend());
+  std::vector<KVCacheBlock*> ordered = it->second.held();
+  std::reverse(ordered.begin(), ordered.end());
   pool_.free_blocks(ordered);
   tables_.erase(it);
   std::erase_if(pending_copies_, [&](const PendingCopy& p) { return p.request_id == req.request_id; });

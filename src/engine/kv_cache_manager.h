@@ -34,7 +34,10 @@ struct PrefixCacheStats {
 
 class KVCacheManager {
  public:
-  KVCacheManager(int64_t num_blocks, int32_t block_size, bool enable_caching);
+  // sliding_window > 0 (Mistral-style attention over the last W positions): blocks that no query of a request can
+  // read any more are handed back to the pool as the request advances (vLLM's SlidingWindowManager), so a long
+  // sequence holds about W / block_size + 2 blocks. They keep their hash until evicted, so prefix hits still work.
+  KVCacheManager(int64_t num_blocks, int32_t block_size, bool enable_caching, int64_t sliding_window = 0);
 
   int32_t block_size() const { return block_size_; }
   BlockPool& pool() { return pool_; }
@@ -88,8 +91,10 @@ class KVCacheManager {
 
  private:
   void update_block_hashes(Request& req) const;
+  void free_out_of_window(const Request& req, BlockTable& table);
 
   int32_t block_size_;
+  int64_t sliding_window_;
   BlockPool pool_;
   std::unordered_map<std::string, BlockTable> tables_;  // by request (sequence) id
   struct PendingCopy {

@@ -11,7 +11,8 @@ namespace {
 int32_t match_back(std::span<const int32_t> a, int64_t a_end, std::span<const int32_t> b, int64_t b_end,
                    int32_t limit) {
   int32_t n = 0;
-  while (n < limit && n < a_end && n < b_end && a[static_cast<size_t>(a_end - 1 - n)] == b[static_cast<size_t>(b_end - 1 - n)])
+  while (n < limit && n < a_end && n < b_end &&
+         a[static_cast<size_t>(a_end - 1 - n)] == b[static_cast<size_t>(b_end - 1 - n)])
     ++n;
   return n;
 }

@@ -26,8 +26,8 @@ class SuffixCache {
   int64_t num_cached() const { return static_cast<int64_t>(seqs_.size()); }
 
  private:
-  static constexpr int kKey = 2;              // tokens in an index key (the shortest match that proposes)
-  static constexpr int kMaxCandidates = 64;   // occurrences of a key examined, most recent first
+  static constexpr int kKey = 2;             // tokens in an index key (the shortest match that proposes)
+  static constexpr int kMaxCandidates = 64;  // occurrences of a key examined, most recent first
   struct Seq {
     uint64_t id;
     std::vector<int32_t> tokens;

@@ -32,6 +32,20 @@ std::vector<HfTensorLayout> hf_tensor_layout(const ModelConfig& c) {
       add("self_attn.k_norm.weight", "attn_k_norm.weight", {c.head_dim});
     }
     add("post_attention_layernorm.weight", "ffn_norm.weight", {d});
+    if (c.is_moe()) {
+      // Mixtral (arch llama): block_sparse_moe.gate + experts.N.w1/w3/w2; Qwen3-MoE: mlp.gate + mlp.experts.N.*.
+      const bool mixtral = c.arch == "llama";
+      const std::string m = mixtral ? "block_sparse_moe." : "mlp.";
+      const int64_t eff = c.expert_ff_dim;
+      add((m + "gate.weight").c_str(), "ffn_gate_inp.weight", {c.n_experts, d});
+      for (int64_t e = 0; e < c.n_experts; ++e) {
+        const std::string x = p + m + fmt::format("experts.{}.", e);
+        t.push_back({x + (mixtral ? "w1" : "gate_proj") + ".weight", b + "ffn_gate_exps.weight", {eff, d}, false, e});
+        t.push_back({x + (mixtral ? "w3" : "up_proj") + ".weight", b + "ffn_up_exps.weight", {eff, d}, false, e});
+        t.push_back({x + (mixtral ? "w2" : "down_proj") + ".weight", b + "ffn_down_exps.weight", {d, eff}, false, e});
+      }
+      continue;
+    }
     add("mlp.gate_proj.weight", "ffn_gate.weight", {ff, d});
     add("mlp.up_proj.weight", "ffn_up.weight", {ff, d});
     add("mlp.down_proj.weight", "ffn_down.weight", {d, ff});
@@ -59,6 +73,12 @@ void write_arch_metadata(const ModelConfig& c, GgufWriter& w) {
   w.set_f32(a + "rope.freq_base", c.rope_freq_base);
   u32("rope.dimension_count", c.rope_dim);
   u32("vocab_size", c.vocab_size);
+  if (c.sliding_window > 0) u32("attention.sliding_window", c.sliding_window);
+  if (c.is_moe()) {
+    u32("expert_count", c.n_experts);
+    u32("expert_used_count", c.n_experts_used);
+    if (c.arch == "qwen3moe") u32("expert_feed_forward_length", c.expert_ff_dim);
+  }
 }
 
 }  // namespace kvik

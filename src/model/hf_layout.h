@@ -21,10 +21,14 @@ struct HfTensorLayout {
   // Llama q/k (weights and biases): rows regrouped within each head from HF's rotate_half order to the
   // interleaved pairs llama.cpp's rotation uses (convert_hf_to_gguf.py's LlamaModel.permute). Qwen keeps HF's.
   bool permute = false;
+  // An expert's matrix (Mixtral's block_sparse_moe.experts.N.w1, Qwen3-MoE's mlp.experts.N.gate_proj): the GGUF
+  // stacks the n_experts HF tensors of one kind into gguf_name, shape [in, out, E], expert by expert.
+  int64_t expert = -1;
 };
 
 // The tensors of a checkpoint with this config, in the order `kvik synth --hf` writes them: embeddings, final
-// norm, lm_head (unless tied), then per layer norm, q/k/v/o, biases (attn_bias), q/k norms (qk_norm), ffn.
+// norm, lm_head (unless tied), then per layer norm, q/k/v/o, biases (attn_bias), q/k norms (qk_norm), ffn (a MoE:
+// the router, then per expert gate, up, down).
 std::vector<HfTensorLayout> hf_tensor_layout(const ModelConfig& c);
 
 // Tensors of a checkpoint that the converter drops (rotary_emb.inv_freq buffers some exports carry).

@@ -42,6 +42,17 @@ WeightMatrix matrix(const GgufFile& g, const std::string& name, int64_t rows, in
   return WeightMatrix{t.dtype, rows, cols, t.data, *row_bytes(t.dtype, cols)};
 }
 
+// A stacked expert tensor (GGUF shape [cols, rows, E], llama.cpp's ffn_*_exps): E matrices of rows × cols.
+std::vector<WeightMatrix> expert_matrices(const GgufFile& g, const std::string& name, int64_t E, int64_t rows,
+                                          int64_t cols) {
+  const GgufTensorInfo& t = require_tensor(g, name, {cols, rows, E});
+  const size_t rb = *row_bytes(t.dtype, cols);
+  std::vector<WeightMatrix> m;
+  for (int64_t e = 0; e < E; ++e)
+    m.push_back(WeightMatrix{t.dtype, rows, cols, t.data + static_cast<size_t>(e * rows) * rb, rb});
+  return m;
+}
+
 const float* norm_vector(const GgufFile& g, const std::string& name, int64_t n) {
   const GgufTensorInfo& t = require_tensor(g, name, {n});
   if (t.dtype != DType::F32) fail("{}: tensor '{}' has type {}, expected f32", g.path(), name, dtype_name(t.dtype));
@@ -81,12 +92,20 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const Load
       w.k_norm = norm_vector(g, p + "attn_k_norm.weight", c.head_dim);
     }
     w.ffn_norm = norm_vector(g, p + "ffn_norm.weight", c.dim);
-    w.w_gate = matrix(g, p + "ffn_gate.weight", c.ff_dim, c.dim);
-    w.w_up = matrix(g, p + "ffn_up.weight", c.ff_dim, c.dim);
-    w.w_down = matrix(g, p + "ffn_down.weight", c.dim, c.ff_dim);
+    if (c.is_moe()) {
+      w.moe.router = matrix(g, p + "ffn_gate_inp.weight", c.n_experts, c.dim);
+      w.moe.gate = expert_matrices(g, p + "ffn_gate_exps.weight", c.n_experts, c.expert_ff_dim, c.dim);
+      w.moe.up = expert_matrices(g, p + "ffn_up_exps.weight", c.n_experts, c.expert_ff_dim, c.dim);
+      w.moe.down = expert_matrices(g, p + "ffn_down_exps.weight", c.n_experts, c.dim, c.expert_ff_dim);
+    } else {
+      w.w_gate = matrix(g, p + "ffn_gate.weight", c.ff_dim, c.dim);
+      w.w_up = matrix(g, p + "ffn_up.weight", c.ff_dim, c.dim);
+      w.w_down = matrix(g, p + "ffn_down.weight", c.dim, c.ff_dim);
+    }
     m->layers_.push_back(w);
   }
   m->pack_weights(options.repack_weights);
+  if (c.is_moe()) m->log_moe_summary();
   return m;
 }
 
@@ -149,12 +168,27 @@ std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir, const Lo
       w.k_norm = vec(p + "self_attn.k_norm.weight", c.head_dim);
     }
     w.ffn_norm = vec(p + "post_attention_layernorm.weight", c.dim);
-    w.w_gate = mat(p + "mlp.gate_proj.weight", c.ff_dim, c.dim);
-    w.w_up = mat(p + "mlp.up_proj.weight", c.ff_dim, c.dim);
-    w.w_down = mat(p + "mlp.down_proj.weight", c.dim, c.ff_dim);
+    if (c.is_moe()) {
+      // Mixtral: block_sparse_moe.gate + experts.N.w1 (gate) / w3 (up) / w2 (down); Qwen3-MoE: mlp.gate +
+      // mlp.experts.N.gate_proj / up_proj / down_proj.
+      const bool mixtral = c.arch == "llama";
+      const std::string b = p + (mixtral ? "block_sparse_moe." : "mlp.");
+      w.moe.router = mat(b + "gate.weight", c.n_experts, c.dim);
+      for (int64_t e = 0; e < c.n_experts; ++e) {
+        const std::string x = b + "experts." + std::to_string(e) + ".";
+        w.moe.gate.push_back(mat(x + (mixtral ? "w1" : "gate_proj") + ".weight", c.expert_ff_dim, c.dim));
+        w.moe.up.push_back(mat(x + (mixtral ? "w3" : "up_proj") + ".weight", c.expert_ff_dim, c.dim));
+        w.moe.down.push_back(mat(x + (mixtral ? "w2" : "down_proj") + ".weight", c.dim, c.expert_ff_dim));
+      }
+    } else {
+      w.w_gate = mat(p + "mlp.gate_proj.weight", c.ff_dim, c.dim);
+      w.w_up = mat(p + "mlp.up_proj.weight", c.ff_dim, c.dim);
+      w.w_down = mat(p + "mlp.down_proj.weight", c.dim, c.ff_dim);
+    }
     m->layers_.push_back(w);
   }
   m->pack_weights(options.repack_weights);
+  if (c.is_moe()) m->log_moe_summary();
   return m;
 }
 
@@ -221,10 +255,34 @@ int64_t LlamaModel::decode_bytes_per_token() const {
     if (w.packed) n += static_cast<int64_t>(packed_bytes(w)) - w.rows * static_cast<int64_t>(w.row_bytes);
   };
   for_each_matmul_weight(*this, add_packing);
+  // A token reads k of each block's E experts: take the other E − k experts' share of the expert bytes off.
+  const int64_t E = config_.n_experts, k = config_.n_experts_used;
+  for (const LayerWeights& l : layers_) {
+    int64_t experts = 0;
+    for (const auto* ws : {&l.moe.gate, &l.moe.up, &l.moe.down})
+      for (const WeightMatrix& w : *ws)
+        experts += w.packed ? static_cast<int64_t>(packed_bytes(w)) : w.rows * static_cast<int64_t>(w.row_bytes);
+    if (E > 0) n -= experts / E * (E - k);
+  }
   return n;
 }
 
+int64_t LlamaModel::active_parameter_count() const {
+  const ModelConfig& c = config_;
+  return parameter_count() - c.n_layers * (c.n_experts - c.n_experts_used) * 3 * c.dim * c.expert_ff_dim;
+}
+
+void LlamaModel::log_moe_summary() const {
+  const ModelConfig& c = config_;
+  log_info(
+      "mixture of experts: {} experts of width {}, {} active per token; parameters {:.1f} M total, {:.1f} M active",
+      c.n_experts, c.expert_ff_dim, c.n_experts_used, parameter_count() / 1e6, active_parameter_count() / 1e6);
+  log_info("weight bytes read per decode token (active experts only): {:.1f} MiB of {:.1f} MiB",
+           decode_bytes_per_token() / 1048576.0, resident_weight_bytes() / 1048576.0);
+}
+
 void LlamaModel::edit_layer_weights(const WeightEdit& f) {
+  if (config_.is_moe()) fail("{}: editing layer weights of a mixture-of-experts model is not supported", path_);
   static const char* const kNames[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
   for (size_t l = 0; l < layers_.size(); ++l) {
     LayerWeights& lw = layers_[l];
@@ -251,8 +309,9 @@ void LlamaModel::Workspace::reserve(const ModelConfig& c, int64_t T) {
   v.resize(T * c.kv_dim());
   attn.resize(T * c.q_dim());
   proj.resize(T * c.dim);
-  gate.resize(T * c.ff_dim);
-  up.resize(T * c.ff_dim);
+  const int64_t ff = c.is_moe() ? 0 : c.ff_dim;  // a MoE block's buffers are in MoeWorkspace
+  gate.resize(T * ff);
+  up.resize(T * ff);
   rows.resize(T * c.dim);
 }
 
@@ -339,6 +398,7 @@ void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensor
   a.n_kv_heads = c.n_kv_heads;
   a.head_dim = c.head_dim;
   a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  a.sliding_window = static_cast<int32_t>(c.sliding_window);
   paged_attention(a);
 
   matmul(ws_.attn.data(), T, w.wo, ws_.proj.data());  // [T, d]
@@ -349,7 +409,13 @@ void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensor
 void LlamaModel::mlp_block(int64_t l, const ForwardBatch& b, int64_t T) {
   const ModelConfig& c = config_;
   const LayerWeights& w = layers_[l];
-  rmsnorm(ws_.x.data(), w.ffn_norm, ws_.xn.data(), T, c.dim, c.rms_eps);               // xn [T, d]
+  rmsnorm(ws_.x.data(), w.ffn_norm, ws_.xn.data(), T, c.dim, c.rms_eps);  // xn [T, d]
+  if (c.is_moe()) {
+    moe_mlp(w.moe, c, ws_.xn.data(), T, moe_ws_, ws_.proj.data());  // Σ_k weight · expert(xn), [T, d]
+    for (int64_t i = 0; i < T * c.dim; ++i) ws_.x[i] += ws_.proj[i];
+    stream_written(b, static_cast<int32_t>(l + 1), true, T);
+    return;
+  }
   matmul(ws_.xn.data(), T, {{&w.w_gate, ws_.gate.data()}, {&w.w_up, ws_.up.data()}});  // gate, up [T, d_ff]
   silu_mul(ws_.gate.data(), ws_.up.data(), T * c.ff_dim);                              // silu(gate) · up
   matmul(ws_.gate.data(), T, w.w_down, ws_.proj.data());                               // [T, d]

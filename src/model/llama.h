@@ -14,6 +14,7 @@
 #include "model/intervention.h"
 #include "model/kv_cache.h"
 #include "model/model_config.h"
+#include "model/moe.h"
 #include "tensor/tensor.h"
 
 namespace kvik {
@@ -42,7 +43,8 @@ struct LayerWeights {
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // attention biases (Qwen2), or null
   const float *q_norm = nullptr, *k_norm = nullptr;         // per-head RMSNorm weights [d_h] (Qwen3), or null
   const float* ffn_norm = nullptr;                          // [d]
-  WeightMatrix w_gate, w_up, w_down;                        // [d → d_ff] ×2, [d_ff → d]
+  WeightMatrix w_gate, w_up, w_down;                        // [d → d_ff] ×2, [d_ff → d]; empty in a MoE model
+  MoeWeights moe;                                           // router and experts (Mixtral, Qwen3-MoE), or empty
 };
 
 struct LoadOptions {
@@ -62,12 +64,14 @@ class LlamaModel {
   const std::string& path() const { return path_; }
   const GgufFile& gguf() const;  // throws kvik::Error for a Hugging Face directory
   int64_t parameter_count() const;
+  // Parameters one token runs through: all of them, less the experts its router did not pick (E − k of E per block).
+  int64_t active_parameter_count() const;
   int64_t weight_bytes() const;
   // Memory the weights occupy: the mapped file less the pages of repacked originals handed back, plus the packed
   // copies (what the KV cache budget subtracts).
   int64_t resident_weight_bytes() const { return weight_bytes() - released_bytes_ + packed_bytes_; }
   // Weight bytes one batch-1 decode step reads: every matrix once (in its packed form where repacked), of the
-  // embedding table only one row.
+  // embedding table only one row, of a block's experts only k of E (their mean size).
   int64_t decode_bytes_per_token() const;
   DType embedding_dtype() const { return token_embd_.dtype; }
 
@@ -94,13 +98,20 @@ class LlamaModel {
   const float* owned_floats(const uint8_t* data, DType dtype, int64_t n);  // a dequantized copy kept by the model
   void pack_weights(
       bool repack);  // when `repack`, repacks the matmul weights the CPU's kernels have a packed layout for
-  // f(w) for the LM head and every layer's seven projections (const or not, as `self` is).
+  // f(w) for the LM head and every layer's projections: seven, or four + router + 3 per expert (const or not, as
+  // `self` is).
   template <typename Self, typename F>
   static void for_each_matmul_weight(Self& self, F&& f) {
     f(self.output_);
-    for (auto& l : self.layers_)
-      for (auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) f(*w);
+    for (auto& l : self.layers_) {
+      for (auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+        if (w->rows > 0) f(*w);
+      if (l.moe.router.rows > 0) f(l.moe.router);
+      for (auto* ws : {&l.moe.gate, &l.moe.up, &l.moe.down})
+        for (auto& w : *ws) f(w);
+    }
   }
+  void log_moe_summary() const;
   void attention_block(int64_t layer, const ForwardBatch& b, KvCacheTensors& cache, int64_t T);
   void mlp_block(int64_t layer, const ForwardBatch& b, int64_t T);
   // The stream at layer `layer` is written (block_end: x_layer is complete): interventions, then the observer.
@@ -118,6 +129,7 @@ class LlamaModel {
   WeightMatrix output_;
   std::vector<LayerWeights> layers_;
   Workspace ws_;
+  MoeWorkspace moe_ws_;
 };
 
 }  // namespace kvik

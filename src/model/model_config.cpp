@@ -11,12 +11,45 @@
 
 namespace kvik {
 
+namespace {
+
+// {arch}.expert_count / expert_used_count / expert_feed_forward_length (Qwen3-MoE) of a mixture of experts.
+void experts_from_gguf(const GgufFile& g, ModelConfig& c) {
+  const std::string a = c.arch + ".";
+  const std::optional<int64_t> e = g.get_int(a + "expert_count");
+  if (!e || *e == 0) {
+    if (c.arch == "qwen3moe")
+      fail("{}: metadata key '{}expert_count' is missing (a qwen3moe model has experts)", g.path(), a);
+    return;
+  }
+  if (*e < 0 || *e > 4096) fail("{}: metadata key '{}expert_count' = {} is out of range (1..4096)", g.path(), a, *e);
+  c.n_experts = *e;
+  const int64_t k = g.require_int(a + "expert_used_count");
+  if (k <= 0 || k > c.n_experts)
+    fail("{}: metadata key '{}expert_used_count' = {} is out of range (1..expert_count {})", g.path(), a, k,
+         c.n_experts);
+  c.n_experts_used = k;
+  if (c.arch == "qwen3moe") {
+    const int64_t f = g.require_int(a + "expert_feed_forward_length");
+    if (f <= 0 || f > (1 << 22))
+      fail("{}: metadata key '{}expert_feed_forward_length' = {} is out of range (1..{})", g.path(), a, f, 1 << 22);
+    c.expert_ff_dim = f;
+    c.ff_dim = g.get_int(a + "feed_forward_length").value_or(f);
+  } else {
+    c.expert_ff_dim = c.ff_dim;
+  }
+  // llama.cpp renormalizes the k weights for both families; a file may say otherwise (expert_weights_norm).
+  c.norm_topk_prob = g.get_bool(a + "expert_weights_norm").value_or(true);
+}
+
+}  // namespace
+
 ModelConfig config_from_gguf(const GgufFile& g) {
   ModelConfig c;
   c.arch = g.require_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3")
-    fail("{}: general.architecture '{}' is not supported (kvik runs llama, qwen2 and qwen3 GGUF models)", g.path(),
-         c.arch);
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe")
+    fail("{}: general.architecture '{}' is not supported (kvik runs llama, qwen2, qwen3 and qwen3moe GGUF models)",
+         g.path(), c.arch);
   // llama.cpp's converter permutes llama q/k rows to the interleaved rotation; Qwen keeps HF's halves.
   c.rope_type = c.arch == "llama" ? RopeType::kNorm : RopeType::kNeox;
   c.name = g.get_string("general.name").value_or("");
@@ -27,7 +60,9 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   };
   c.dim = positive(a + "embedding_length", g.require_int(a + "embedding_length"), 1 << 20);
   c.n_layers = positive(a + "block_count", g.require_int(a + "block_count"), 4096);
-  c.ff_dim = positive(a + "feed_forward_length", g.require_int(a + "feed_forward_length"), 1 << 22);
+  if (c.arch != "qwen3moe")  // Qwen3-MoE's experts have their own width; its feed_forward_length is informational
+    c.ff_dim = positive(a + "feed_forward_length", g.require_int(a + "feed_forward_length"), 1 << 22);
+  experts_from_gguf(g, c);
   c.n_heads = positive(a + "attention.head_count", g.require_int(a + "attention.head_count"), 1 << 14);
   c.n_kv_heads =
       positive(a + "attention.head_count_kv", g.get_int(a + "attention.head_count_kv").value_or(c.n_heads), c.n_heads);
@@ -44,6 +79,8 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   if (c.rope_dim % 2 != 0) fail("{}: rope.dimension_count {} must be even", g.path(), c.rope_dim);
   c.rope_freq_base = static_cast<float>(g.get_float(a + "rope.freq_base").value_or(10000.0));
   c.rms_eps = static_cast<float>(g.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+  if (auto w = g.get_int(a + "attention.sliding_window"); w && *w != 0)
+    c.sliding_window = positive(a + "attention.sliding_window", *w, 1 << 24);
   if (!(c.rms_eps > 0.0f)) fail("{}: attention.layer_norm_rms_epsilon must be positive", g.path());
 
   const GgufTensorInfo* emb = g.find_tensor("token_embd.weight");
@@ -103,10 +140,14 @@ ModelConfig config_from_hf(const std::string& dir) {
     c.arch = "qwen2";
   else if (arch == "Qwen3ForCausalLM")
     c.arch = "qwen3";
+  else if (arch == "MixtralForCausalLM")
+    c.arch = "llama";  // llama.cpp's arch for Mixtral: llama with experts
+  else if (arch == "Qwen3MoeForCausalLM")
+    c.arch = "qwen3moe";
   else
     fail(
         "{}: architectures '{}' is not supported (kvik runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-        "Qwen3ForCausalLM)",
+        "Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM)",
         f, arch);
   c.name = j.value("_name_or_path", std::string());
   const auto integer = [&](const char* key, std::optional<int64_t> dflt, int64_t max) -> int64_t {
@@ -132,16 +173,39 @@ ModelConfig config_from_hf(const std::string& dir) {
     fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", f, c.n_heads, c.n_kv_heads);
   c.head_dim = integer("head_dim", c.dim / c.n_heads, 1 << 14);
   c.ff_dim = integer("intermediate_size", std::nullopt, 1 << 22);
+  if (arch == "MixtralForCausalLM") {
+    c.n_experts = integer("num_local_experts", std::nullopt, 4096);
+    c.n_experts_used = integer("num_experts_per_tok", std::nullopt, c.n_experts);
+    c.expert_ff_dim = c.ff_dim;
+  } else if (arch == "Qwen3MoeForCausalLM") {
+    c.n_experts = integer("num_experts", std::nullopt, 4096);
+    c.n_experts_used = integer("num_experts_per_tok", std::nullopt, c.n_experts);
+    c.expert_ff_dim = integer("moe_intermediate_size", std::nullopt, 1 << 22);
+    if (j.contains("norm_topk_prob") && !j["norm_topk_prob"].is_boolean())
+      fail("{}: \"norm_topk_prob\" must be true or false, found {}", f, j["norm_topk_prob"].dump());
+    c.norm_topk_prob = j.value("norm_topk_prob", false);  // transformers' Qwen3MoeConfig default
+    // Every block sparse (what the released models and llama.cpp's qwen3moe have).
+    if (integer("decoder_sparse_step", 1, 4096) != 1 ||
+        (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array() && !j["mlp_only_layers"].empty()))
+      fail("{}: dense layers in a Qwen3-MoE (decoder_sparse_step != 1 or mlp_only_layers) are not supported", f);
+  }
   c.vocab_size = integer("vocab_size", std::nullopt, 1 << 24);
   c.context_length = integer("max_position_embeddings", 2048, 1 << 24);
   c.rope_dim = c.head_dim;
   c.rope_freq_base = static_cast<float>(number("rope_theta", 10000.0));
   c.rms_eps = static_cast<float>(number("rms_norm_eps", 1e-6));
   if (!(c.rms_eps > 0)) fail("{}: \"rms_norm_eps\" must be positive", f);
-  c.rope_type = RopeType::kNeox;  // HF checkpoints rotate halves (rotate_half)
+  c.rope_type = RopeType::kNeox;                                       // HF checkpoints rotate halves (rotate_half)
+  if (arch == "MistralForCausalLM" || arch == "MixtralForCausalLM") {  // null or absent: full attention
+    if (j.contains("sliding_window") && !j["sliding_window"].is_null())
+      c.sliding_window = integer("sliding_window", std::nullopt, 1 << 24);
+  } else if (j.contains("use_sliding_window") && j["use_sliding_window"].is_boolean() &&
+             j["use_sliding_window"].get<bool>()) {
+    fail("{}: use_sliding_window (Qwen's per-layer sliding window) is not supported", f);
+  }
   c.tied_embeddings = j.value("tie_word_embeddings", false);
   c.attn_bias = c.arch == "qwen2" ? true : j.value("attention_bias", false);
-  c.qk_norm = c.arch == "qwen3";
+  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
   c.torch_dtype = j.value("torch_dtype", std::string());
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     const nlohmann::json& rs = j["rope_scaling"];

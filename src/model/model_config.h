@@ -34,11 +34,21 @@ struct ModelConfig {
   // θ_i = pos · base^(−2i/rope_dim) / freq_factors[i]. Empty: no scaling.
   std::vector<float> rope_freq_factors;
   std::string torch_dtype;  // config.json's, informational
+  // Mixture of experts (Mixtral: GGUF arch llama with expert_count; Qwen3-MoE: qwen3moe). 0 experts: a dense MLP.
+  // Each block's MLP is E experts of width d_ff_exp; a router picks k per token (model/moe.h).
+  int64_t n_experts = 0;       // E
+  int64_t n_experts_used = 0;  // k
+  int64_t expert_ff_dim = 0;   // d_ff_exp (Mixtral: feed_forward_length; Qwen3-MoE: expert_feed_forward_length)
+  bool norm_topk_prob = true;  // the k router weights renormalized to sum 1 (Mixtral always; Qwen3-MoE's flag)
+  // Sliding-window attention (Mistral's sliding_window; GGUF {arch}.attention.sliding_window): a query at position
+  // p sees keys p − W + 1..p in every layer. 0: full causal attention.
+  int64_t sliding_window = 0;
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   // KV cache bytes per token: 2 (K and V) × L × n_kv × d_h × bytes per element.
   int64_t kv_bytes_per_token(int64_t elem_bytes) const { return 2 * n_layers * n_kv_heads * head_dim * elem_bytes; }
+  bool is_moe() const { return n_experts > 0; }
 };
 
 // Reads the llama-family hyperparameters from GGUF metadata ({arch}.embedding_length, ...). Throws kvik::Error
@@ -46,7 +56,8 @@ struct ModelConfig {
 ModelConfig config_from_gguf(const GgufFile& gguf);
 
 // config.json of a Hugging Face directory: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-// Qwen3ForCausalLM. Throws kvik::Error naming the file and field that is missing or not supported.
+// Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM. Throws kvik::Error naming the file and field that is
+// missing or not supported.
 ModelConfig config_from_hf(const std::string& dir);
 
 // Llama 3.1's rope_scaling {"rope_type": "llama3", factor, low_freq_factor, high_freq_factor,

@@ -78,6 +78,11 @@ class HfInput final : public QuantizeInput {
  public:
   explicit HfInput(const std::string& dir) : config_(config_from_hf(dir)), st_(SafetensorsModel::open_dir(dir)) {
     path_ = dir;
+    if (config_.is_moe())
+      fail(
+          "{}: kvik quantize does not read mixture-of-experts Hugging Face directories (convert with llama.cpp's "
+          "convert_hf_to_gguf.py first)",
+          dir);
     model_ = {config_.arch, config_.n_layers, config_.n_heads, config_.n_kv_heads};
     if (config_.tied_embeddings && st_->find("lm_head.weight"))
       config_.tied_embeddings = false;  // the converter keeps it

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "formats/gguf.h"
 #include "model/model_config.h"
 
@@ -103,27 +104,46 @@ void validate(const SynthOptions& o, int head_dim) {
   if (int64_t(o.heads) * head_dim % block != 0)
     fail("synth: --heads {} × --head-dim {} = {} must be a multiple of {} for {}", o.heads, head_dim,
          int64_t(o.heads) * head_dim, block, tn);
+  const bool moe = o.arch == "mixtral" || o.arch == "qwen3moe";
+  if (o.arch != "llama" && !moe) fail("synth: --arch '{}' is not one of llama, mixtral, qwen3moe for a GGUF", o.arch);
+  if (moe != (o.experts > 0)) fail("synth: --experts is needed with --arch mixtral or qwen3moe, and only there");
+  if (moe && (o.experts_used <= 0 || o.experts_used > o.experts))
+    fail("synth: --experts-used {} must be in 1..--experts {}", o.experts_used, o.experts);
+  if (o.expert_ff < 0 || (o.expert_ff > 0 && o.arch != "qwen3moe"))
+    fail("synth: --expert-ff {} is for --arch qwen3moe (Mixtral's experts are --ff wide)", o.expert_ff);
+  if (o.expert_ff % block != 0) fail("synth: --expert-ff {} must be a multiple of {} for {}", o.expert_ff, block, tn);
+  if (o.sliding_window < 0) fail("synth: --sliding-window {} must be positive (or 0: none)", o.sliding_window);
   if (o.tokenizer_from.empty() && o.vocab < 262)
     fail("synth: --vocab {} must be at least 262 for the built-in byte vocabulary (or use --tokenizer-from)", o.vocab);
 }
 
-// Writes a [rows, cols] matrix (GGUF shape [cols, rows]; rows 0: a vector [cols]) of N(mean, std) values in
-// `type`, quantized one row at a time so no float copy of the whole tensor exists.
-void add_random(GgufWriter& w, const std::string& name, DType type, int64_t cols, int64_t rows, float mean, float std,
-                uint64_t seed) {
-  const bool vector = rows == 0;
-  if (vector) rows = 1;
-  NormalRng rng(tensor_seed(seed, name));
-  const size_t rb = *row_bytes(type, cols);
-  std::vector<uint8_t> data(rb * static_cast<size_t>(rows));
-  std::vector<float> row(static_cast<size_t>(cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (auto& x : row) x = mean + std * rng.normal();
-    quantize_row(type, row.data(), data.data() + rb * static_cast<size_t>(r), cols);
+// A random tensor: a [rows, cols] matrix (GGUF shape [cols, rows]), a vector [cols] (rows 0) or E stacked
+// matrices (experts > 0: GGUF shape [cols, rows, E], llama.cpp's ffn_*_exps) of N(mean, std) values in `type`.
+struct RandomTensor {
+  std::string name;
+  DType type;
+  int64_t cols, rows, experts;
+  float mean, std;
+};
+
+// Streams the tensor's bytes to `sink`: values drawn row after row from the tensor's own stream, each chunk of
+// rows quantized in parallel (row by row, so the bytes do not depend on the threads), no copy of the whole tensor.
+void write_random(const RandomTensor& t, uint64_t seed, const GgufWriter::Sink& sink) {
+  constexpr int64_t kChunkRows = 256;
+  NormalRng rng(tensor_seed(seed, t.name));
+  const int64_t rows = std::max<int64_t>(t.rows, 1) * std::max<int64_t>(t.experts, 1), cols = t.cols;
+  const size_t rb = *row_bytes(t.type, cols);
+  std::vector<float> x(static_cast<size_t>(std::min(rows, kChunkRows) * cols));
+  std::vector<uint8_t> out(rb * static_cast<size_t>(std::min(rows, kChunkRows)));
+  for (int64_t r0 = 0; r0 < rows; r0 += kChunkRows) {
+    const int64_t n = std::min(kChunkRows, rows - r0);
+    for (int64_t i = 0; i < n * cols; ++i) x[i] = t.mean + t.std * rng.normal();
+    ThreadPool::global().parallel_for(n, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r)
+        quantize_row(t.type, &x[r * cols], out.data() + rb * static_cast<size_t>(r), cols);
+    });
+    sink(std::span<const uint8_t>(out.data(), rb * static_cast<size_t>(n)));
   }
-  std::vector<int64_t> shape = {cols};
-  if (!vector) shape.push_back(rows);
-  w.add_tensor(name, type, std::move(shape), data);
 }
 
 // A minimal SentencePiece-style ("llama") vocabulary: specials, the 256 byte fallbacks, "▁", then single ASCII
@@ -253,6 +273,9 @@ struct EmbedMap {
 };
 
 void check_embeddable(const SynthOptions& o, const ModelConfig& s, int64_t hd) {
+  if (o.arch != "llama" || o.experts > 0 || o.sliding_window > 0)
+    fail("synth --embed-from {}: the big model is a plain llama (no --arch, --experts or --sliding-window)",
+         o.embed_from);
   const int64_t group_s = s.n_heads / s.n_kv_heads, group = o.heads / o.kv_heads;
   auto need = [&](bool ok, const char* what, int64_t big, int64_t small) {
     if (!ok) fail("synth --embed-from {}: {} {} cannot hold the small model's {}", o.embed_from, what, big, small);
@@ -333,6 +356,87 @@ void write_embedded(GgufWriter& w, const SynthOptions& o, const GgufFile& f, con
     add_filled(w, p + "ffn_down.weight", t, o.ff, o.dim, rows_from(wd, 1.0f, same));
   }
 }
+// The {arch}.* keys: llama.cpp's llama (Mixtral: + expert_count / expert_used_count) or qwen3moe.
+void write_synth_metadata(GgufWriter& w, const SynthOptions& o, int hd) {
+  const std::string gguf_arch = o.arch == "qwen3moe" ? "qwen3moe" : "llama";
+  const std::string a = gguf_arch + ".";
+  const bool moe = o.experts > 0;
+  w.set_string("general.architecture", gguf_arch);
+  w.set_string("general.name",
+               fmt::format("kvik-synth d{} L{} h{}/{} hd{} ff{} v{} {}{}", o.dim, o.layers, o.heads, o.kv_heads, hd,
+                           o.ff, o.vocab, dtype_name(o.type),
+                           moe ? fmt::format(" {} E{}/{}", o.arch, o.experts, o.experts_used) : std::string()));
+  w.set_u32("general.file_type", o.q4_k_m ? 15 : llama_file_type(o.type));  // 15: LLAMA_FTYPE_MOSTLY_Q4_K_M
+  w.set_u32(a + "context_length", static_cast<uint32_t>(o.context));
+  w.set_u32(a + "embedding_length", static_cast<uint32_t>(o.dim));
+  w.set_u32(a + "block_count", static_cast<uint32_t>(o.layers));
+  w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(o.ff));
+  w.set_u32(a + "attention.head_count", static_cast<uint32_t>(o.heads));
+  w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(o.kv_heads));
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", o.rms_eps);
+  w.set_f32(a + "rope.freq_base", o.rope_freq_base);
+  w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(hd));
+  if (hd * o.heads != o.dim) {
+    w.set_u32(a + "attention.key_length", static_cast<uint32_t>(hd));
+    w.set_u32(a + "attention.value_length", static_cast<uint32_t>(hd));
+  }
+  if (o.sliding_window > 0) w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(o.sliding_window));
+  if (moe) {
+    w.set_u32(a + "expert_count", static_cast<uint32_t>(o.experts));
+    w.set_u32(a + "expert_used_count", static_cast<uint32_t>(o.experts_used));
+    if (o.arch == "qwen3moe")
+      w.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(o.expert_ff > 0 ? o.expert_ff : o.ff));
+  }
+  w.set_u32(a + "vocab_size", static_cast<uint32_t>(o.vocab));
+}
+
+// Scales: every projection has std 1/sqrt(fan_in), so with RMS-normed inputs each output is O(1). The
+// embedding has std 1 so the residual stream starts O(1) and depends clearly on the token. The output head
+// has std 3/sqrt(dim) (times output_scale): logits with std ≈ 3 give a peaked but not one-hot next-token
+// distribution; output_scale > 1 sharpens it. A router (ffn_gate_inp, F32) has std 1/sqrt(d) too.
+std::vector<RandomTensor> synth_tensors(const SynthOptions& o, int hd) {
+  const int64_t q_dim = int64_t(o.heads) * hd, kv_dim = int64_t(o.kv_heads) * hd;
+  const int64_t eff = o.expert_ff > 0 ? o.expert_ff : o.ff;
+  const float s_dim = 1.0f / std::sqrt(static_cast<float>(o.dim));
+  const float s_q = 1.0f / std::sqrt(static_cast<float>(q_dim));
+  const float s_ff = 1.0f / std::sqrt(static_cast<float>(o.experts > 0 ? eff : o.ff));
+  const DType t = o.type, f32 = DType::F32;
+  const DType t_more = o.q4_k_m ? DType::Q6_K : t;  // the tensors the mix stores in more bits
+  std::vector<RandomTensor> ts = {
+      {"token_embd.weight", t, o.dim, o.vocab, 0, 0.0f, 1.0f},
+      {"output_norm.weight", f32, o.dim, 0, 0, 1.0f, 0.1f},
+      {"output.weight", t_more, o.dim, o.vocab, 0, 0.0f, 3.0f * s_dim * o.output_scale},
+  };
+  for (int l = 0; l < o.layers; ++l) {
+    const std::string p = fmt::format("blk.{}.", l);
+    const DType t_layer = use_more_bits(l, o.layers) ? t_more : t;
+    const auto add = [&](const char* n, DType type, int64_t cols, int64_t rows, int64_t e, float mean, float std) {
+      ts.push_back({p + n, type, cols, rows, e, mean, std});
+    };
+    add("attn_norm.weight", f32, o.dim, 0, 0, 1.0f, 0.1f);
+    add("attn_q.weight", t, o.dim, q_dim, 0, 0.0f, s_dim);
+    add("attn_k.weight", t, o.dim, kv_dim, 0, 0.0f, s_dim);
+    add("attn_v.weight", t_layer, o.dim, kv_dim, 0, 0.0f, s_dim);
+    add("attn_output.weight", t, q_dim, o.dim, 0, 0.0f, s_q);
+    if (o.arch == "qwen3moe") {
+      add("attn_q_norm.weight", f32, hd, 0, 0, 1.0f, 0.1f);
+      add("attn_k_norm.weight", f32, hd, 0, 0, 1.0f, 0.1f);
+    }
+    add("ffn_norm.weight", f32, o.dim, 0, 0, 1.0f, 0.1f);
+    if (o.experts > 0) {
+      add("ffn_gate_inp.weight", f32, o.dim, o.experts, 0, 0.0f, s_dim);
+      add("ffn_gate_exps.weight", t, o.dim, eff, o.experts, 0.0f, s_dim);
+      add("ffn_up_exps.weight", t, o.dim, eff, o.experts, 0.0f, s_dim);
+      add("ffn_down_exps.weight", t_layer, eff, o.dim, o.experts, 0.0f, s_ff);
+    } else {
+      add("ffn_gate.weight", t, o.dim, o.ff, 0, 0.0f, s_dim);
+      add("ffn_up.weight", t, o.dim, o.ff, 0, 0.0f, s_dim);
+      add("ffn_down.weight", t_layer, o.ff, o.dim, 0, 0.0f, s_ff);
+    }
+  }
+  return ts;
+}
+
 }  // namespace
 
 void synth_llama_gguf(const SynthOptions& opt) {
@@ -349,28 +453,8 @@ void synth_llama_gguf(const SynthOptions& opt) {
     o.rope_freq_base = s.rope_freq_base;
     o.rms_eps = s.rms_eps * static_cast<float>(s.dim) / static_cast<float>(o.dim);
   }
-  const int64_t q_dim = int64_t(o.heads) * hd, kv_dim = int64_t(o.kv_heads) * hd;
-
   GgufWriter w;
-  w.set_string("general.architecture", "llama");
-  w.set_string("general.name", fmt::format("kvik-synth{}{} d{} L{} h{}/{} hd{} ff{} v{} {}", small ? " embedding " : "",
-                                           small ? o.embed_from : "", o.dim, o.layers, o.heads, o.kv_heads, hd, o.ff,
-                                           o.vocab, dtype_name(o.type)));
-  w.set_u32("general.file_type", o.q4_k_m ? 15 : llama_file_type(o.type));  // 15: LLAMA_FTYPE_MOSTLY_Q4_K_M
-  w.set_u32("llama.context_length", static_cast<uint32_t>(o.context));
-  w.set_u32("llama.embedding_length", static_cast<uint32_t>(o.dim));
-  w.set_u32("llama.block_count", static_cast<uint32_t>(o.layers));
-  w.set_u32("llama.feed_forward_length", static_cast<uint32_t>(o.ff));
-  w.set_u32("llama.attention.head_count", static_cast<uint32_t>(o.heads));
-  w.set_u32("llama.attention.head_count_kv", static_cast<uint32_t>(o.kv_heads));
-  w.set_f32("llama.attention.layer_norm_rms_epsilon", o.rms_eps);
-  w.set_f32("llama.rope.freq_base", o.rope_freq_base);
-  w.set_u32("llama.rope.dimension_count", static_cast<uint32_t>(hd));
-  if (hd * o.heads != o.dim) {
-    w.set_u32("llama.attention.key_length", static_cast<uint32_t>(hd));
-    w.set_u32("llama.attention.value_length", static_cast<uint32_t>(hd));
-  }
-  w.set_u32("llama.vocab_size", static_cast<uint32_t>(o.vocab));
+  write_synth_metadata(w, o, hd);
   if (o.tokenizer_from.empty())
     write_byte_vocab(w, o.vocab);
   else
@@ -380,34 +464,14 @@ void synth_llama_gguf(const SynthOptions& opt) {
     w.write(o.out_path);
     return;
   }
-
-  // Scales: every projection has std 1/sqrt(fan_in), so with RMS-normed inputs each output is O(1). The
-  // embedding has std 1 so the residual stream starts O(1) and depends clearly on the token. The output head
-  // has std 3/sqrt(dim) (times output_scale): logits with std ≈ 3 give a peaked but not one-hot next-token
-  // distribution; output_scale > 1 sharpens it.
-  const float s_dim = 1.0f / std::sqrt(static_cast<float>(o.dim));
-  const float s_q = 1.0f / std::sqrt(static_cast<float>(q_dim));
-  const float s_ff = 1.0f / std::sqrt(static_cast<float>(o.ff));
-  const DType t = o.type;
-  const uint64_t seed = o.seed;
-  add_random(w, "token_embd.weight", t, o.dim, o.vocab, 0.0f, 1.0f, seed);
-  add_random(w, "output_norm.weight", DType::F32, o.dim, 0, 1.0f, 0.1f, seed);
-  const DType t_more = o.q4_k_m ? DType::Q6_K : t;  // the tensors the mix stores in more bits
-  add_random(w, "output.weight", t_more, o.dim, o.vocab, 0.0f, 3.0f * s_dim * o.output_scale, seed);
-  for (int l = 0; l < o.layers; ++l) {
-    const std::string p = fmt::format("blk.{}.", l);
-    add_random(w, p + "attn_norm.weight", DType::F32, o.dim, 0, 1.0f, 0.1f, seed);
-    add_random(w, p + "attn_q.weight", t, o.dim, q_dim, 0.0f, s_dim, seed);
-    add_random(w, p + "attn_k.weight", t, o.dim, kv_dim, 0.0f, s_dim, seed);
-    const DType t_layer = use_more_bits(l, o.layers) ? t_more : t;
-    add_random(w, p + "attn_v.weight", t_layer, o.dim, kv_dim, 0.0f, s_dim, seed);
-    add_random(w, p + "attn_output.weight", t, q_dim, o.dim, 0.0f, s_q, seed);
-    add_random(w, p + "ffn_norm.weight", DType::F32, o.dim, 0, 1.0f, 0.1f, seed);
-    add_random(w, p + "ffn_gate.weight", t, o.dim, o.ff, 0.0f, s_dim, seed);
-    add_random(w, p + "ffn_up.weight", t, o.dim, o.ff, 0.0f, s_dim, seed);
-    add_random(w, p + "ffn_down.weight", t_layer, o.ff, o.dim, 0.0f, s_ff, seed);
+  const std::vector<RandomTensor> ts = synth_tensors(o, hd);
+  for (const RandomTensor& t : ts) {
+    std::vector<int64_t> shape = {t.cols};
+    if (t.rows > 0) shape.push_back(t.rows);
+    if (t.experts > 0) shape.push_back(t.experts);
+    w.add_tensor_info(t.name, t.type, std::move(shape));
   }
-  w.write(o.out_path);
+  w.write_streaming(o.out_path, [&](size_t i, const GgufWriter::Sink& sink) { write_random(ts[i], o.seed, sink); });
 }
 
 }  // namespace kvik

@@ -29,15 +29,24 @@ struct SynthOptions {
   int head_dim = 0;           // 0 = dim / heads
   float output_scale = 1.0f;  // multiplies the std of output.weight: above 1, peakier next-token distributions
 
+  // Mixture of experts (arch mixtral or qwen3moe): E experts of width expert_ff (0 = ff), k used per token.
+  int experts = 0, experts_used = 0, expert_ff = 0;
+  // Mistral-style sliding-window attention over the last W positions ({arch}.attention.sliding_window; with --hf a
+  // MistralForCausalLM config.json). 0: none.
+  int sliding_window = 0;
+
   // Hugging Face directory output (synth_hf): config.json + model.safetensors (+ tokenizer files).
   std::string hf_dir;
-  std::string arch = "llama";        // llama | qwen2 (q/k/v biases) | qwen3 (q/k RMSNorm)
+  // llama | qwen2 (q/k/v biases) | qwen3 (q/k RMSNorm) | mixtral (llama + experts) | qwen3moe (qwen3 + experts).
+  // The GGUF writer (synth_llama_gguf) takes llama, mixtral and qwen3moe.
+  std::string arch = "llama";
   bool tied = false;                 // tie_word_embeddings: no lm_head.weight
   bool rope_scaling_llama3 = false;  // Llama 3.1 rope_scaling (factor 8, low 1, high 4, original 8192)
   std::string tokenizer_dir;         // copy tokenizer.json + tokenizer_config.json from here (vocab grows to fit)
 };
 
-// Validates the options (throws kvik::Error naming the flag) and writes the model to out_path.
+// Validates the options (throws kvik::Error naming the flag) and writes the model to out_path. With experts, the
+// MLP of each block is llama.cpp's ffn_gate_inp (F32, as llama-quantize keeps it) + ffn_{gate,up,down}_exps.
 void synth_llama_gguf(const SynthOptions& opt);
 
 // Writes a random-weight Hugging Face directory at opt.hf_dir (weights in opt.type: f32, f16 or bf16), and,

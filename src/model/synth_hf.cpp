@@ -3,6 +3,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -64,11 +65,16 @@ std::vector<uint8_t> permute_rows(const std::vector<uint8_t>& data, int64_t rows
 // The config.json synth_hf writes, as config_from_hf reads it back.
 ModelConfig synth_config(const SynthOptions& o, int64_t head_dim, int64_t vocab) {
   ModelConfig c;
-  c.arch = o.arch;
+  c.arch = o.arch == "mixtral" ? "llama" : o.arch;  // llama.cpp's arch for Mixtral
   c.dim = o.dim, c.n_layers = o.layers, c.n_heads = o.heads, c.n_kv_heads = o.kv_heads, c.head_dim = head_dim;
   c.ff_dim = o.ff, c.vocab_size = vocab, c.context_length = o.context, c.rope_dim = head_dim;
   c.rope_freq_base = o.rope_freq_base, c.rms_eps = o.rms_eps, c.tied_embeddings = o.tied;
-  c.attn_bias = o.arch == "qwen2", c.qk_norm = o.arch == "qwen3";
+  c.attn_bias = o.arch == "qwen2", c.qk_norm = o.arch == "qwen3" || o.arch == "qwen3moe";
+  c.sliding_window = o.sliding_window;
+  if (o.experts > 0) {
+    c.n_experts = o.experts, c.n_experts_used = o.experts_used;
+    c.expert_ff_dim = o.arch == "qwen3moe" && o.expert_ff > 0 ? o.expert_ff : o.ff;
+  }
   if (o.rope_scaling_llama3)
     c.rope_freq_factors = llama3_rope_freq_factors(o.rope_freq_base, head_dim, 8.0f, 1.0f, 4.0f, 8192.0f);
   return c;
@@ -89,9 +95,11 @@ void synth_values(const HfTensorLayout& t, const SynthOptions& o, float* mean, f
 
 // config.json (and, with a tokenizer, its files and generation_config.json) as a Hugging Face export has them.
 void write_config_files(const SynthOptions& o, int64_t hd, int64_t vocab, const Tokenizer* tok) {
-  const char* hf_arch = o.arch == "llama"   ? "LlamaForCausalLM"
-                        : o.arch == "qwen2" ? "Qwen2ForCausalLM"
-                                            : "Qwen3ForCausalLM";
+  const char* hf_arch = o.arch == "llama"     ? (o.sliding_window > 0 ? "MistralForCausalLM" : "LlamaForCausalLM")
+                        : o.arch == "qwen2"   ? "Qwen2ForCausalLM"
+                        : o.arch == "qwen3"   ? "Qwen3ForCausalLM"
+                        : o.arch == "mixtral" ? "MixtralForCausalLM"
+                                              : "Qwen3MoeForCausalLM";
   nlohmann::ordered_json config = {
       {"architectures", {hf_arch}},
       {"model_type", o.arch},
@@ -112,6 +120,22 @@ void write_config_files(const SynthOptions& o, int64_t hd, int64_t vocab, const 
       {"hidden_act", "silu"},
   };
   if (o.arch == "llama") config["attention_bias"] = false;
+  if (o.sliding_window > 0) {
+    if (o.arch != "llama" && o.arch != "mixtral")
+      fail("synth: --sliding-window is for --arch llama (Mistral) or mixtral");
+    config["model_type"] = o.arch == "llama" ? "mistral" : "mixtral";
+    config["sliding_window"] = o.sliding_window;
+  }
+  if (o.arch == "mixtral") {
+    config["num_local_experts"] = o.experts;
+    config["num_experts_per_tok"] = o.experts_used;
+  } else if (o.arch == "qwen3moe") {
+    config["num_experts"] = o.experts;
+    config["num_experts_per_tok"] = o.experts_used;
+    config["moe_intermediate_size"] = o.expert_ff > 0 ? o.expert_ff : o.ff;
+    config["norm_topk_prob"] = true;  // the released models' setting, and what llama.cpp's qwen3moe does
+    config["decoder_sparse_step"] = 1;
+  }
   if (o.rope_scaling_llama3)
     config["rope_scaling"] = {{"rope_type", "llama3"},
                               {"factor", 8.0},
@@ -138,8 +162,11 @@ void write_config_files(const SynthOptions& o, int64_t hd, int64_t vocab, const 
 void synth_hf(const SynthOptions& o) {
   namespace fs = std::filesystem;
   if (o.hf_dir.empty()) fail("synth: --hf needs a directory");
-  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3")
-    fail("synth: --arch '{}' is not one of llama, qwen2, qwen3", o.arch);
+  const bool moe = o.arch == "mixtral" || o.arch == "qwen3moe";
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && !moe)
+    fail("synth: --arch '{}' is not one of llama, qwen2, qwen3, mixtral, qwen3moe", o.arch);
+  if (moe != (o.experts > 0) || (moe && (o.experts_used <= 0 || o.experts_used > o.experts)))
+    fail("synth: --arch {} needs --experts E and --experts-used k in 1..E (and only a MoE arch takes them)", o.arch);
   if (o.type != DType::F32 && o.type != DType::F16 && o.type != DType::BF16)
     fail("synth: a Hugging Face directory holds f32, f16 or bf16 weights, not {}", dtype_name(o.type));
   const int64_t hd = o.head_dim != 0 ? o.head_dim : (o.heads > 0 ? o.dim / o.heads : 0);
@@ -159,6 +186,7 @@ void synth_hf(const SynthOptions& o) {
   std::vector<SafetensorsWriteTensor> hf;
   GgufWriter g;
   const bool want_gguf = !o.out_path.empty();
+  std::map<std::string, std::vector<uint8_t>> stacked;  // per expert tensor, its experts so far (GGUF [in, out, E])
   for (const HfTensorLayout& t : hf_tensor_layout(c)) {
     const bool vec = t.shape.size() == 1;
     const DType type = vec ? DType::F32 : o.type;
@@ -166,7 +194,14 @@ void synth_hf(const SynthOptions& o) {
     synth_values(t, o, &mean, &std);
     const int64_t rows = t.shape[0], n = vec ? rows : rows * t.shape[1];
     std::vector<uint8_t> bytes = encode(normal(t.hf_name, o.seed, static_cast<size_t>(n), mean, std), type);
-    if (want_gguf) {
+    if (want_gguf && t.expert >= 0) {
+      std::vector<uint8_t>& s = stacked[t.gguf_name];
+      s.insert(s.end(), bytes.begin(), bytes.end());
+      if (t.expert == c.n_experts - 1) {
+        g.add_tensor(t.gguf_name, type, {t.shape[1], rows, c.n_experts}, s);
+        stacked.erase(t.gguf_name);
+      }
+    } else if (want_gguf) {
       std::vector<int64_t> shape = vec ? std::vector<int64_t>{rows} : std::vector<int64_t>{t.shape[1], rows};
       g.add_tensor(t.gguf_name, type, std::move(shape), t.permute ? permute_rows(bytes, rows, hd) : bytes);
     }
@@ -175,8 +210,7 @@ void synth_hf(const SynthOptions& o) {
   write_safetensors((fs::path(o.hf_dir) / "model.safetensors").string(), hf);
 
   if (!want_gguf) return;
-  const std::string a = o.arch;
-  g.set_string("general.architecture", a);
+  g.set_string("general.architecture", c.arch);
   g.set_string("general.name", "kvik-synth-hf");
   write_arch_metadata(c, g);
   if (tok) {  // the same tokenizer in tokenizer.ggml.* so llama.cpp can load the twin too

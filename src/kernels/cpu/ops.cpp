@@ -27,6 +27,7 @@ using cpu_detail::split_balanced;
 struct PreparedInput {
   const float* x = nullptr;
   int64_t T = 0, n = 0;
+  int64_t t0 = 0;  // the first converted row this view reads (matmul_grouped: one group's rows of a shared input)
   std::vector<uint16_t>* f16 = nullptr;
   std::vector<uint16_t>* bf16 = nullptr;
   std::vector<uint8_t>* act_qs = nullptr;
@@ -194,21 +195,22 @@ void matmul_packed(const PreparedInput& in, const WeightMatrix& w, float* y, int
       float* out = full ? y + t * w.rows + r : tmp;
       const int64_t os = full ? w.rows : kPackRows;
       if (w.dtype == DType::F32) {
-        k.gemm_f32_x16(g, n, in.x + t * n, n, R, out, os);
+        k.gemm_f32_x16(g, n, in.x + (in.t0 + t) * n, n, R, out, os);
       } else if (w.dtype == DType::F16) {
-        k.gemm_f16_x16(g, n, in.x_f16->data() + t * n, n, R, out, os);
+        k.gemm_f16_x16(g, n, in.x_f16->data() + (in.t0 + t) * n, n, R, out, os);
       } else if (w.dtype == DType::BF16) {
-        k.gemm_bf16_x16(g, n, in.x_bf16->data() + t * n, n, R, out, os);
+        k.gemm_bf16_x16(g, n, in.x_bf16->data() + (in.t0 + t) * n, n, R, out, os);
       } else if (w.dtype == DType::Q4_K || w.dtype == DType::Q5_K || w.dtype == DType::Q6_K) {
         const int64_t nb = n / kQK_K;
-        const int16_t* sums32 = in.q8k_sums32 ? in.q8k_sums32->data() + t * nb * 8 : nullptr;
-        const ActQ8KS x{in.q8k->data() + t * nb, sums32, nb};
+        const int16_t* sums32 = in.q8k_sums32 ? in.q8k_sums32->data() + (in.t0 + t) * nb * 8 : nullptr;
+        const ActQ8KS x{in.q8k->data() + (in.t0 + t) * nb, sums32, nb};
         (w.dtype == DType::Q4_K   ? k.gemm_q4_k_x16
          : w.dtype == DType::Q5_K ? k.gemm_q5_k_x16
                                   : k.gemm_q6_k_x16)(g, nb, x, R, out, os);
       } else {
         const int64_t nb = n / kQK8_0;
-        const ActQ8S x{in.act_s_qs->data() + t * n, in.act_s_d->data() + t * nb, in.act_s_sums->data() + t * nb, nb};
+        const ActQ8S x{in.act_s_qs->data() + (in.t0 + t) * n, in.act_s_d->data() + (in.t0 + t) * nb,
+                       in.act_s_sums->data() + (in.t0 + t) * nb, nb};
         (w.dtype == DType::Q8_0   ? k.gemm_q8_0_x16
          : w.dtype == DType::Q4_0 ? k.gemm_q4_0_x16
                                   : k.gemm_iq4_nl_x16)(g, nb, x, R, out, os);
@@ -239,8 +241,9 @@ void matmul_rows_q(const PreparedInput& in, const WeightMatrix& w, float* y, int
   float out[kActQ8MaxRows];
   for (int64_t t = 0; t < in.T; t += kActQ8MaxRows) {
     const int64_t R = std::min(kActQ8MaxRows, in.T - t);
-    const ActQ8 x{in.act_qs->data() + t * n, in.act_d->data() + t * nb, nb,
-                  in.act_s ? in.act_s->data() + t * nb : nullptr};
+    const int64_t xt = in.t0 + t;
+    const ActQ8 x{in.act_qs->data() + xt * n, in.act_d->data() + xt * nb, nb,
+                  in.act_s ? in.act_s->data() + xt * nb : nullptr};
     for (int64_t r = r0; r < r1; ++r) {
       gemv_row(k, w.dtype, w.row(r), x, R, out);
       for (int64_t i = 0; i < R; ++i) y[(t + i) * w.rows + r] = out[i];
@@ -257,13 +260,14 @@ void matmul_rows(const PreparedInput& in, const WeightMatrix& w, float* y, int64
       constexpr int64_t kTileRows = 4, kTileTokens = 4;
       for (int64_t t = 0; t < T; t += kTileTokens)
         for (int64_t r = r0; r < r1; r += kTileRows)
-          k.tile_f32(reinterpret_cast<const float*>(w.row(r)), std::min(kTileRows, r1 - r), in.x + t * n, n,
+          k.tile_f32(reinterpret_cast<const float*>(w.row(r)), std::min(kTileRows, r1 - r), in.x + (in.t0 + t) * n, n,
                      std::min(kTileTokens, T - t), n, y + t * w.rows + r, w.rows);
       return;
     }
-    case DType::F16: return rows_dot4<uint16_t, uint16_t>(in.f16->data(), n, T, w, y, r0, r1, n, k.dot_f16, k.dot4_f16);
+    case DType::F16:
+      return rows_dot4<uint16_t, uint16_t>(in.f16->data() + in.t0 * n, n, T, w, y, r0, r1, n, k.dot_f16, k.dot4_f16);
     case DType::BF16:
-      return rows_dot4<uint16_t, uint16_t>(in.bf16->data(), n, T, w, y, r0, r1, n, k.dot_bf16, k.dot4_bf16);
+      return rows_dot4<uint16_t, uint16_t>(in.bf16->data() + in.t0 * n, n, T, w, y, r0, r1, n, k.dot_bf16, k.dot4_bf16);
     case DType::Q8_0:
     case DType::Q4_0:
     case DType::Q4_1:
@@ -271,14 +275,14 @@ void matmul_rows(const PreparedInput& in, const WeightMatrix& w, float* y, int64
     case DType::Q5_1:
     case DType::IQ4_NL: return matmul_rows_q(in, w, y, r0, r1);
     case DType::Q4_K:
-      return rows_dot4<BlockQ4_K, BlockQ8_K>(in.q8k->data(), n / kQK_K, T, w, y, r0, r1, n / kQK_K, k.dot_q4_k,
-                                             k.dot4_q4_k);
+      return rows_dot4<BlockQ4_K, BlockQ8_K>(in.q8k->data() + in.t0 * (n / kQK_K), n / kQK_K, T, w, y, r0, r1,
+                                             n / kQK_K, k.dot_q4_k, k.dot4_q4_k);
     case DType::Q5_K:
-      return rows_dot4<BlockQ5_K, BlockQ8_K>(in.q8k->data(), n / kQK_K, T, w, y, r0, r1, n / kQK_K, k.dot_q5_k,
-                                             k.dot4_q5_k);
+      return rows_dot4<BlockQ5_K, BlockQ8_K>(in.q8k->data() + in.t0 * (n / kQK_K), n / kQK_K, T, w, y, r0, r1,
+                                             n / kQK_K, k.dot_q5_k, k.dot4_q5_k);
     case DType::Q6_K:
-      return rows_dot4<BlockQ6_K, BlockQ8_K>(in.q8k->data(), n / kQK_K, T, w, y, r0, r1, n / kQK_K, k.dot_q6_k,
-                                             k.dot4_q6_k);
+      return rows_dot4<BlockQ6_K, BlockQ8_K>(in.q8k->data() + in.t0 * (n / kQK_K), n / kQK_K, T, w, y, r0, r1,
+                                             n / kQK_K, k.dot_q6_k, k.dot4_q6_k);
     default: fail("matmul: no kernel for weight type {}", dtype_name(w.dtype));
   }
 }
@@ -309,6 +313,44 @@ void matmul(const float* x, int64_t T, std::initializer_list<MatmulOut> outs) {
       for (int64_t task = b; task < e; ++task) {
         const int64_t r0 = (task - base) * kRowsPerTask;
         matmul_rows(in, *o.w, o.y, r0, std::min(o.w->rows, r0 + kRowsPerTask));
+      }
+      base += nt;
+    }
+  });
+}
+
+void matmul_grouped(const float* x, int64_t N, std::span<const MatmulGroup> groups) {
+  if (N == 0 || groups.empty()) return;
+  PreparedInput in;
+  in.x = x, in.T = N, in.n = groups.front().w->cols;
+  bool prepared[static_cast<int>(Partner::kCount)] = {};
+  int64_t n_tasks = 0, work = 0;
+  for (const MatmulGroup& g : groups) {
+    if (g.w->cols != in.n) fail("matmul_grouped: weights of {} and {} columns share one input", g.w->cols, in.n);
+    if (g.row_begin < 0 || g.n_rows < 0 || g.row_begin + g.n_rows > N)
+      fail("matmul_grouped: rows [{}, {}) outside the input's {}", g.row_begin, g.row_begin + g.n_rows, N);
+    if (g.n_rows == 0) continue;
+    const Partner p = partner_of(*g.w);
+    if (!prepared[static_cast<int>(p)]) prepare(in, p), prepared[static_cast<int>(p)] = true;
+    n_tasks += (g.w->rows + kRowsPerTask - 1) / kRowsPerTask;
+    work += g.n_rows * g.w->rows * g.w->cols;
+  }
+  if (n_tasks == 0) return;
+  // Tasks of 16 weight rows × the group's tokens, all groups in one list (their costs differ with n_rows; the
+  // balanced split lets an idle thread steal).
+  split_balanced(n_tasks, work, [&](int64_t task_begin, int64_t task_end) {
+    int64_t base = 0;
+    for (const MatmulGroup& g : groups) {
+      if (g.n_rows == 0) continue;
+      const int64_t nt = (g.w->rows + kRowsPerTask - 1) / kRowsPerTask;
+      const int64_t b = std::max(task_begin, base), e = std::min(task_end, base + nt);
+      if (b < e) {
+        PreparedInput view = in;
+        view.t0 = g.row_begin, view.T = g.n_rows;
+        for (int64_t task = b; task < e; ++task) {
+          const int64_t r0 = (task - base) * kRowsPerTask;
+          matmul_rows(view, *g.w, g.y, r0, std::min(g.w->rows, r0 + kRowsPerTask));
+        }
       }
       base += nt;
     }

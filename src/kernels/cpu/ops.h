@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <vector>
 
 #include "tensor/tensor.h"
@@ -21,6 +22,17 @@ struct MatmulOut {
   float* y;
 };
 void matmul(const float* x, int64_t T, std::initializer_list<MatmulOut> outs);
+
+// llama.cpp's mul_mat_id, the matmul of a mixture of experts: each group multiplies its own contiguous rows of one
+// shared input x [N, n] (the tokens routed to one expert) by its own weight, y[i, w.rows] = x[row_begin + i] · wᵀ.
+// x is converted once, and every group's rows are one job on the pool, so each expert's weights are read once
+// for all its tokens. All weights have n columns. Results are those of matmul() on the group's rows, bit for bit.
+struct MatmulGroup {
+  const WeightMatrix* w;
+  int64_t row_begin, n_rows;
+  float* y;  // [n_rows, w.rows]
+};
+void matmul_grouped(const float* x, int64_t N, std::span<const MatmulGroup> groups);
 
 // y[T, n] = x / rms(x) * g, row by row (sum of squares in double, as ggml does).
 void rmsnorm(const float* x, const float* g, float* y, int64_t T, int64_t n, float eps);

@@ -1,5 +1,7 @@
 #include "kernels/cpu/paged_attention.h"
 
+#include <algorithm>
+
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -67,20 +69,25 @@ void attention_impl(const PagedAttentionArgs& a) {
   const int64_t T = a.query_start_loc[a.num_reqs];
   int64_t work = 0;  // multiply-adds: each query row reads its keys twice
   for (int32_t r = 0; r < a.num_reqs; ++r)
-    work += static_cast<int64_t>(a.query_start_loc[r + 1] - a.query_start_loc[r]) * a.seq_lens[r];
+    work += static_cast<int64_t>(a.query_start_loc[r + 1] - a.query_start_loc[r]) *
+            (a.sliding_window > 0 ? std::min(a.seq_lens[r], a.sliding_window) : a.seq_lens[r]);
   work *= 2 * a.n_heads * d;
   auto one = [&](int64_t task) {
     const int64_t t = task / a.n_kv_heads, kvh = task % a.n_kv_heads;
     int32_t r = 0;
     while (a.query_start_loc[r + 1] <= t) ++r;
-    const int32_t n_keys = a.positions[t] + 1;
+    // Keys first..p: all of them, or the last W (the blocks before `first` need not be in the table).
+    const int32_t first = a.sliding_window > 0 ? std::max(0, a.positions[t] - a.sliding_window + 1) : 0;
+    const int32_t n_keys = a.positions[t] + 1 - first;
     const int32_t* table = a.block_tables + static_cast<int64_t>(r) * a.max_blocks_per_seq;
     thread_local std::vector<float> sbuf;
     thread_local std::vector<int64_t> obuf;
     float* scores = scratch(sbuf, static_cast<size_t>(n_keys));
     int64_t* off = scratch(obuf, static_cast<size_t>(n_keys));  // element offset of key p's row for this KV head
-    for (int32_t p = 0; p < n_keys; ++p)
-      off[p] = (static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size) * kv_dim + kvh * d;
+    for (int32_t i = 0; i < n_keys; ++i) {
+      const int32_t p = first + i;
+      off[i] = (static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size) * kv_dim + kvh * d;
+    }
     for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
       const float* q = a.q + (t * a.n_heads + h) * d;
       if constexpr (std::is_same_v<KV, float>)

@@ -12,7 +12,9 @@ namespace kvik {
 
 // Attention for a flat batch of requests (prefill chunks and decodes mixed). Request r owns query rows
 // [query_start_loc[r], query_start_loc[r+1]); its keys are positions [0, seq_lens[r]) stored in blocks
-// block_tables[r * max_blocks_per_seq + pos / block_size]. A query at position p sees keys 0..p (causal).
+// block_tables[r * max_blocks_per_seq + pos / block_size]. A query at position p sees keys 0..p (causal), or with a
+// sliding window W only the last W of them, p − W + 1..p (Mistral's sliding_window; llama.cpp's
+// LLAMA_SWA_TYPE_STANDARD).
 struct PagedAttentionArgs {
   const float* q = nullptr;  // [T, n_h, d_h]
   const void* k_cache = nullptr;
@@ -29,6 +31,7 @@ struct PagedAttentionArgs {
   int32_t block_size = 16;
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   float scale = 1.0f;
+  int32_t sliding_window = 0;  // W, or 0: all keys
 };
 void paged_attention(const PagedAttentionArgs& a);
 
