@@ -212,7 +212,8 @@ TEST(LoraHostile, GgufErrorsNameTheProblem) {
   });
   EXPECT_NE(load_error(p, c).find("missing tensor"), std::string::npos) << load_error(p, c);
   // unknown targets: the LM head, the embeddings, something else
-  for (const std::string& extra : {"output.weight.lora_a", "token_embd.weight.lora_a", "blk.0.ffn_norm.weight.lora_a"}) {
+  for (const std::string& extra :
+       {"output.weight.lora_a", "token_embd.weight.lora_a", "blk.0.ffn_norm.weight.lora_a"}) {
     p = rewrite_gguf(good, "extra.gguf", [&](GgufWriter& w, const GgufFile& s) {
       copy_meta(w, s);
       all_tensors(w, s);
@@ -295,10 +296,10 @@ TEST(LoraHostile, PeftErrorsNameTheProblem) {
       std::erase_if(ts, [&](const SafetensorsWriteTensor& t) { return t.name == name; });
     };
   };
-  expect(rewrite_peft(
-             good, "p_missing", [](nlohmann::json&) {},
-             drop("base_model.model.model.layers.2.mlp.up_proj.lora_A.weight")),
-         "missing tensor");
+  expect(
+      rewrite_peft(
+          good, "p_missing", [](nlohmann::json&) {}, drop("base_model.model.model.layers.2.mlp.up_proj.lora_A.weight")),
+      "missing tensor");
   const auto add = [](const std::string& name, std::vector<int64_t> shape, float value) {
     return [=](std::vector<SafetensorsWriteTensor>& ts) {
       std::vector<float> v(static_cast<size_t>(shape[0] * shape[1]), value);
@@ -398,8 +399,7 @@ void expect_mixed_batch_equals_alone(const std::string& base_path) {
   auto m = LlamaModel::load(base_path);
   const ModelConfig& c = m->config();
   std::vector<std::shared_ptr<const LoraAdapter>> loras = {
-      nullptr,
-      load_lora_adapter(write_adapter(base_path, "mix0", true, 100), c),
+      nullptr, load_lora_adapter(write_adapter(base_path, "mix0", true, 100), c),
       load_lora_adapter(write_adapter(base_path, "mix1.gguf", false, 101, DType::F16), c),
       load_lora_adapter(write_adapter(base_path, "mix2", true, 102, DType::BF16, 4), c),
       load_lora_adapter(write_adapter(base_path, "mix3.gguf", false, 103, DType::F32, 16), c)};
@@ -423,9 +423,9 @@ TEST(LoraEngine, MaxLorasBoundsAdaptersPerStepAndAllFinish) {
   auto m = LlamaModel::load(kStories);
   std::vector<Job> jobs;
   for (int i = 0; i < 6; ++i)
-    jobs.push_back({"r" + std::to_string(i), prompt_of(512, 70 + i, 12),
-                    load_lora_adapter(write_adapter(kStories, "cap" + std::to_string(i) + ".gguf", false, 200 + i),
-                                      m->config())});
+    jobs.push_back(
+        {"r" + std::to_string(i), prompt_of(512, 70 + i, 12),
+         load_lora_adapter(write_adapter(kStories, "cap" + std::to_string(i) + ".gguf", false, 200 + i), m->config())});
   jobs.push_back({"base", prompt_of(512, 99, 12), nullptr});
   EngineCore e(*m, engine_config(2), {2});
   const EngineRun r = run(e, jobs, 6);

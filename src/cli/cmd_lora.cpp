@@ -46,7 +46,8 @@ Run add_synth_lora(CLI::App& app) {
     SynthLoraOptions s;
   };
   auto o = std::make_shared<Opts>();
-  auto* c = app.add_subcommand("synth-lora", "Write a random-weight LoRA adapter (GGUF, or PEFT with --peft) for a base");
+  auto* c =
+      app.add_subcommand("synth-lora", "Write a random-weight LoRA adapter (GGUF, or PEFT with --peft) for a base");
   c->add_option("base", o->base, "Base model (GGUF or Hugging Face directory) the adapter fits")->required();
   c->add_option("out", o->out, "GGUF file (or PEFT directory with --peft) to write")->required();
   c->add_flag("--peft", o->s.peft, "Write a PEFT directory (adapter_config.json + adapter_model.safetensors)");

@@ -18,10 +18,10 @@ namespace kvik {
 namespace {
 
 constexpr const char* kGgufNames[kNumLoraTargets] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
-                                                      "ffn_gate", "ffn_up", "ffn_down"};
+                                                     "ffn_gate", "ffn_up", "ffn_down"};
 constexpr const char* kHfNames[kNumLoraTargets] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                                                    "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
-                                                    "mlp.down_proj"};
+                                                   "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                                                   "mlp.down_proj"};
 constexpr const char* kSupported =
     "supported targets: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (GGUF attn_q, attn_k, attn_v, "
     "attn_output, ffn_gate, ffn_up, ffn_down)";
@@ -114,13 +114,15 @@ void add_pairs(LoraAdapter& ad, const RawPairs& pairs, const ModelConfig& c, con
     const auto [in, out] = projection_dims(c, target);
     const int64_t r = p.a->rows;
     if (p.a->cols != in)
-      fail("{}: tensor '{}' has {} columns, but the base model's {} takes {} inputs (shape mismatch: an adapter for "
-           "another model?)",
-           rules.file, p.a->name, p.a->cols, kGgufNames[ti], in);
+      fail(
+          "{}: tensor '{}' has {} columns, but the base model's {} takes {} inputs (shape mismatch: an adapter for "
+          "another model?)",
+          rules.file, p.a->name, p.a->cols, kGgufNames[ti], in);
     if (p.b->rows != out)
-      fail("{}: tensor '{}' has {} rows, but the base model's {} has {} outputs (shape mismatch: an adapter for another "
-           "model?)",
-           rules.file, p.b->name, p.b->rows, kGgufNames[ti], out);
+      fail(
+          "{}: tensor '{}' has {} rows, but the base model's {} has {} outputs (shape mismatch: an adapter for another "
+          "model?)",
+          rules.file, p.b->name, p.b->rows, kGgufNames[ti], out);
     if (p.b->cols != r)
       fail("{}: rank mismatch: '{}' has rank {}, '{}' has {} columns", rules.file, p.a->name, r, p.b->name, p.b->cols);
     if (rules.config_rank && r != *rules.config_rank)
@@ -143,7 +145,8 @@ void add_pairs(LoraAdapter& ad, const RawPairs& pairs, const ModelConfig& c, con
 // "blk.N.<target>.weight.lora_a" → (layer, target, is_b); anything else is refused by name.
 std::tuple<int64_t, int, bool> parse_gguf_name(const std::string& file, const std::string& name, int64_t n_layers) {
   const bool is_a = name.ends_with(".weight.lora_a"), is_b = name.ends_with(".weight.lora_b");
-  if (!is_a && !is_b) fail("{}: tensor '{}' is not a LoRA tensor (expected <name>.weight.lora_a / .lora_b)", file, name);
+  if (!is_a && !is_b)
+    fail("{}: tensor '{}' is not a LoRA tensor (expected <name>.weight.lora_a / .lora_b)", file, name);
   const std::string base = name.substr(0, name.size() - std::string(".weight.lora_a").size());
   if (base == "token_embd") refuse_target(file, name, "the token embeddings");
   if (base == "output") refuse_target(file, name, "the LM head");
@@ -199,7 +202,8 @@ std::tuple<int64_t, int, bool> parse_peft_name(const std::string& file, const st
     refuse_target(file, name, "the token embeddings");
   if (name.find("lm_head") != std::string::npos) refuse_target(file, name, "the LM head");
   const bool is_a = name.ends_with(".lora_A.weight"), is_b = name.ends_with(".lora_B.weight");
-  if (!is_a && !is_b) fail("{}: tensor '{}' is not a LoRA tensor (expected ...lora_A.weight / lora_B.weight)", file, name);
+  if (!is_a && !is_b)
+    fail("{}: tensor '{}' is not a LoRA tensor (expected ...lora_A.weight / lora_B.weight)", file, name);
   const std::string base = name.substr(0, name.size() - std::string(".lora_A.weight").size());
   int layer = -1, consumed = 0;
   if (std::sscanf(base.c_str(), "base_model.model.model.layers.%d.%n", &layer, &consumed) != 1 || consumed == 0)
@@ -282,8 +286,8 @@ std::shared_ptr<const LoraAdapter> load_lora_adapter(const std::string& path, co
                                                      const LoraLoadOptions& options) {
   if (!std::isfinite(options.scale)) fail("{}: the LoRA scale {} is not finite", path, options.scale);
   if (!std::filesystem::exists(path)) fail("{}: no such file or directory", path);
-  std::shared_ptr<LoraAdapter> ad = std::filesystem::is_directory(path) ? load_peft_lora(path, base, options)
-                                                                        : load_gguf_lora(path, base, options);
+  std::shared_ptr<LoraAdapter> ad =
+      std::filesystem::is_directory(path) ? load_peft_lora(path, base, options) : load_gguf_lora(path, base, options);
   static std::atomic<uint64_t> next_id{1};
   ad->id = next_id++;
   ad->path = path;
@@ -350,7 +354,7 @@ void LoraRunner::apply(int64_t layer, LoraTarget target, const float* x, int64_t
     const int64_t r = w.a.rows;
     grow(xa_, g.count * r);
     grow(yb_, g.count * out);
-    matmul(xs, g.count, w.a, xa_.data());         // xa = x Aᵀ  [n, r]
+    matmul(xs, g.count, w.a, xa_.data());          // xa = x Aᵀ  [n, r]
     matmul(xa_.data(), g.count, w.b, yb_.data());  // yb = xa Bᵀ [n, out]
     for (int64_t i = 0; i < g.count; ++i) {        // y += s · yb, scattered back to the tokens' rows
       float* yr = y + static_cast<int64_t>(rows[i]) * out;

@@ -37,7 +37,7 @@ struct LoraWeight {
 struct LoraAdapter {
   std::string name;  // what requests select it by ("model": name)
   std::string path;
-  uint64_t id = 0;  // unique per load in this process: the prefix cache's extra key
+  uint64_t id = 0;   // unique per load in this process: the prefix cache's extra key
   int64_t rank = 0;  // the largest r of its weights
   float alpha = 0;
   std::vector<std::array<LoraWeight, kNumLoraTargets>> layers;  // [L]
@@ -47,9 +47,9 @@ struct LoraAdapter {
 };
 
 struct LoraLoadOptions {
-  std::string name;          // empty: the file or directory name
-  float scale = 1.0f;        // the user's multiplier (--lora-scale)
-  int64_t max_rank = 0;      // > 0: refuse a larger r (--max-lora-rank)
+  std::string name;      // empty: the file or directory name
+  float scale = 1.0f;    // the user's multiplier (--lora-scale)
+  int64_t max_rank = 0;  // > 0: refuse a larger r (--max-lora-rank)
 };
 
 // Loads a PEFT directory or a GGUF LoRA file for a base model of config `base`, checking everything: format keys,

@@ -14,8 +14,8 @@ struct MergeLoraOptions {
   std::string base_path;     // a GGUF model
   std::string adapter_path;  // a PEFT directory or a GGUF LoRA (model/lora.h)
   std::string out_path;
-  float scale = 1.0f;           // the user's multiplier on α / r
-  std::optional<DType> type;    // type of the rewritten matrices (default: each one's own type)
+  float scale = 1.0f;         // the user's multiplier on α / r
+  std::optional<DType> type;  // type of the rewritten matrices (default: each one's own type)
 };
 
 // Returns the number of matrices rewritten. Throws kvik::Error naming the file, tensor or type that is wrong.

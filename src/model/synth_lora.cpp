@@ -16,8 +16,8 @@ namespace kvik {
 namespace {
 
 constexpr const char* kHfModules[kNumLoraTargets] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                                                      "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
-                                                      "mlp.down_proj"};
+                                                     "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                                                     "mlp.down_proj"};
 
 std::pair<int64_t, int64_t> dims(const ModelConfig& c, LoraTarget t) {  // (in, out)
   switch (t) {
@@ -76,8 +76,9 @@ void synth_lora(const SynthLoraOptions& opt, const ModelConfig& c) {
     }
   if (!opt.peft) return g.write(opt.out);
   std::filesystem::create_directories(opt.out);
-  nlohmann::json cfg = {{"peft_type", "LORA"}, {"r", r},         {"lora_alpha", opt.alpha}, {"use_rslora", opt.rslora},
-                        {"bias", "none"},      {"use_dora", false}, {"task_type", "CAUSAL_LM"}};
+  nlohmann::json cfg = {{"peft_type", "LORA"},      {"r", r},         {"lora_alpha", opt.alpha},
+                        {"use_rslora", opt.rslora}, {"bias", "none"}, {"use_dora", false},
+                        {"task_type", "CAUSAL_LM"}};
   cfg["target_modules"] = nlohmann::json::array();
   for (LoraTarget t : opt.targets) {
     const std::string m = kHfModules[static_cast<int>(t)];
