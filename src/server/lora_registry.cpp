@@ -9,8 +9,7 @@ namespace kvik::server {
 std::optional<ApiError> LoraRegistry::load(const std::string& name, const std::string& path) {
   if (name.empty()) return ApiError::bad_request("lora_name is empty", "lora_name");
   if (path.empty()) return ApiError::bad_request("lora_path is empty", "lora_path");
-  if (name == base_name_)
-    return ApiError::bad_request(fmt::format("'{}' is the base model's name", name), "lora_name");
+  if (name == base_name_) return ApiError::bad_request(fmt::format("'{}' is the base model's name", name), "lora_name");
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (by_name_.count(name))
@@ -53,8 +52,7 @@ std::vector<std::shared_ptr<const LoraAdapter>> LoraRegistry::list() const {
 
 std::pair<std::string, std::string> parse_lora_module(const std::string& spec) {
   const size_t eq = spec.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
-    fail("--lora-modules: '{}' is not name=path", spec);
+  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) fail("--lora-modules: '{}' is not name=path", spec);
   return {spec.substr(0, eq), spec.substr(eq + 1)};
 }
 
