@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "engine/sample/logits_ops.h"
 #include "engine/single_sequence.h"
@@ -52,11 +51,7 @@ std::string write_lora(const nlohmann::json& lo, const ModelConfig& c, const std
   o.rank = lo.at("rank");
   o.type = *dtype_from_name(lo.at("type").get<std::string>());
   o.b_std = lo.at("b_std");
-  static const char* const kShort[] = {"q", "k", "v", "o", "gate", "up", "down"};
-  o.targets.clear();
-  std::stringstream ss(lo.at("targets").get<std::string>());
-  for (std::string t; std::getline(ss, t, ',');)
-    o.targets.push_back(static_cast<LoraTarget>(std::find(std::begin(kShort), std::end(kShort), t) - kShort));
+  o.targets = parse_lora_targets(lo.at("targets").get<std::string>());
   synth_lora(o, c);
   return out;
 }

@@ -1,7 +1,5 @@
 // kvik merge-lora BASE ADAPTER OUT.gguf (model/lora_merge.h) and kvik synth-lora BASE OUT (model/synth_lora.h).
-#include <algorithm>
 #include <cstdio>
-#include <sstream>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -64,16 +62,7 @@ Run add_synth_lora(CLI::App& app) {
     const auto t = dtype_from_name(o->type);
     if (!t) fail("--type '{}' is not a type name (f32, f16, bf16)", o->type);
     s.type = *t;
-    if (!o->targets.empty()) {
-      static const char* const kShort[] = {"q", "k", "v", "o", "gate", "up", "down"};
-      s.targets.clear();
-      std::stringstream ss(o->targets);
-      for (std::string part; std::getline(ss, part, ',');) {
-        const auto* it = std::find(std::begin(kShort), std::end(kShort), part);
-        if (it == std::end(kShort)) fail("--targets: '{}' is not one of q, k, v, o, gate, up, down", part);
-        s.targets.push_back(static_cast<LoraTarget>(it - std::begin(kShort)));
-      }
-    }
+    if (!o->targets.empty()) s.targets = parse_lora_targets(o->targets);
     const auto base = LlamaModel::load(o->base, LoadOptions{false});
     synth_lora(s, base->config());
     std::printf("wrote %s: rank %lld LoRA for %s\n", s.out.c_str(), static_cast<long long>(s.rank), o->base.c_str());

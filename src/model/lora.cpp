@@ -57,20 +57,6 @@ void check_dtype(const std::string& file, const std::string& name, DType t) {
   fail("{}: tensor '{}' targets {}, which kvik cannot apply a LoRA to ({})", file, tensor, what, kSupported);
 }
 
-// (in, out) of a projection of the base model.
-std::pair<int64_t, int64_t> projection_dims(const ModelConfig& c, LoraTarget t) {
-  switch (t) {
-    case LoraTarget::kQ: return {c.dim, c.q_dim()};
-    case LoraTarget::kK:
-    case LoraTarget::kV: return {c.dim, c.kv_dim()};
-    case LoraTarget::kO: return {c.q_dim(), c.dim};
-    case LoraTarget::kGate:
-    case LoraTarget::kUp: return {c.dim, c.ff_dim};
-    case LoraTarget::kDown: return {c.ff_dim, c.dim};
-  }
-  return {0, 0};
-}
-
 enum class RowOrder { kSame, kHfToGguf, kGgufToHf };
 
 // Copies a validated tensor into the adapter's storage (B rows permuted as `order` says) and checks every value
@@ -111,7 +97,7 @@ void add_pairs(LoraAdapter& ad, const RawPairs& pairs, const ModelConfig& c, con
     if (!p.a || !p.b)
       fail("{}: {}: tensor '{}' has no {} partner (missing tensor)", rules.file, where, (p.a ? p.a : p.b)->name,
            p.a ? "lora_B" : "lora_A");
-    const auto [in, out] = projection_dims(c, target);
+    const auto [in, out] = lora_projection_dims(c, target);
     const int64_t r = p.a->rows;
     if (p.a->cols != in)
       fail(
@@ -263,8 +249,6 @@ std::shared_ptr<LoraAdapter> load_peft_lora(const std::string& dir, const ModelC
     const auto [layer, target, is_b] = parse_peft_name(st_path, name, c.n_layers);
     check_dtype(st_path, name, t.dtype);
     const auto [rows, cols] = matrix_shape(st_path, name, t.shape);
-    if (reinterpret_cast<uintptr_t>(t.data) % (t.dtype == DType::F32 ? 4 : 2) != 0)
-      fail("{}: tensor '{}' data is not aligned to its element size", st_path, name);
     (is_b ? pairs[{layer, target}].b : pairs[{layer, target}].a) = RawTensor{name, t.dtype, rows, cols, t.data};
   }
   auto ad = std::make_shared<LoraAdapter>();
@@ -277,6 +261,20 @@ std::shared_ptr<LoraAdapter> load_peft_lora(const std::string& dir, const ModelC
 }  // namespace
 
 const char* lora_target_gguf_name(LoraTarget t) { return kGgufNames[static_cast<int>(t)]; }
+const char* lora_target_hf_name(LoraTarget t) { return kHfNames[static_cast<int>(t)]; }
+
+std::pair<int64_t, int64_t> lora_projection_dims(const ModelConfig& c, LoraTarget t) {
+  switch (t) {
+    case LoraTarget::kQ: return {c.dim, c.q_dim()};
+    case LoraTarget::kK:
+    case LoraTarget::kV: return {c.dim, c.kv_dim()};
+    case LoraTarget::kO: return {c.q_dim(), c.dim};
+    case LoraTarget::kGate:
+    case LoraTarget::kUp: return {c.dim, c.ff_dim};
+    case LoraTarget::kDown: return {c.ff_dim, c.dim};
+  }
+  return {0, 0};
+}
 
 bool lora_base_uses_gguf_qk_order(const ModelConfig& base) {
   return base.arch == "llama" && base.rope_type == RopeType::kNorm;
@@ -300,7 +298,7 @@ std::string lora_mismatch(const LoraAdapter& ad, const ModelConfig& c) {
     return fmt::format("the LoRA '{}' has {} layers, the model {}", ad.name, ad.layers.size(), c.n_layers);
   for (const auto& layer : ad.layers)
     for (int t = 0; t < kNumLoraTargets; ++t) {
-      const auto [in, out] = projection_dims(c, static_cast<LoraTarget>(t));
+      const auto [in, out] = lora_projection_dims(c, static_cast<LoraTarget>(t));
       if (layer[t].targeted() && (layer[t].a.cols != in || layer[t].b.rows != out))
         return fmt::format("the LoRA '{}' was loaded for a model of another shape ({})", ad.name, kGgufNames[t]);
     }

@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/model_config.h"
@@ -26,6 +27,9 @@ namespace kvik {
 enum class LoraTarget : int { kQ, kK, kV, kO, kGate, kUp, kDown };
 inline constexpr int kNumLoraTargets = 7;
 const char* lora_target_gguf_name(LoraTarget t);  // "attn_q", ..., "ffn_down"
+const char* lora_target_hf_name(LoraTarget t);    // "self_attn.q_proj", ..., "mlp.down_proj"
+// (in, out) features of the projection in a base model of config c.
+std::pair<int64_t, int64_t> lora_projection_dims(const ModelConfig& c, LoraTarget t);
 
 struct LoraWeight {
   WeightMatrix a;   // [r, in] (r rows of `in` columns); a.data == nullptr: this projection is not targeted

@@ -1,5 +1,6 @@
 #include "model/synth_lora.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -15,23 +16,6 @@
 namespace kvik {
 namespace {
 
-constexpr const char* kHfModules[kNumLoraTargets] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                                                     "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
-                                                     "mlp.down_proj"};
-
-std::pair<int64_t, int64_t> dims(const ModelConfig& c, LoraTarget t) {  // (in, out)
-  switch (t) {
-    case LoraTarget::kQ: return {c.dim, c.q_dim()};
-    case LoraTarget::kK:
-    case LoraTarget::kV: return {c.dim, c.kv_dim()};
-    case LoraTarget::kO: return {c.q_dim(), c.dim};
-    case LoraTarget::kGate:
-    case LoraTarget::kUp: return {c.dim, c.ff_dim};
-    case LoraTarget::kDown: return {c.ff_dim, c.dim};
-  }
-  return {0, 0};
-}
-
 std::vector<uint8_t> encode(DType type, const std::vector<float>& v, int64_t rows, int64_t cols) {
   const size_t rb = *row_bytes(type, cols);
   std::vector<uint8_t> out(rb * static_cast<size_t>(rows));
@@ -40,6 +24,21 @@ std::vector<uint8_t> encode(DType type, const std::vector<float>& v, int64_t row
 }
 
 }  // namespace
+
+std::vector<LoraTarget> parse_lora_targets(const std::string& csv) {
+  static const char* const kShort[kNumLoraTargets] = {"q", "k", "v", "o", "gate", "up", "down"};
+  std::vector<LoraTarget> targets;
+  size_t at = 0;
+  while (at <= csv.size()) {
+    const size_t comma = std::min(csv.find(',', at), csv.size());
+    const std::string part = csv.substr(at, comma - at);
+    const auto* it = std::find(std::begin(kShort), std::end(kShort), part);
+    if (it == std::end(kShort)) fail("--targets: '{}' is not one of q, k, v, o, gate, up, down", part);
+    targets.push_back(static_cast<LoraTarget>(it - std::begin(kShort)));
+    at = comma + 1;
+  }
+  return targets;
+}
 
 void synth_lora(const SynthLoraOptions& opt, const ModelConfig& c) {
   if (opt.rank <= 0) fail("--rank must be positive, got {}", opt.rank);
@@ -57,12 +56,12 @@ void synth_lora(const SynthLoraOptions& opt, const ModelConfig& c) {
   g.set_f32("adapter.lora.alpha", opt.rslora ? opt.alpha * std::sqrt(static_cast<float>(r)) : opt.alpha);
   for (int64_t l = 0; l < c.n_layers; ++l)
     for (LoraTarget t : opt.targets) {
-      const auto [in, out] = dims(c, t);
+      const auto [in, out] = lora_projection_dims(c, t);
       std::normal_distribution<float> na(0.0f, 1.0f / std::sqrt(static_cast<float>(in))), nb(0.0f, opt.b_std);
       std::vector<float> a(static_cast<size_t>(r * in)), b(static_cast<size_t>(out * r));
       for (float& v : a) v = na(rng);
       for (float& v : b) v = nb(rng);
-      const std::string hf = fmt::format("base_model.model.model.layers.{}.{}", l, kHfModules[static_cast<int>(t)]);
+      const std::string hf = fmt::format("base_model.model.model.layers.{}.{}", l, lora_target_hf_name(t));
       st.push_back({hf + ".lora_A.weight", opt.type, {r, in}, encode(opt.type, a, r, in)});
       st.push_back({hf + ".lora_B.weight", opt.type, {out, r}, encode(opt.type, b, out, r)});
       // The GGUF form: the converter's q/k row permutation on B (Llama), shapes listed ne[0] first.
@@ -81,7 +80,7 @@ void synth_lora(const SynthLoraOptions& opt, const ModelConfig& c) {
                         {"task_type", "CAUSAL_LM"}};
   cfg["target_modules"] = nlohmann::json::array();
   for (LoraTarget t : opt.targets) {
-    const std::string m = kHfModules[static_cast<int>(t)];
+    const std::string m = lora_target_hf_name(t);
     cfg["target_modules"].push_back(m.substr(m.find('.') + 1));
   }
   std::ofstream f(opt.out + "/adapter_config.json");

@@ -26,6 +26,9 @@ struct SynthLoraOptions {
   float b_std = 0.05f;  // std of B's entries (A's is 1/√in): how far the adapter moves the base model
 };
 
+// "q,v,down" (--targets) → the targets; throws kvik::Error naming a bad entry.
+std::vector<LoraTarget> parse_lora_targets(const std::string& csv);
+
 // Writes an adapter that fits a base model of config `base`; throws kvik::Error on a bad option or I/O failure.
 void synth_lora(const SynthLoraOptions& opt, const ModelConfig& base);
 
