@@ -24,6 +24,7 @@
 #include "model/lora_merge.h"
 #include "model/synth.h"
 #include "model/synth_lora.h"
+#include "server/metrics.h"
 #include "synth_models.h"
 #include "validation_util.h"
 
@@ -463,6 +464,42 @@ TEST(LoraEngine, AdapterForAnotherModelIsRefusedWithTheModelField) {
   const auto err = e.add_request("x", {1, 5, 6}, sp);
   ASSERT_TRUE(err.has_value());
   EXPECT_EQ(err->param, "model");
+}
+
+}  // namespace
+
+namespace {
+
+// kvik:lora_requests_info names the adapters running and waiting: with --max-loras 1 and two adapters, the first
+// runs while the second waits behind it (the base request runs beside it: it needs no slot).
+TEST(LoraEngine, MetricsNameRunningAndWaitingAdaptersUnderMaxLoras) {
+  auto m = LlamaModel::load(kStories);
+  LoraLoadOptions oa, ob;
+  oa.name = "alpha";
+  ob.name = "beta";
+  EngineCore e(*m, engine_config(1), {2});
+  server::ServerMetrics metrics("stories");
+  metrics.enable_lora_info(1);
+  const std::vector<Job> jobs = {
+      {"a", prompt_of(512, 1, 8), load_lora_adapter(write_adapter(kStories, "m_a.gguf", false, 400), m->config(), oa)},
+      {"b", prompt_of(512, 2, 8), load_lora_adapter(write_adapter(kStories, "m_b.gguf", false, 401), m->config(), ob)},
+      {"base", prompt_of(512, 3, 8), nullptr}};
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 4;
+  for (const Job& j : jobs) {
+    sp.lora = j.lora;
+    ASSERT_EQ(msg(e.add_request(j.id, j.prompt, sp)), "");
+  }
+  metrics.on_step(e, e.step());
+  EXPECT_EQ(e.scheduler().num_running(), 2);  // alpha and the base request; beta waits for the slot
+  const std::string text = metrics.render();
+  EXPECT_NE(text.find("kvik:lora_requests_info{model_name=\"stories\",max_lora=\"1\",running_lora_adapters=\"alpha\","
+                      "waiting_lora_adapters=\"beta\"}"),
+            std::string::npos)
+      << text;
+  while (e.has_unfinished()) metrics.on_step(e, e.step());
+  EXPECT_NE(metrics.render().find("running_lora_adapters=\"\",waiting_lora_adapters=\"\"}"), std::string::npos);
 }
 
 }  // namespace
