@@ -24,6 +24,7 @@
 #include "model/lora_merge.h"
 #include "model/synth.h"
 #include "model/synth_lora.h"
+#include "run_kvik.h"
 #include "server/metrics.h"
 #include "synth_models.h"
 #include "validation_util.h"
@@ -500,6 +501,50 @@ TEST(LoraEngine, MetricsNameRunningAndWaitingAdaptersUnderMaxLoras) {
       << text;
   while (e.has_unfinished()) metrics.on_step(e, e.step());
   EXPECT_NE(metrics.render().find("running_lora_adapters=\"\",waiting_lora_adapters=\"\"}"), std::string::npos);
+}
+
+}  // namespace
+
+namespace {
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The commands as a user runs them: synth-lora writes what synth_lora writes, merge-lora what merge_lora writes,
+// generate --lora prints the adapter's greedy continuation, and bad input is an error naming the flag or file.
+TEST(LoraCli, SynthMergeAndGenerateCommands) {
+  const std::string peft = tmp("cli_peft"), gguf = tmp("cli.gguf"), merged = tmp("cli_merged.gguf");
+  std::filesystem::remove_all(peft);
+  auto r = test::run(fmt::format("synth-lora {} {} --peft --seed 9 --rank 4 --targets q,v,down", kStories, peft));
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = test::run(fmt::format("synth-lora {} {} --seed 9 --rank 4 --targets q,v,down", kStories, gguf));
+  ASSERT_EQ(r.code, 0) << r.out;
+  SynthLoraOptions o;
+  std::filesystem::create_directories(tmp("cli_ref"));
+  o.out = tmp("cli_ref") + "/kvik_lora_cli.gguf";  // the same file name: general.name is the file's
+  o.seed = 9, o.rank = 4, o.targets = parse_lora_targets("q,v,down");
+  synth_lora(o, LlamaModel::load(kStories, LoadOptions{false})->config());
+  EXPECT_TRUE(read_bytes(gguf) == read_bytes(o.out)) << "synth-lora and synth_lora wrote different files";
+  r = test::run(fmt::format("merge-lora {} {} {} --scale 3", kStories, peft, merged));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("15 matrices merged"), std::string::npos) << r.out;  // 5 layers x 3 targets
+  constexpr const char* gen =
+      "generate -m {} -p 'Once upon a time' -n 12 --temperature 0 --json --kv-cache-dtype f32 {}";
+  const auto lora_run =
+      test::run(fmt::format(fmt::runtime(gen), kStories, "--lora " + peft + " --lora-scale 3"), false);
+  const auto merged_run = test::run(fmt::format(fmt::runtime(gen), merged, ""), false);
+  const auto base_run = test::run(fmt::format(fmt::runtime(gen), kStories, ""), false);
+  const auto ids = [](const std::string& out) { return nlohmann::json::parse(out).at("token_ids"); };
+  EXPECT_EQ(ids(lora_run.out), ids(merged_run.out));
+  EXPECT_NE(ids(lora_run.out), ids(base_run.out));
+  r = test::run(fmt::format("synth-lora {} {} --targets q,embed", kStories, tmp("bad.gguf")));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--targets: 'embed'"), std::string::npos) << r.out;
+  r = test::run(fmt::format("generate -m {} -p x --lora {}", kStories, kStories));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("general.type"), std::string::npos) << r.out;
 }
 
 }  // namespace
