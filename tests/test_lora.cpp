@@ -548,3 +548,38 @@ TEST(LoraCli, SynthMergeAndGenerateCommands) {
 }
 
 }  // namespace
+
+namespace {
+
+// n > 1 under an adapter: the prompt is prefilled once under it and every sequence keeps it — sequence i equals a
+// request of seed + i under the same adapter, and differs from the base model's.
+TEST(LoraEngine, ParallelSamplingKeepsTheAdapter) {
+  auto m = LlamaModel::load(kStories);
+  const auto lora = load_lora_adapter(write_adapter(kStories, "par.gguf", false, 500), m->config());
+  const auto prompt = prompt_of(512, 11, 20);
+  const auto collect = [&](EngineCore& e) {
+    std::map<std::string, std::vector<int32_t>> out;
+    while (e.has_unfinished())
+      for (auto& o : e.step())
+        out[o.request_id].insert(out[o.request_id].end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    return out;
+  };
+  SamplingParams sp;
+  sp.n = 3, sp.seed = 5, sp.temperature = 1, sp.max_tokens = 10, sp.ignore_eos = true, sp.lora = lora;
+  EngineCore e(*m, engine_config(4), {2});
+  ASSERT_EQ(msg(e.add_request("p", prompt, sp)), "");
+  const auto forked = collect(e);
+  for (int i = 0; i < 3; ++i) {
+    SamplingParams one = sp;
+    one.n = 1, one.seed = 5 + i;
+    EngineCore alone(*m, engine_config(4), {2});
+    ASSERT_EQ(msg(alone.add_request("s", prompt, one)), "");
+    EXPECT_EQ(forked.at("p-" + std::to_string(i)), collect(alone).at("s")) << i;
+    one.lora = nullptr;
+    EngineCore base(*m, engine_config(4), {2});
+    ASSERT_EQ(msg(base.add_request("b", prompt, one)), "");
+    EXPECT_NE(forked.at("p-" + std::to_string(i)), collect(base).at("b")) << i;
+  }
+}
+
+}  // namespace
