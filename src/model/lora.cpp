@@ -12,6 +12,7 @@
 #include "formats/json_file.h"
 #include "formats/safetensors.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/parallel.h"
 #include "model/hf_layout.h"
 
 namespace kvik {
@@ -59,17 +60,12 @@ void check_dtype(const std::string& file, const std::string& name, DType t) {
 
 enum class RowOrder { kSame, kHfToGguf, kGgufToHf };
 
-// Copies a validated tensor into the adapter's storage (B rows permuted as `order` says) and checks every value
-// is finite.
-WeightMatrix store(LoraAdapter& ad, const std::string& file, const RawTensor& t, RowOrder order, int64_t head_dim) {
+// Copies A [r, in] into the adapter's storage in its file type (the matmul kernels take it as it is) and checks every
+// value is finite.
+WeightMatrix store_a(LoraAdapter& ad, const std::string& file, const RawTensor& t) {
   const size_t rb = *row_bytes(t.dtype, t.cols);
   std::vector<uint8_t>& bytes = ad.storage.emplace_back(rb * static_cast<size_t>(t.rows));
-  for (int64_t r = 0; r < t.rows; ++r) {
-    int64_t dst = r, src = r;
-    if (order == RowOrder::kHfToGguf) src = hf_row_of_gguf_row(r, head_dim);
-    if (order == RowOrder::kGgufToHf) dst = hf_row_of_gguf_row(r, head_dim);
-    std::memcpy(bytes.data() + dst * rb, t.data + src * rb, rb);
-  }
+  std::memcpy(bytes.data(), t.data, bytes.size());
   std::vector<float> row(static_cast<size_t>(t.cols));
   for (int64_t r = 0; r < t.rows; ++r) {
     dequantize_row(t.dtype, bytes.data() + r * rb, row.data(), t.cols);
@@ -77,6 +73,27 @@ WeightMatrix store(LoraAdapter& ad, const std::string& file, const RawTensor& t,
       if (!std::isfinite(v)) fail("{}: tensor '{}' holds a NaN or infinite value (row {})", file, t.name, r);
   }
   return WeightMatrix{t.dtype, t.rows, t.cols, bytes.data(), rb};
+}
+
+// B [out, r] as the F32 Bᵀ [r, out] LoraWeight::b holds, its rows (out) permuted as `order` says; every value checked
+// finite.
+WeightMatrix store_bt(LoraAdapter& ad, const std::string& file, const RawTensor& t, RowOrder order, int64_t head_dim) {
+  const int64_t out = t.rows, r = t.cols;
+  const size_t rb = *row_bytes(t.dtype, r);
+  std::vector<uint8_t>& bytes = ad.storage.emplace_back(static_cast<size_t>(r * out) * sizeof(float));
+  float* bt = reinterpret_cast<float*>(bytes.data());
+  std::vector<float> row(static_cast<size_t>(r));
+  for (int64_t i = 0; i < out; ++i) {
+    int64_t dst = i, src = i;
+    if (order == RowOrder::kHfToGguf) src = hf_row_of_gguf_row(i, head_dim);
+    if (order == RowOrder::kGgufToHf) dst = hf_row_of_gguf_row(i, head_dim);
+    dequantize_row(t.dtype, t.data + src * rb, row.data(), r);
+    for (int64_t k = 0; k < r; ++k) {
+      if (!std::isfinite(row[k])) fail("{}: tensor '{}' holds a NaN or infinite value (row {})", file, t.name, src);
+      bt[k * out + dst] = row[k];
+    }
+  }
+  return WeightMatrix{DType::F32, r, out, bytes.data(), static_cast<size_t>(out) * sizeof(float)};
 }
 
 struct PairRules {
@@ -118,8 +135,8 @@ void add_pairs(LoraAdapter& ad, const RawPairs& pairs, const ModelConfig& c, con
       fail("{}: rank {} is above --max-lora-rank {}", rules.file, r, opt.max_rank);
     const bool qk = target == LoraTarget::kQ || target == LoraTarget::kK;
     LoraWeight& w = ad.layers[layer][ti];
-    w.a = store(ad, rules.file, *p.a, RowOrder::kSame, c.head_dim);
-    w.b = store(ad, rules.file, *p.b, qk ? rules.qk_order : RowOrder::kSame, c.head_dim);
+    w.a = store_a(ad, rules.file, *p.a);
+    w.b = store_bt(ad, rules.file, *p.b, qk ? rules.qk_order : RowOrder::kSame, c.head_dim);
     const float base_scale = rules.alpha == 0 ? 1.0f
                              : rules.rslora   ? rules.alpha / std::sqrt(static_cast<float>(r))
                                               : rules.alpha / static_cast<float>(r);
@@ -299,7 +316,7 @@ std::string lora_mismatch(const LoraAdapter& ad, const ModelConfig& c) {
   for (const auto& layer : ad.layers)
     for (int t = 0; t < kNumLoraTargets; ++t) {
       const auto [in, out] = lora_projection_dims(c, static_cast<LoraTarget>(t));
-      if (layer[t].targeted() && (layer[t].a.cols != in || layer[t].b.rows != out))
+      if (layer[t].targeted() && (layer[t].a.cols != in || layer[t].b.cols != out))
         return fmt::format("the LoRA '{}' was loaded for a model of another shape ({})", ad.name, kGgufNames[t]);
     }
   return {};
@@ -351,14 +368,23 @@ void LoraRunner::apply(int64_t layer, LoraTarget target, const float* x, int64_t
     }
     const int64_t r = w.a.rows;
     grow(xa_, g.count * r);
-    grow(yb_, g.count * out);
-    matmul(xs, g.count, w.a, xa_.data());          // xa = x Aᵀ  [n, r]
-    matmul(xa_.data(), g.count, w.b, yb_.data());  // yb = xa Bᵀ [n, out]
-    for (int64_t i = 0; i < g.count; ++i) {        // y += s · yb, scattered back to the tokens' rows
-      float* yr = y + static_cast<int64_t>(rows[i]) * out;
-      const float* br = &yb_[i * out];
-      for (int64_t j = 0; j < out; ++j) yr[j] += w.scale * br[j];
-    }
+    matmul(xs, g.count, w.a, xa_.data());  // xa = x Aᵀ [n, r]
+    for (int64_t i = 0; i < g.count * r; ++i) xa_[i] *= w.scale;
+    // y[row] += Σ_k xa[k] · Bᵀ[k] for each token of the group, in column chunks across the threads
+    const auto* bt = reinterpret_cast<const float*>(w.b.data);
+    constexpr int64_t kChunk = 512;
+    const int64_t n_chunks = (out + kChunk - 1) / kChunk;
+    cpu_detail::split(n_chunks, g.count * r * out, [&](int64_t c0, int64_t c1) {
+      const int64_t j0 = c0 * kChunk, j1 = std::min(out, c1 * kChunk);
+      for (int64_t i = 0; i < g.count; ++i) {
+        float* yr = y + static_cast<int64_t>(rows[i]) * out;
+        for (int64_t k = 0; k < r; ++k) {
+          const float c = xa_[i * r + k];
+          const float* bk = bt + k * out;
+          for (int64_t j = j0; j < j1; ++j) yr[j] += c * bk[j];
+        }
+      }
+    });
   }
 }
 

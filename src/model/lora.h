@@ -32,8 +32,10 @@ const char* lora_target_hf_name(LoraTarget t);    // "self_attn.q_proj", ..., "m
 std::pair<int64_t, int64_t> lora_projection_dims(const ModelConfig& c, LoraTarget t);
 
 struct LoraWeight {
-  WeightMatrix a;   // [r, in] (r rows of `in` columns); a.data == nullptr: this projection is not targeted
-  WeightMatrix b;   // [out, r]
+  WeightMatrix a;  // [r, in] (r rows of `in` columns); a.data == nullptr: this projection is not targeted
+  // Bᵀ [r, out] in F32 (row k = column k of B): B (A x) is added as Σ_k (A x)_k · row k, vector-wide over out
+  // (B's own rows are only r long, too short for a dot product kernel).
+  WeightMatrix b;
   float scale = 0;  // s = α / r (or α / √r) × the user's scale
   bool targeted() const { return a.data != nullptr; }
 };

@@ -11,17 +11,18 @@
 namespace kvik {
 namespace {
 
-// w [out, in] += s · B A, with A [r, in] and B [out, r] (F32 sums, r terms per element).
+// w [out, in] += s · B A, with A [r, in] and B [out, r] (LoraWeight::b holds Bᵀ [r, out] in F32; F32 sums, r terms
+// per element).
 void add_product(float* w, const LoraWeight& lw) {
-  const int64_t r = lw.a.rows, in = lw.a.cols, out = lw.b.rows;
-  std::vector<float> a(static_cast<size_t>(r * in)), b(static_cast<size_t>(out * r));
+  const int64_t r = lw.a.rows, in = lw.a.cols, out = lw.b.cols;
+  std::vector<float> a(static_cast<size_t>(r * in));
   dequantize_rows(lw.a.dtype, lw.a.data, a.data(), r, in);
-  dequantize_rows(lw.b.dtype, lw.b.data, b.data(), out, r);
+  const auto* bt = reinterpret_cast<const float*>(lw.b.data);
   std::vector<float> row(static_cast<size_t>(in));
   for (int64_t o = 0; o < out; ++o) {
     std::fill(row.begin(), row.end(), 0.0f);
     for (int64_t k = 0; k < r; ++k) {
-      const float bk = b[o * r + k];
+      const float bk = bt[k * out + o];
       const float* ak = &a[k * in];
       for (int64_t i = 0; i < in; ++i) row[i] += bk * ak[i];
     }
