@@ -3,6 +3,7 @@
 // engine: a batch mixing the base model and four adapters equal to each request alone, prefix-cache keys per adapter,
 // --max-loras.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -35,10 +36,14 @@ namespace {
 
 const std::string kStories = KVIK_SHARED_DIR "/models/stories260K.gguf";
 
-std::string tmp(const std::string& name) { return ::testing::TempDir() + "kvik_lora_" + name; }
+// Per process: ctest -j runs each test case as its own process, and they must not write each other's files.
+std::string tmp(const std::string& name) {
+  return ::testing::TempDir() + "kvik_lora_" + std::to_string(::getpid()) + "_" + name;
+}
 
 std::string synth_gqa_path() {
-  static const std::string path = test_models::write_synth_gqa("kvik_lora_gqa.gguf", 11);
+  static const std::string path =
+      test_models::write_synth_gqa("kvik_lora_gqa_" + std::to_string(::getpid()) + ".gguf", 11);
   return path;
 }
 
@@ -523,7 +528,7 @@ TEST(LoraCli, SynthMergeAndGenerateCommands) {
   ASSERT_EQ(r.code, 0) << r.out;
   SynthLoraOptions o;
   std::filesystem::create_directories(tmp("cli_ref"));
-  o.out = tmp("cli_ref") + "/kvik_lora_cli.gguf";  // the same file name: general.name is the file's
+  o.out = tmp("cli_ref") + "/" + std::filesystem::path(gguf).filename().string();  // general.name is the file's
   o.seed = 9, o.rank = 4, o.targets = parse_lora_targets("q,v,down");
   synth_lora(o, LlamaModel::load(kStories, LoadOptions{false})->config());
   EXPECT_TRUE(read_bytes(gguf) == read_bytes(o.out)) << "synth-lora and synth_lora wrote different files";
