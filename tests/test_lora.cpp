@@ -41,9 +41,21 @@ std::string tmp(const std::string& name) {
   return ::testing::TempDir() + "kvik_lora_" + std::to_string(::getpid()) + "_" + name;
 }
 
+// Removes this process's temp files when the tests are done.
+class RemoveTempFiles : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    const std::string prefix = "kvik_lora_" + std::to_string(::getpid()) + "_";
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(::testing::TempDir(), ec))
+      if (e.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove_all(e.path(), ec);
+  }
+};
+const auto* const kRemoveTempFiles = ::testing::AddGlobalTestEnvironment(new RemoveTempFiles);
+
 std::string synth_gqa_path() {
   static const std::string path =
-      test_models::write_synth_gqa("kvik_lora_gqa_" + std::to_string(::getpid()) + ".gguf", 11);
+      test_models::write_synth_gqa("kvik_lora_" + std::to_string(::getpid()) + "_gqa.gguf", 11);
   return path;
 }
 
