@@ -90,8 +90,8 @@ class LoraRunner {
     bool contiguous;  // rows_[first..] are first_row, first_row + 1, ...: no gather needed
   };
   std::vector<Group> groups_;
-  std::vector<int32_t> rows_;  // token rows, grouped
-  std::vector<float> xg_, xa_, yb_;
+  std::vector<int32_t> rows_;   // token rows, grouped
+  std::vector<float> xg_, xa_;  // gathered inputs [n, in], x·Aᵀ [n, r]
 };
 
 }  // namespace kvik
