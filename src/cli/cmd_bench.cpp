@@ -21,6 +21,7 @@ struct BenchOpts {
   BenchLoadOptions load;
   bool json = false, bandwidth = true;
   EngineFlags engine;
+  std::vector<std::string> loras;  // --lora PATH ...: requests spread over them round-robin
 };
 
 // The run's figures as one JSON object; `bandwidth` (GB/s, 0 = not measured) gives the batch-1 decode roofline:
@@ -83,11 +84,14 @@ int run(const BenchOpts& o) {
   validate_bench_options(o.load);
   EngineConfig cfg = o.engine.resolve();
   auto model = load_model(o.model, cfg);
+  BenchLoadOptions load = o.load;
+  for (const std::string& p : o.loras) load.loras.push_back(load_lora_adapter(p, model->config()));
+  cfg.max_loras = std::max<int64_t>(1, static_cast<int64_t>(load.loras.size()));  // all adapters in one step
   EngineCore engine(*model, cfg, {});  // no EOS: every request produces exactly --output-len tokens
   // The bandwidth of this (often shared) machine drifts; the probe runs before and after the load and the higher
   // figure counts, so the roofline fraction errs on the low side.
   const double bandwidth_before = o.bandwidth ? measure_memory_bandwidth_gbs() : 0.0;
-  const BenchLoadResult r = run_bench_load(engine, model->config().vocab_size, o.load);
+  const BenchLoadResult r = run_bench_load(engine, model->config().vocab_size, load);
   const double bandwidth = o.bandwidth ? std::max(bandwidth_before, measure_memory_bandwidth_gbs()) : 0.0;
   const nlohmann::json j = report(o, r, *model, bandwidth);
   if (o.json)
@@ -113,6 +117,8 @@ Run add_bench(CLI::App& app) {
   c->add_option("--shared-prefix-len", l.shared_prefix_len, "Leading prompt tokens shared by every request")
       ->capture_default_str();
   c->add_option("--seed", l.seed, "Seed for prompts and arrivals")->capture_default_str();
+  c->add_option("--lora", o->loras, "LoRA adapters (PEFT directory or GGUF) the requests spread over round-robin")
+      ->expected(1, -1);
   c->add_flag("--json", o->json, "Print one JSON object");
   c->add_flag("!--no-bandwidth", o->bandwidth, "Skip the memory-bandwidth test (and the decode roofline)");
   add_engine_flags(c, o->engine);

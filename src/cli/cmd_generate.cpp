@@ -114,6 +114,8 @@ struct GenerateOpts {
   std::string model, prompt, prompts_file;
   std::vector<std::string> steer, ablate;
   SamplingParams params;
+  std::string lora;  // --lora PATH
+  float lora_scale = 1.0f;
   bool json = false;
   EngineFlags engine;
 };
@@ -192,6 +194,12 @@ int run(const GenerateOpts& o) {
   auto tok = load_tokenizer(model->path());
   if (auto iv = interventions_from_flags(o.steer, o.ablate, model->config()))
     for (Job& j : jobs) j.params.interventions = iv;
+  if (!o.lora.empty()) {  // one adapter for every prompt (llama.cpp's --lora / --lora-scaled)
+    LoraLoadOptions lo;
+    lo.scale = o.lora_scale;
+    const auto lora = load_lora_adapter(o.lora, model->config(), lo);
+    for (Job& j : jobs) j.params.lora = lora;
+  }
   EngineCore engine(*model, cfg, tok->end_of_generation_ids());
   for (size_t i = 0; i < jobs.size(); ++i) {
     Job& j = jobs[i];
@@ -230,6 +238,8 @@ Run add_generate(CLI::App& app) {
   c->add_option("--ablate", o->ablate,
                 "Ablate: DIR.json[:LAYERS] removes r from the stream (default: every "
                 "layer); repeatable");
+  c->add_option("--lora", o->lora, "LoRA adapter for every prompt: a PEFT directory or a GGUF LoRA file");
+  c->add_option("--lora-scale", o->lora_scale, "Multiplier on the adapter's alpha / r")->capture_default_str();
   c->add_flag("--json", o->json, "Print one JSON object with ids, text, finish_reason and timings");
   add_engine_flags(c, o->engine);
   return [o]() { return run(*o); };

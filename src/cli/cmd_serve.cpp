@@ -121,6 +121,12 @@ struct ServeOpts {
   std::string chat_template;  // --chat-template FILE: its text
   std::string chat_template_file;
   std::string generation_config = "auto";
+  struct {
+    bool enable = false;               // --enable-lora
+    std::vector<std::string> modules;  // --lora-modules name=path ...
+    int64_t max_loras = 1;             // --max-loras
+    int64_t max_rank = 16;             // --max-lora-rank
+  } lora;
 };
 
 // Loads the model and runs the engine behind `http` until the listener returns (after stop()); a watchdog
@@ -133,9 +139,21 @@ void serve_model(const ServeOpts& o, server::HttpServer& http, std::atomic<bool>
   auto tok = load_tokenizer(model->path());  // GGUF file or Hugging Face directory
   if (!o.chat_template.empty()) tok->set_chat_template(o.chat_template);
   const server::DirectionRegistry directions = load_directions(o.directions, model->config());
-  EngineCore core(*model, cfg, tok->end_of_generation_ids());
+  std::unique_ptr<server::LoraRegistry> loras;
+  if (o.lora.enable) {
+    loras = std::make_unique<server::LoraRegistry>(model->config(), o.lora.max_rank, o.server.served_model_name);
+    for (const std::string& spec : o.lora.modules) {
+      const auto [name, path] = server::parse_lora_module(spec);
+      if (auto err = loras->load(name, path)) fail("--lora-modules {}: {}", spec, err->message);
+      log_info("LoRA adapter '{}' loaded from {}", name, path);
+    }
+  }
+  EngineConfig ecfg = cfg;
+  ecfg.max_loras = o.lora.max_loras;
+  EngineCore core(*model, ecfg, tok->end_of_generation_ids());
   core.enable_structured_output(structured::VocabTrie::token_bytes_of(*tok));  // response_format, guided_*
   server::ServerMetrics metrics(o.server.served_model_name);
+  if (o.lora.enable) metrics.enable_lora_info(o.lora.max_loras);
   auto engine = std::make_unique<AsyncEngine>(
       core, [&metrics](const EngineCore& c, const std::vector<RequestOutput>& outs) { metrics.on_step(c, outs); });
   server::ModelContext ctx;
@@ -144,6 +162,7 @@ void serve_model(const ServeOpts& o, server::HttpServer& http, std::atomic<bool>
   ctx.metrics = &metrics;
   ctx.max_model_len = core.config().max_model_len;
   ctx.directions = &directions;
+  ctx.loras = loras.get();
   http.set_ready(ctx);
   log_info("Model {} ready as '{}' (max_model_len {})", o.model, o.server.served_model_name, ctx.max_model_len);
 
@@ -170,6 +189,7 @@ int run(ServeOpts& o) {
   if (o.model.empty()) o.model = default_model_path();
   if (o.server.served_model_name.empty()) o.server.served_model_name = std::filesystem::path(o.model).stem().string();
   if (!o.chat_template_file.empty()) o.chat_template = read_text_file(o.chat_template_file);
+  if (!o.lora.modules.empty() && !o.lora.enable) fail("--lora-modules needs --enable-lora");
   o.server.generation_defaults = server::load_generation_defaults(o.generation_config, o.model);
   if (!o.server.generation_defaults.empty())
     log_info("Default sampling parameters from generation_config.json: {}",
@@ -240,6 +260,16 @@ Run add_serve(CLI::App& app) {
   add_http_flags(c, o->server);
   c->add_option("--direction", o->directions,
                 "Register a direction for requests' \"interventions\": NAME=FILE (kvik direction's JSON); repeatable");
+  c->add_flag("--enable-lora", o->lora.enable, "Serve LoRA adapters: a request's \"model\" selects one by name");
+  c->add_option("--lora-modules", o->lora.modules,
+                "Adapters to load at start: name=path (PEFT directory or GGUF LoRA) ...")
+      ->expected(1, -1);
+  c->add_option("--max-loras", o->lora.max_loras, "Most distinct adapters in one step (the base model needs no slot)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  c->add_option("--max-lora-rank", o->lora.max_rank, "Largest LoRA rank accepted")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   add_engine_flags(c, o->engine);
   return [o]() { return run(*o); };
 }

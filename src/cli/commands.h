@@ -38,5 +38,7 @@ Run add_lens(CLI::App& app);
 Run add_direction(CLI::App& app);
 Run add_trace(CLI::App& app);
 Run add_bake_ablation(CLI::App& app);
+Run add_merge_lora(CLI::App& app);
+Run add_synth_lora(CLI::App& app);
 
 }  // namespace kvik::cli

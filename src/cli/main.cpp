@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
   runs["direction"] = kvik::cli::add_direction(app);
   runs["trace"] = kvik::cli::add_trace(app);
   runs["bake-ablation"] = kvik::cli::add_bake_ablation(app);
+  runs["merge-lora"] = kvik::cli::add_merge_lora(app);
+  runs["synth-lora"] = kvik::cli::add_synth_lora(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

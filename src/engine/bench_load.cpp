@@ -104,6 +104,7 @@ BenchLoadResult run_bench_load(EngineCore& engine, int64_t vocab_size, const Ben
   const int32_t limit = o.concurrency > 0 ? o.concurrency : o.num_prompts;
   while (s.done < o.num_prompts) {
     while (s.next < o.num_prompts && w.arrival_s[s.next] <= s.elapsed() && s.in_flight < limit) {
+      if (!o.loras.empty()) sp.lora = o.loras[s.next % o.loras.size()];
       if (auto err = engine.add_request(std::to_string(s.next), w.prompts[s.next], sp)) fail("{}", err->message);
       s.sent[s.next] = s.elapsed();
       ++s.next, ++s.in_flight;

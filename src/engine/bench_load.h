@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/engine_core.h"
@@ -19,6 +20,8 @@ struct BenchLoadOptions {
   double request_rate = 0;        // Poisson arrivals per second, 0 = all at once
   int32_t shared_prefix_len = 0;  // leading prompt tokens (after BOS) every request shares
   uint64_t seed = 0;              // prompts and arrivals
+  // LoRA adapters the requests spread over round-robin (request i: loras[i % size]); empty = the base model only.
+  std::vector<std::shared_ptr<const LoraAdapter>> loras;
 };
 
 struct BenchLoadResult {

@@ -101,6 +101,7 @@ EngineCore::EngineCore(LlamaModel& model, const EngineConfig& config, std::vecto
   sc.max_num_seqs = config_.max_num_seqs;
   sc.max_num_batched_tokens = config_.max_num_batched_tokens;
   sc.long_prefill_token_threshold = config_.long_prefill_token_threshold;
+  sc.max_loras = config_.max_loras;
   scheduler_ = std::make_unique<Scheduler>(sc, *kv_);
   const int64_t k = config_.speculative.enabled() ? config_.speculative.num_speculative_tokens : 0;
   const int64_t max_logits_rows = std::min(config_.max_num_seqs * (1 + k), config_.max_num_batched_tokens);
@@ -145,6 +146,9 @@ std::optional<ValidationError> EngineCore::validate(const std::vector<int32_t>& 
                                                             "model has d = {} and layers 0..{}",
                                                             iv.direction->size(), iv.layers.back(), model_.config().dim,
                                                             model_.config().n_layers)};
+  if (params.lora)
+    if (std::string why = lora_mismatch(*params.lora, model_.config()); !why.empty())
+      return ValidationError{"model", why};
   if (static_cast<int64_t>(prompt_ids.size()) >= config_.max_model_len)
     return ValidationError{"prompt", fmt::format("the prompt has {} tokens, but max_model_len is {}: no room to "
                                                  "generate",

@@ -42,6 +42,9 @@ struct EngineConfig {
   int32_t num_threads = 0;        // compute threads (the kernels' process-wide pool); 0 = leave it as is
   bool repack_weights = true;     // load_model(): LoadOptions::repack_weights
   SpeculativeConfig speculative;  // --speculative-config (engine/spec_decode.h); off by default
+  // Most distinct LoRA adapters in one step (--max-loras; vLLM's default 1). Requests select an adapter through
+  // SamplingParams::lora; the base model needs no slot.
+  int64_t max_loras = 1;
 };
 
 // Applies config.num_threads to the kernels' thread pool and loads the model with config's load options

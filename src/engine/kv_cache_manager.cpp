@@ -25,10 +25,15 @@ void KVCacheManager::free_out_of_window(const Request& req, BlockTable& table) {
 }
 
 void KVCacheManager::update_block_hashes(Request& req) const {
-  // A request's interventions change its KV: their key goes into every block hash (never shared with plain KV).
+  // What changes a request's KV beyond its tokens goes into every block hash (vLLM's extra keys): its
+  // interventions and its LoRA adapter. KV computed under one is never shared with another, or with plain KV.
   const auto& iv = req.sampling_params.interventions;
-  const int64_t key[1] = {iv ? static_cast<int64_t>(iv->cache_key) : 0};
-  extend_block_hashes(req.block_hashes, req.all_token_ids, block_size_, std::span<const int64_t>(key, iv ? 1 : 0));
+  const auto& lora = req.sampling_params.lora;
+  int64_t keys[3];
+  size_t n = 0;
+  if (iv) keys[n++] = static_cast<int64_t>(iv->cache_key);
+  if (lora) keys[n++] = -1, keys[n++] = static_cast<int64_t>(lora->id);  // -1 marks the adapter key
+  extend_block_hashes(req.block_hashes, req.all_token_ids, block_size_, std::span<const int64_t>(keys, n));
 }
 
 KVCacheBlocks KVCacheManager::get_computed_blocks(Request& req, int64_t* num_computed_tokens) {

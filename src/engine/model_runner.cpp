@@ -13,6 +13,7 @@ ModelRunner::ModelRunner(LlamaModel& model, KvCacheTensors& cache, int64_t max_n
   positions_.resize(max_num_batched_tokens);
   slot_mapping_.resize(max_num_batched_tokens);
   interventions_.resize(max_num_batched_tokens);
+  loras_.resize(max_num_batched_tokens);
   query_start_loc_.resize(max_num_seqs + 1);
   seq_lens_.resize(max_num_seqs);
   block_tables_.resize(max_num_seqs * max_blocks_per_seq_);
@@ -30,6 +31,7 @@ const float* ModelRunner::execute(const SchedulerOutput& out, const KVCacheManag
     fail("internal: step of {} tokens / {} requests exceeds the runner's buffers", out.total_num_scheduled_tokens, R);
   int64_t t = 0, num_rows = 0;
   bool any_interventions = false;
+  bool any_lora = false;
   query_start_loc_[0] = 0;
   for (int64_t r = 0; r < R; ++r) {
     Request& req = *out.scheduled[r].request;
@@ -45,6 +47,9 @@ const float* ModelRunner::execute(const SchedulerOutput& out, const KVCacheManag
     const InterventionList* iv = req.sampling_params.interventions.get();
     any_interventions |= iv != nullptr;
     std::fill_n(interventions_.begin() + t, n, iv);
+    const LoraAdapter* lora = req.sampling_params.lora.get();
+    any_lora |= lora != nullptr;
+    std::fill_n(loras_.begin() + t, n, lora);
     for (int64_t i = 0; i < n; ++i, ++t) {
       const int64_t pos = req.num_computed_tokens + i;
       token_ids_[t] = pos < req.num_tokens() ? req.all_token_ids[pos] : req.spec_token_ids[pos - req.num_tokens()];
@@ -73,6 +78,7 @@ const float* ModelRunner::execute(const SchedulerOutput& out, const KVCacheManag
   b.max_blocks_per_seq = static_cast<int32_t>(max_blocks_per_seq_);
   b.logits_indices = {logits_indices_.data(), static_cast<size_t>(num_rows)};
   if (any_interventions) b.interventions = {interventions_.data(), static_cast<size_t>(t)};
+  if (any_lora) b.loras = {loras_.data(), static_cast<size_t>(t)};
   model_.forward(b, cache_, logits_.data());
   return logits_.data();
 }

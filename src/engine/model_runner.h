@@ -41,6 +41,7 @@ class ModelRunner {
   std::vector<int32_t> token_ids_, positions_, query_start_loc_, seq_lens_, block_tables_, logits_indices_;
   std::vector<int64_t> slot_mapping_;
   std::vector<const InterventionList*> interventions_;  // per token; passed on only when a request has any
+  std::vector<const LoraAdapter*> loras_;               // per token; passed on only when a request has one
   std::vector<float> logits_;
 };
 

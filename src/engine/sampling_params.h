@@ -9,6 +9,7 @@
 
 #include "engine/structured/structured_output_spec.h"
 #include "model/intervention.h"
+#include "model/lora.h"
 
 namespace kvik {
 
@@ -54,6 +55,10 @@ struct SamplingParams {
   // Steering / ablation of the residual stream for this request only (model/intervention.h; build with
   // make_interventions). Its cache key goes into every block hash: steered KV is never shared with plain KV.
   std::shared_ptr<const InterventionList> interventions;
+  // The LoRA adapter this request runs under (vLLM's LoRARequest; model/lora.h), or null for the base model. Its id
+  // goes into every block hash: KV computed under one adapter is never served to another. Holding it keeps the
+  // adapter alive after an unload until the request finishes.
+  std::shared_ptr<const LoraAdapter> lora;
 
   bool has_penalties() const {
     return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;

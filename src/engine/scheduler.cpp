@@ -147,13 +147,28 @@ void Scheduler::schedule_running_requests(StepBuilder& st) {
 // Waiting requests, in order, while budget, sequence slots and blocks last (none if this step preempted).
 // An n > 1 request takes n sequence slots (what it forks into), and unless it would run alone it is admitted
 // only when n - 1 blocks stay free beyond its prompt's: the first decode after the fork needs a copy-on-write
-// (or new) block per extra sequence.
+// (or new) block per extra sequence. A request whose LoRA adapter would be one more than max_loras in the step
+// waits (others behind it may go first), as vLLM skips it.
 void Scheduler::admit_waiting(StepBuilder& st) {
   int64_t num_seqs = 0;
-  for (const Request* r : running_) num_seqs += r->num_seqs();
-  while (st.out.preempted_ids.empty() && st.budget > 0 && !waiting_.empty() &&
-         num_seqs + waiting_.front()->num_seqs() <= config_.max_num_seqs) {
-    Request* req = waiting_.front();
+  std::vector<uint64_t> loras;  // distinct adapters running (0 = the base model, which needs no slot)
+  const auto lora_id = [](const Request* r) { return r->sampling_params.lora ? r->sampling_params.lora->id : 0; };
+  const auto lora_fits = [&](uint64_t id) {
+    return id == 0 || config_.max_loras <= 0 || std::find(loras.begin(), loras.end(), id) != loras.end() ||
+           static_cast<int64_t>(loras.size()) < config_.max_loras;
+  };
+  const auto add_lora = [&](uint64_t id) {
+    if (id != 0 && std::find(loras.begin(), loras.end(), id) == loras.end()) loras.push_back(id);
+  };
+  for (const Request* r : running_) num_seqs += r->num_seqs(), add_lora(lora_id(r));
+  auto it = waiting_.begin();
+  while (st.out.preempted_ids.empty() && st.budget > 0 && it != waiting_.end() &&
+         num_seqs + (*it)->num_seqs() <= config_.max_num_seqs) {
+    Request* req = *it;
+    if (!lora_fits(lora_id(req))) {
+      ++it;
+      continue;
+    }
     int64_t num_cached = 0;
     KVCacheBlocks hit = kv_.get_computed_blocks(*req, &num_cached);
     const int64_t num_new = std::min(req->num_tokens() - num_cached, chunk_limit(st.budget));
@@ -161,7 +176,8 @@ void Scheduler::admit_waiting(StepBuilder& st) {
     const int64_t reserve = running_.empty() ? 0 : req->num_seqs() - 1;
     if (!kv_.allocate_slots(*req, num_new, &hit, reserve)) break;
     num_seqs += req->num_seqs();
-    waiting_.pop_front();
+    add_lora(lora_id(req));
+    it = waiting_.erase(it);
     req->num_computed_tokens = num_cached;
     if (kv_.pool().enable_caching()) kv_.record_prefix_lookup(req->num_tokens(), num_cached);
     if (req->stats.num_preemptions == 0) req->stats.num_cached_tokens = num_cached;

@@ -23,6 +23,8 @@ struct SchedulerConfig {
   // Longest chunk of one prompt per step (0 = the token budget): smaller chunks interleave prefills with
   // decodes more finely.
   int64_t long_prefill_token_threshold = 0;
+  // Most distinct LoRA adapters in one step (vLLM's --max-loras; the base model needs no slot); 0 = no limit.
+  int64_t max_loras = 0;
 };
 
 struct ScheduledRequest {

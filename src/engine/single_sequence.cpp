@@ -42,6 +42,11 @@ std::vector<float> SingleSequence::append(std::span<const int32_t> tokens, int64
     b.interventions = per_token;
   }
   b.observe = observe_;
+  std::vector<const LoraAdapter*> loras;
+  if (lora_) {
+    loras.assign(static_cast<size_t>(T), lora_.get());
+    b.loras = loras;
+  }
   std::vector<float> logits(static_cast<size_t>(n_logits * model_.config().vocab_size));
   model_.forward(b, cache_, logits.data());
   length_ += T;

@@ -31,6 +31,8 @@ class SingleSequence {
   // stream (ForwardBatch::observe) for the steps that follow.
   void set_interventions(std::shared_ptr<const InterventionList> iv) { interventions_ = std::move(iv); }
   void set_observer(std::function<void(int32_t layer, const float* x, int64_t T)> f) { observe_ = std::move(f); }
+  // The LoRA adapter every token appended from now on runs under (nullptr = the base model).
+  void set_lora(std::shared_ptr<const LoraAdapter> lora) { lora_ = std::move(lora); }
 
  private:
   LlamaModel& model_;
@@ -39,6 +41,7 @@ class SingleSequence {
   KvCacheTensors cache_;
   std::vector<int32_t> block_table_;
   std::shared_ptr<const InterventionList> interventions_;
+  std::shared_ptr<const LoraAdapter> lora_;
   std::function<void(int32_t, const float*, int64_t)> observe_;
 };
 

@@ -320,6 +320,7 @@ void LlamaModel::forward(const ForwardBatch& b, KvCacheTensors& cache, float* lo
   const int64_t T = static_cast<int64_t>(b.token_ids.size());
   if (T == 0) return;
   ws_.reserve(c, T);
+  lora_.begin(b.loras);  // groups the tokens by adapter; inactive (no work below) without any
 
   // Embedding lookup: x [T, d]
   for (int64_t t = 0; t < T; ++t) {
@@ -361,6 +362,11 @@ void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensor
   rmsnorm(ws_.x.data(), w.attn_norm, ws_.xn.data(), T, c.dim, c.rms_eps);  // xn [T, d]
   // q [T, n_h, d_h], k and v [T, n_kv, d_h]
   matmul(ws_.xn.data(), T, {{&w.wq, ws_.q.data()}, {&w.wk, ws_.k.data()}, {&w.wv, ws_.v.data()}});
+  if (lora_.active()) {  // q, k, v += s · B (A xn) per adapter group
+    lora_.apply(l, LoraTarget::kQ, ws_.xn.data(), c.dim, ws_.q.data(), c.q_dim());
+    lora_.apply(l, LoraTarget::kK, ws_.xn.data(), c.dim, ws_.k.data(), c.kv_dim());
+    lora_.apply(l, LoraTarget::kV, ws_.xn.data(), c.dim, ws_.v.data(), c.kv_dim());
+  }
   if (w.bq) {  // q += b_q, k += b_k, v += b_v (Qwen2)
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t i = 0; i < c.q_dim(); ++i) ws_.q[t * c.q_dim() + i] += w.bq[i];
@@ -402,6 +408,7 @@ void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensor
   paged_attention(a);
 
   matmul(ws_.attn.data(), T, w.wo, ws_.proj.data());  // [T, d]
+  if (lora_.active()) lora_.apply(l, LoraTarget::kO, ws_.attn.data(), c.q_dim(), ws_.proj.data(), c.dim);
   for (int64_t i = 0; i < T * c.dim; ++i) ws_.x[i] += ws_.proj[i];
   if (!b.interventions.empty()) stream_written(b, static_cast<int32_t>(l + 1), false, T);
 }
@@ -417,8 +424,13 @@ void LlamaModel::mlp_block(int64_t l, const ForwardBatch& b, int64_t T) {
     return;
   }
   matmul(ws_.xn.data(), T, {{&w.w_gate, ws_.gate.data()}, {&w.w_up, ws_.up.data()}});  // gate, up [T, d_ff]
-  silu_mul(ws_.gate.data(), ws_.up.data(), T * c.ff_dim);                              // silu(gate) · up
-  matmul(ws_.gate.data(), T, w.w_down, ws_.proj.data());                               // [T, d]
+  if (lora_.active()) {
+    lora_.apply(l, LoraTarget::kGate, ws_.xn.data(), c.dim, ws_.gate.data(), c.ff_dim);
+    lora_.apply(l, LoraTarget::kUp, ws_.xn.data(), c.dim, ws_.up.data(), c.ff_dim);
+  }
+  silu_mul(ws_.gate.data(), ws_.up.data(), T * c.ff_dim);  // silu(gate) · up
+  matmul(ws_.gate.data(), T, w.w_down, ws_.proj.data());   // [T, d]
+  if (lora_.active()) lora_.apply(l, LoraTarget::kDown, ws_.gate.data(), c.ff_dim, ws_.proj.data(), c.dim);
   for (int64_t i = 0; i < T * c.dim; ++i) ws_.x[i] += ws_.proj[i];
   stream_written(b, static_cast<int32_t>(l + 1), true, T);
 }

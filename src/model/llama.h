@@ -13,6 +13,7 @@
 #include "kernels/cpu/packed.h"
 #include "model/intervention.h"
 #include "model/kv_cache.h"
+#include "model/lora.h"
 #include "model/model_config.h"
 #include "model/moe.h"
 #include "tensor/tensor.h"
@@ -35,6 +36,9 @@ struct ForwardBatch {
   // Called with the residual stream x [T, d] at every stream layer (0 = after the embedding, ℓ = after block
   // ℓ−1), after interventions: the logit lens, direction finding and trace read the stream through it.
   std::function<void(int32_t layer, const float* x, int64_t T)> observe;
+  // LoRA adapters (model/lora.h), per token: its request's adapter or nullptr (the base model). Empty when no token
+  // of the batch has one: the forward pass then does no extra work.
+  std::span<const LoraAdapter* const> loras;  // [T] or empty
 };
 
 struct LayerWeights {
@@ -130,6 +134,7 @@ class LlamaModel {
   std::vector<LayerWeights> layers_;
   Workspace ws_;
   MoeWorkspace moe_ws_;
+  LoraRunner lora_;  // the step's tokens grouped by adapter
 };
 
 }  // namespace kvik

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 namespace kvik::server {
 
@@ -69,8 +70,31 @@ ServerMetrics::ServerMetrics(std::string model_name)
       request_decode_time_(kRequestBuckets),
       request_success_{{"stop", 0}, {"length", 0}, {"abort", 0}} {}
 
+void ServerMetrics::enable_lora_info(int64_t max_loras) {
+  std::lock_guard<std::mutex> lock(mu_);
+  max_loras_ = max_loras;
+}
+
+namespace {
+// The distinct adapter names of `requests`, sorted, comma-separated.
+template <typename Range>
+std::string adapter_names(const Range& requests) {
+  std::set<std::string> names;
+  for (const Request* r : requests)
+    if (r->sampling_params.lora) names.insert(r->sampling_params.lora->name);
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ",") + n;
+  return s;
+}
+}  // namespace
+
 void ServerMetrics::on_step(const EngineCore& core, const std::vector<RequestOutput>& outputs) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (max_loras_ >= 0) {
+    running_loras_ = adapter_names(core.scheduler().running());
+    waiting_loras_ = adapter_names(core.scheduler().waiting());
+    lora_info_time_ = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  }
   num_requests_running_ = core.scheduler().num_running();
   num_requests_waiting_ = core.scheduler().num_waiting();
   kv_cache_usage_perc_ = core.kv_cache_manager().usage();
@@ -142,6 +166,14 @@ std::string ServerMetrics::render() const {
     for (size_t i = 0; i < spec_decode_.accepted_per_pos.size(); ++i)
       out += fmt::format("kvik:spec_decode_num_accepted_tokens_per_pos_total{{{},position=\"{}\"}} {}\n", labels_, i,
                          spec_decode_.accepted_per_pos[i]);
+  }
+  if (max_loras_ >= 0) {
+    header(out, "kvik:lora_requests_info", "gauge",
+           "Running and waiting LoRA adapters (the value: when they were taken).");
+    out += fmt::format(
+        "kvik:lora_requests_info{{{},max_lora=\"{}\",running_lora_adapters=\"{}\",waiting_lora_adapters=\"{}\"}} {}\n",
+        labels_, max_loras_, escape_label_value(running_loras_), escape_label_value(waiting_loras_),
+        format_value(lora_info_time_));
   }
   header(out, "kvik:request_success_total", "counter", "Finished requests by finish reason.");
   for (const auto& [reason, n] : request_success_)

@@ -34,6 +34,8 @@ class ServerMetrics {
   // Engine thread, after each step.
   void on_step(const EngineCore& core, const std::vector<RequestOutput>& outputs);
   std::string render() const;
+  // --enable-lora: render kvik:lora_requests_info (vLLM's gauge: the adapters running and waiting, max_lora).
+  void enable_lora_info(int64_t max_loras);
 
  private:
   mutable std::mutex mu_;
@@ -54,6 +56,9 @@ class ServerMetrics {
   int64_t prompt_tokens_ = 0;
   int64_t generation_tokens_ = 0;
   std::map<std::string, int64_t> request_success_;  // by finished_reason
+  int64_t max_loras_ = -1;                          // -1: LoRA off, no lora_requests_info
+  std::string running_loras_, waiting_loras_;       // adapter names, comma-separated
+  double lora_info_time_ = 0;                       // when they were taken (the gauge's value, as vLLM)
 };
 
 // A label value escaped for the text format (backslash, quote, newline).

@@ -236,23 +236,68 @@ HttpReply Router::route(const HttpRequest& req, std::function<void()>& on_engine
     return reply;
   }
   const bool known =
-      (get && path == "/v1/models") || (post && (path == "/v1/completions" || path == "/v1/chat/completions" ||
-                                                 path == "/tokenize" || path == "/detokenize"));
+      (get && path == "/v1/models") ||
+      (post && (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" ||
+                path == "/detokenize" || path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter"));
   if (!known) return error({404, fmt::format("no route for {} {}", req.method, path), "", ""});
   if (!authorized(req, reply) || !is_ready(reply)) return reply;
   if (path == "/v1/models") return models();
   if (path == "/tokenize") return tokenize(req);
   if (path == "/detokenize") return detokenize(req);
+  if (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter")
+    return lora_admin(req, path == "/v1/load_lora_adapter");
   return generate(req, path == "/v1/chat/completions", std::move(on_engine_output));
 }
 
 HttpReply Router::models() const {
+  const auto now = static_cast<int64_t>(std::time(nullptr));
   json model = {{"id", config_.served_model_name},
                 {"object", "model"},
-                {"created", static_cast<int64_t>(std::time(nullptr))},
+                {"created", now},
                 {"owned_by", "kvik"},
+                {"root", nullptr},
+                {"parent", nullptr},
                 {"max_model_len", ctx_.max_model_len}};
-  return json_reply(200, {{"object", "list"}, {"data", json::array({model})}});
+  json data = json::array({model});
+  if (ctx_.loras)
+    for (const auto& a : ctx_.loras->list())
+      data.push_back({{"id", a->name},
+                      {"object", "model"},
+                      {"created", now},
+                      {"owned_by", "kvik"},
+                      {"root", a->path},
+                      {"parent", config_.served_model_name},
+                      {"max_model_len", ctx_.max_model_len}});
+  return json_reply(200, {{"object", "list"}, {"data", data}});
+}
+
+HttpReply Router::lora_admin(const HttpRequest& req, bool load) {
+  if (!ctx_.loras)
+    return error(ApiError::bad_request("LoRA adapters are off: start the server with --enable-lora", "lora_name"));
+  auto body = parse_body(req.body);
+  if (auto* e = std::get_if<ApiError>(&body)) return error(*e);
+  const json& j = std::get<json>(body);
+  const auto field = [&](const char* key) -> std::variant<std::string, ApiError> {
+    if (!j.contains(key) || !j[key].is_string())
+      return ApiError::bad_request(fmt::format("'{}' is required and must be a string", key), key);
+    return j[key].get<std::string>();
+  };
+  auto name = field("lora_name");
+  if (auto* e = std::get_if<ApiError>(&name)) return error(*e);
+  const std::string& n = std::get<std::string>(name);
+  std::optional<ApiError> err;
+  if (load) {
+    auto path = field("lora_path");
+    if (auto* e = std::get_if<ApiError>(&path)) return error(*e);
+    err = ctx_.loras->load(n, std::get<std::string>(path));
+  } else {
+    err = ctx_.loras->unload(n);
+  }
+  if (err) return error(*err);
+  HttpReply reply;
+  reply.content_type = "text/plain";
+  reply.body = fmt::format("Success: LoRA adapter '{}' {} successfully.", n, load ? "added" : "removed");
+  return reply;
 }
 
 HttpReply Router::tokenize(const HttpRequest& req) {
@@ -326,11 +371,14 @@ HttpReply Router::generate(const HttpRequest& req, bool chat, std::function<void
   auto parsed = parse_generate_request(fields, chat);
   if (auto* e = std::get_if<ApiError>(&parsed)) return error(*e);
   GenerateRequest& r = std::get<GenerateRequest>(parsed);
-  if (!r.model.empty() && r.model != config_.served_model_name)
-    return error(
-        {404,
-         fmt::format("The model `{}` does not exist (this server serves `{}`)", r.model, config_.served_model_name),
-         "model", "NotFoundError"});
+  if (!r.model.empty() && r.model != config_.served_model_name) {
+    r.params.lora = ctx_.loras ? ctx_.loras->find(r.model) : nullptr;  // "model": an adapter's name
+    if (!r.params.lora)
+      return error({404,
+                    fmt::format("The model `{}` does not exist (this server serves `{}`{})", r.model,
+                                config_.served_model_name, ctx_.loras ? " and the LoRA adapters of /v1/models" : ""),
+                    "model", "NotFoundError"});
+  }
   if (r.params.logprobs > config_.max_logprobs)
     return error(ApiError::bad_request(
         fmt::format("at most {} logprobs per token are served (--max-logprobs)", config_.max_logprobs),
@@ -377,7 +425,7 @@ HttpReply Router::generate(const HttpRequest& req, bool chat, std::function<void
   meta.chat = chat;
   meta.id = (chat ? "chatcmpl-" : "cmpl-") + next_request_id();
   meta.created = static_cast<int64_t>(std::time(nullptr));
-  meta.model = config_.served_model_name;
+  meta.model = r.params.lora ? r.model : config_.served_model_name;
   meta.logprobs = r.params.logprobs >= 0;
   meta.output = output;
   HttpReply reply;

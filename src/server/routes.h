@@ -18,6 +18,7 @@
 #include "engine/async_engine.h"
 #include "server/api_error.h"
 #include "server/interventions.h"
+#include "server/lora_registry.h"
 #include "server/metrics.h"
 #include "server/openai_schema.h"
 #include "server/response_stream.h"
@@ -56,6 +57,7 @@ struct ModelContext {
   ServerMetrics* metrics = nullptr;
   int64_t max_model_len = 0;
   const DirectionRegistry* directions = nullptr;  // --direction name=FILE, for "interventions"
+  LoraRegistry* loras = nullptr;                  // --enable-lora: adapters by name; null = LoRA off
 };
 
 struct HttpRequest {
@@ -95,6 +97,8 @@ class Router {
   HttpReply generate(const HttpRequest& req, bool chat, std::function<void()> on_engine_output);
   HttpReply tokenize(const HttpRequest& req);
   HttpReply detokenize(const HttpRequest& req);
+  // POST /v1/load_lora_adapter {"lora_name", "lora_path"} and /v1/unload_lora_adapter {"lora_name"}.
+  HttpReply lora_admin(const HttpRequest& req, bool load);
 
   // Tools of a chat request: the parse format, and the grammar when tool_choice asks for one.
   std::optional<ApiError> apply_tools(const GenerateRequest& r, const nlohmann::ordered_json& tools,
