@@ -626,3 +626,36 @@ TEST(LoraEngine, SpeculativeDecodingUnderAdaptersEqualsPlain) {
 }
 
 }  // namespace
+
+namespace kvik {
+namespace {
+
+// A mixture-of-experts block's MLP is its experts: an adapter with gate/up/down targets is refused by name on such
+// a base, and one with attention targets only loads.
+TEST(Lora, MlpTargetsAreRefusedOnAMixtureOfExpertsBase) {
+  SynthOptions m;
+  m.out_path = ::testing::TempDir() + "kvik_lora_moe_base.gguf";
+  m.arch = "mixtral", m.experts = 4, m.experts_used = 2;
+  m.dim = 64, m.layers = 2, m.heads = 4, m.kv_heads = 2, m.ff = 64, m.vocab = 300;
+  synth_llama_gguf(m);
+  const ModelConfig base = LlamaModel::load(m.out_path, LoadOptions{false})->config();
+  ASSERT_TRUE(base.is_moe());
+  SynthLoraOptions a;
+  a.out = ::testing::TempDir() + "kvik_lora_moe_attn.gguf";
+  a.targets = {LoraTarget::kQ, LoraTarget::kV};
+  synth_lora(a, base);
+  EXPECT_NE(load_lora_adapter(a.out, base), nullptr);
+  a.out = ::testing::TempDir() + "kvik_lora_moe_mlp.gguf";
+  a.targets = {LoraTarget::kQ, LoraTarget::kUp};
+  synth_lora(a, base);
+  try {
+    load_lora_adapter(a.out, base);
+    ADD_FAILURE() << "an MLP adapter loaded on a mixture-of-experts base";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mixture of experts"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ffn_up"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kvik

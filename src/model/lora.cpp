@@ -307,9 +307,10 @@ std::shared_ptr<const LoraAdapter> load_lora_adapter(const std::string& path, co
     for (const auto& layer : ad->layers)
       for (LoraTarget t : {LoraTarget::kGate, LoraTarget::kUp, LoraTarget::kDown})
         if (layer[static_cast<int>(t)].targeted())
-          fail("{}: the LoRA targets {} but the base model is a mixture of experts (LoRA on experts is not supported; "
-               "attention targets q, k, v, o are)",
-               path, lora_target_gguf_name(t));
+          fail(
+              "{}: the LoRA targets {} but the base model is a mixture of experts (LoRA on experts is not supported; "
+              "attention targets q, k, v, o are)",
+              path, lora_target_gguf_name(t));
   static std::atomic<uint64_t> next_id{1};
   ad->id = next_id++;
   ad->path = path;
