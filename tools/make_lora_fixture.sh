@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Re-creates tests/fixtures/ref_lora.json, the llama.cpp reference of tests/test_lora_parity.cpp: GGUF LoRA adapters
 # written by `kvik synth-lora` (their options, byte size and sha256 recorded) applied by llama.cpp (node-llama-cpp,
-# tools/llamacpp_lora_ref.mjs) to stories260K and to a `kvik synth` GQA model; per case a prompt, 32 greedy tokens
+# tools/llamacpp_ref_greedy.mjs --lora) to stories260K and to a `kvik synth` GQA model; per case a prompt, 32 greedy tokens
 # and the top-5 probabilities per step.
 # Usage (from the repository root, after building kvik): tools/make_lora_fixture.sh [KVIK_BINARY]
 # Environment: KVIK_PEER_DIR (default /tmp/kvik-peer), KVIK_SHARED_DIR (default ../shared).
@@ -16,7 +16,7 @@ OUT="$ROOT/tests/fixtures/ref_lora.json"
 N=32
 [[ -x "$KVIK" ]] || { echo "kvik binary not found: $KVIK" >&2; exit 1; }
 [[ -f "$PEER/package.json" ]] || { echo "peer not installed in $PEER (run $SHARED/peer/setup.sh)" >&2; exit 1; }
-cp "$ROOT/tools/llamacpp_lora_ref.mjs" "$PEER/"
+cp "$ROOT/tools/llamacpp_ref_greedy.mjs" "$PEER/"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 
@@ -46,7 +46,7 @@ for spec in "${CASES[@]}"; do
     --targets "$targets" >/dev/null
   sha="$(sha256sum "$lora" | cut -d' ' -f1)"
   size="$(stat -c %s "$lora")"
-  (cd "$PEER" && node llamacpp_lora_ref.mjs "$model" "$lora" "$scale" "$prompt" "$N" 5) > "$TMP/c$i.raw.json"
+  (cd "$PEER" && node llamacpp_ref_greedy.mjs --lora "$lora" "$scale" "$model" "$prompt" "$N" 5) > "$TMP/c$i.raw.json"
   node -e '
     const fs = require("fs");
     const [raw, name, base, seed, rank, type, bstd, targets, scale, size, sha, gqa] = process.argv.slice(1);
