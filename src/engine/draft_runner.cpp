@@ -13,14 +13,7 @@ DraftRunner::DraftRunner(LlamaModel& draft, KvCacheTensors& cache, int64_t max_n
     : model_(draft),
       cache_(cache),
       max_tokens_(std::max(max_num_batched_tokens, max_num_seqs)),
-      max_blocks_per_seq_((max_model_len + cache.block_size() - 1) / cache.block_size()) {
-  token_ids_.resize(max_tokens_);
-  positions_.resize(max_tokens_);
-  slot_mapping_.resize(max_tokens_);
-  query_start_loc_.resize(max_num_seqs + 1);
-  seq_lens_.resize(max_num_seqs);
-  block_tables_.resize(max_num_seqs * max_blocks_per_seq_);
-  logits_indices_.resize(max_num_seqs);
+      batch_(max_tokens_, max_num_seqs, (max_model_len + cache.block_size() - 1) / cache.block_size(), max_num_seqs) {
   logits_.resize(max_num_seqs * draft.config().vocab_size);
 }
 
@@ -33,35 +26,25 @@ int32_t DraftRunner::token_at(const Request& r, int64_t pos) const {
 void DraftRunner::run(const std::vector<Job>& jobs, const std::vector<Row>& rows, const KVCacheManager& kv) {
   const int32_t bs = cache_.block_size();
   int64_t t = 0, n_logits = 0;
-  query_start_loc_[0] = 0;
+  batch_.query_start_loc[0] = 0;
   for (size_t r = 0; r < rows.size(); ++r) {
     const Row& row = rows[r];
     const Request& req = *jobs[row.job].request;
     const BlockTable& table = kv.block_table(req.request_id);
     if ((row.start + row.len + bs - 1) / bs > table.size())
       fail("internal: request '{}' has no block for draft position {}", req.request_id, row.start + row.len - 1);
-    table.copy_ids(&block_tables_[r * max_blocks_per_seq_]);
+    table.copy_ids(&batch_.block_tables[r * batch_.max_blocks_per_seq]);
     for (int64_t i = 0; i < row.len; ++i, ++t) {
       const int64_t pos = row.start + i;
-      token_ids_[t] = token_at(req, pos);
-      positions_[t] = static_cast<int32_t>(pos);
-      slot_mapping_[t] = table.slot(pos, bs);
+      batch_.token_ids[t] = token_at(req, pos);
+      batch_.positions[t] = static_cast<int32_t>(pos);
+      batch_.slot_mapping[t] = table.slot(pos, bs);
     }
-    query_start_loc_[r + 1] = static_cast<int32_t>(t);
-    seq_lens_[r] = static_cast<int32_t>(row.start + row.len);
-    if (row.logits) logits_indices_[n_logits++] = static_cast<int32_t>(t - 1);
+    batch_.query_start_loc[r + 1] = static_cast<int32_t>(t);
+    batch_.seq_lens[r] = static_cast<int32_t>(row.start + row.len);
+    if (row.logits) batch_.logits_indices[n_logits++] = static_cast<int32_t>(t - 1);
   }
-  const auto R = static_cast<size_t>(rows.size());
-  ForwardBatch b;
-  b.token_ids = {token_ids_.data(), static_cast<size_t>(t)};
-  b.positions = {positions_.data(), static_cast<size_t>(t)};
-  b.slot_mapping = {slot_mapping_.data(), static_cast<size_t>(t)};
-  b.query_start_loc = {query_start_loc_.data(), R + 1};
-  b.seq_lens = {seq_lens_.data(), R};
-  b.block_tables = {block_tables_.data(), R * static_cast<size_t>(max_blocks_per_seq_)};
-  b.max_blocks_per_seq = static_cast<int32_t>(max_blocks_per_seq_);
-  b.logits_indices = {logits_indices_.data(), static_cast<size_t>(n_logits)};
-  model_.forward(b, cache_, logits_.data());
+  model_.forward(batch_.view(t, static_cast<int64_t>(rows.size()), n_logits), cache_, logits_.data());
   const auto V = static_cast<size_t>(model_.config().vocab_size);
   argmax_.resize(static_cast<size_t>(n_logits));
   for (size_t i = 0; i < argmax_.size(); ++i) argmax_[i] = argmax(std::span<const float>(logits_.data() + i * V, V));

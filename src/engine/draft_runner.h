@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/kv_cache_manager.h"
+#include "engine/model_runner.h"
 #include "engine/request.h"
 #include "model/kv_cache.h"
 #include "model/llama.h"
@@ -44,9 +45,8 @@ class DraftRunner {
 
   LlamaModel& model_;
   KvCacheTensors& cache_;
-  int64_t max_tokens_, max_blocks_per_seq_;
-  std::vector<int32_t> token_ids_, positions_, query_start_loc_, seq_lens_, block_tables_, logits_indices_;
-  std::vector<int64_t> slot_mapping_;
+  int64_t max_tokens_;
+  FlatBatch batch_;
   std::vector<float> logits_;
   std::vector<int32_t> argmax_;  // per row with logits, in row order
 };

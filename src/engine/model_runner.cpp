@@ -8,17 +8,36 @@ namespace kvik {
 
 ModelRunner::ModelRunner(LlamaModel& model, KvCacheTensors& cache, int64_t max_num_batched_tokens, int64_t max_num_seqs,
                          int64_t max_model_len, int64_t max_logits_rows)
-    : model_(model), cache_(cache), max_blocks_per_seq_((max_model_len + cache.block_size() - 1) / cache.block_size()) {
-  token_ids_.resize(max_num_batched_tokens);
-  positions_.resize(max_num_batched_tokens);
-  slot_mapping_.resize(max_num_batched_tokens);
+    : model_(model),
+      cache_(cache),
+      batch_(max_num_batched_tokens, max_num_seqs, (max_model_len + cache.block_size() - 1) / cache.block_size(),
+             max_logits_rows) {
   interventions_.resize(max_num_batched_tokens);
   loras_.resize(max_num_batched_tokens);
-  query_start_loc_.resize(max_num_seqs + 1);
-  seq_lens_.resize(max_num_seqs);
-  block_tables_.resize(max_num_seqs * max_blocks_per_seq_);
-  logits_indices_.resize(max_logits_rows);
   logits_.resize(max_logits_rows * model.config().vocab_size);
+}
+
+FlatBatch::FlatBatch(int64_t max_tokens, int64_t max_seqs, int64_t max_blocks, int64_t max_logits_rows)
+    : max_blocks_per_seq(max_blocks),
+      token_ids(max_tokens),
+      positions(max_tokens),
+      query_start_loc(max_seqs + 1),
+      seq_lens(max_seqs),
+      block_tables(max_seqs * max_blocks),
+      logits_indices(max_logits_rows),
+      slot_mapping(max_tokens) {}
+
+ForwardBatch FlatBatch::view(int64_t T, int64_t R, int64_t num_logits) const {
+  ForwardBatch b;
+  b.token_ids = {token_ids.data(), static_cast<size_t>(T)};
+  b.positions = {positions.data(), static_cast<size_t>(T)};
+  b.slot_mapping = {slot_mapping.data(), static_cast<size_t>(T)};
+  b.query_start_loc = {query_start_loc.data(), static_cast<size_t>(R + 1)};
+  b.seq_lens = {seq_lens.data(), static_cast<size_t>(R)};
+  b.block_tables = {block_tables.data(), static_cast<size_t>(R * max_blocks_per_seq)};
+  b.max_blocks_per_seq = static_cast<int32_t>(max_blocks_per_seq);
+  b.logits_indices = {logits_indices.data(), static_cast<size_t>(num_logits)};
+  return b;
 }
 
 const float* ModelRunner::execute(const SchedulerOutput& out, const KVCacheManager& kv,
@@ -26,13 +45,13 @@ const float* ModelRunner::execute(const SchedulerOutput& out, const KVCacheManag
   sample.clear();
   const int32_t bs = cache_.block_size();
   const int64_t R = static_cast<int64_t>(out.scheduled.size());
-  if (out.total_num_scheduled_tokens > static_cast<int64_t>(token_ids_.size()) ||
-      R > static_cast<int64_t>(seq_lens_.size()))
+  if (out.total_num_scheduled_tokens > static_cast<int64_t>(batch_.token_ids.size()) ||
+      R > static_cast<int64_t>(batch_.seq_lens.size()))
     fail("internal: step of {} tokens / {} requests exceeds the runner's buffers", out.total_num_scheduled_tokens, R);
   int64_t t = 0, num_rows = 0;
   bool any_interventions = false;
   bool any_lora = false;
-  query_start_loc_[0] = 0;
+  batch_.query_start_loc[0] = 0;
   for (int64_t r = 0; r < R; ++r) {
     Request& req = *out.scheduled[r].request;
     const int64_t n = out.scheduled[r].num_scheduled_tokens;
@@ -41,9 +60,9 @@ const float* ModelRunner::execute(const SchedulerOutput& out, const KVCacheManag
     if (end > req.num_tokens() + num_spec)
       fail("internal: request '{}' scheduled past its last token and drafts", req.request_id);
     const BlockTable& table = kv.block_table(req.request_id);
-    if (table.size() > max_blocks_per_seq_)
+    if (table.size() > batch_.max_blocks_per_seq)
       fail("internal: request '{}' holds {} blocks, more than max_model_len allows", req.request_id, table.size());
-    table.copy_ids(&block_tables_[r * max_blocks_per_seq_]);
+    table.copy_ids(&batch_.block_tables[r * batch_.max_blocks_per_seq]);
     const InterventionList* iv = req.sampling_params.interventions.get();
     any_interventions |= iv != nullptr;
     std::fill_n(interventions_.begin() + t, n, iv);
@@ -52,31 +71,24 @@ const float* ModelRunner::execute(const SchedulerOutput& out, const KVCacheManag
     std::fill_n(loras_.begin() + t, n, lora);
     for (int64_t i = 0; i < n; ++i, ++t) {
       const int64_t pos = req.num_computed_tokens + i;
-      token_ids_[t] = pos < req.num_tokens() ? req.all_token_ids[pos] : req.spec_token_ids[pos - req.num_tokens()];
-      positions_[t] = static_cast<int32_t>(pos);
-      slot_mapping_[t] = table.slot(pos, bs);
+      batch_.token_ids[t] =
+          pos < req.num_tokens() ? req.all_token_ids[pos] : req.spec_token_ids[pos - req.num_tokens()];
+      batch_.positions[t] = static_cast<int32_t>(pos);
+      batch_.slot_mapping[t] = table.slot(pos, bs);
     }
-    query_start_loc_[r + 1] = static_cast<int32_t>(t);
-    seq_lens_[r] = static_cast<int32_t>(end);
+    batch_.query_start_loc[r + 1] = static_cast<int32_t>(t);
+    batch_.seq_lens[r] = static_cast<int32_t>(end);
     if (end == req.num_tokens() + num_spec) {  // the last token (and every draft) computed: logits for each
       const int64_t rows = 1 + num_spec;
-      if (num_rows + rows > static_cast<int64_t>(logits_indices_.size()))
-        fail("internal: step needs more than {} logits rows", logits_indices_.size());
+      if (num_rows + rows > static_cast<int64_t>(batch_.logits_indices.size()))
+        fail("internal: step needs more than {} logits rows", batch_.logits_indices.size());
       sample.push_back({&req, num_rows, rows});
-      for (int64_t i = 0; i < rows; ++i) logits_indices_[num_rows++] = static_cast<int32_t>(t - rows + i);
+      for (int64_t i = 0; i < rows; ++i) batch_.logits_indices[num_rows++] = static_cast<int32_t>(t - rows + i);
     }
   }
   // Copy-on-write copies first: this step's writes go into the copies.
   for (const BlockCopy& c : out.blocks_to_copy) cache_.copy_block(c.src, c.dst, c.num_slots);
-  ForwardBatch b;
-  b.token_ids = {token_ids_.data(), static_cast<size_t>(t)};
-  b.positions = {positions_.data(), static_cast<size_t>(t)};
-  b.slot_mapping = {slot_mapping_.data(), static_cast<size_t>(t)};
-  b.query_start_loc = {query_start_loc_.data(), static_cast<size_t>(R + 1)};
-  b.seq_lens = {seq_lens_.data(), static_cast<size_t>(R)};
-  b.block_tables = {block_tables_.data(), static_cast<size_t>(R * max_blocks_per_seq_)};
-  b.max_blocks_per_seq = static_cast<int32_t>(max_blocks_per_seq_);
-  b.logits_indices = {logits_indices_.data(), static_cast<size_t>(num_rows)};
+  ForwardBatch b = batch_.view(t, R, num_rows);
   if (any_interventions) b.interventions = {interventions_.data(), static_cast<size_t>(t)};
   if (any_lora) b.loras = {loras_.data(), static_cast<size_t>(t)};
   model_.forward(b, cache_, logits_.data());

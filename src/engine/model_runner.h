@@ -22,6 +22,18 @@ struct SampleRows {
   int64_t num_rows = 1;
 };
 
+// The persistent arrays of one flat batch (token ids, positions, cache slots, per-request query offsets, lengths
+// and block tables, logits rows), sized at start-up so a step allocates nothing; view() is the ForwardBatch over
+// the first T tokens, R requests and N logits rows. ModelRunner and the draft model's DraftRunner fill one each.
+struct FlatBatch {
+  FlatBatch(int64_t max_tokens, int64_t max_seqs, int64_t max_blocks_per_seq, int64_t max_logits_rows);
+  ForwardBatch view(int64_t T, int64_t R, int64_t num_logits) const;
+
+  int64_t max_blocks_per_seq;
+  std::vector<int32_t> token_ids, positions, query_start_loc, seq_lens, block_tables, logits_indices;
+  std::vector<int64_t> slot_mapping;
+};
+
 class ModelRunner {
  public:
   // max_logits_rows: the most logits rows one step returns (max_num_seqs × (1 + num_speculative_tokens)).
@@ -36,10 +48,8 @@ class ModelRunner {
  private:
   LlamaModel& model_;
   KvCacheTensors& cache_;
-  int64_t max_blocks_per_seq_;
   // Persistent buffers, sized at start-up: no allocation inside a step.
-  std::vector<int32_t> token_ids_, positions_, query_start_loc_, seq_lens_, block_tables_, logits_indices_;
-  std::vector<int64_t> slot_mapping_;
+  FlatBatch batch_;
   std::vector<const InterventionList*> interventions_;  // per token; passed on only when a request has any
   std::vector<const LoraAdapter*> loras_;               // per token; passed on only when a request has one
   std::vector<float> logits_;
