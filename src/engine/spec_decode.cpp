@@ -149,17 +149,13 @@ int32_t ngram_propose(std::span<const int32_t> tokens, int32_t min_n, int32_t ma
 }
 
 void SpecDecodeGate::record(int32_t num_drafted, int32_t num_accepted, int64_t num_output_tokens) {
-  observe_verification(num_drafted, num_accepted);
   drafted_ += num_drafted;
   accepted_ += num_accepted;
   if (drafted_ < kWindow) return;
-  if (static_cast<double>(accepted_) < kMinAcceptance * static_cast<double>(drafted_)) {
-    paused_until_ = num_output_tokens + (kPauseTokens << std::min(failures_, kMaxBackoff));
-    ++failures_;
-  } else {
-    failures_ = 0;
-  }
-  drafted_ = accepted_ = 0;
+  if (static_cast<double>(accepted_) < kMinAcceptance * static_cast<double>(drafted_))
+    pause(num_output_tokens);  // also starts the next window
+  else
+    failures_ = 0, drafted_ = accepted_ = 0;
 }
 
 void SpecDecodeGate::pause(int64_t num_output_tokens) {

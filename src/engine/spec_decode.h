@@ -80,7 +80,7 @@ class SpecDecodeGate {
   // Pauses proposing (as a failed window does), and forgets the acceptance estimate, so the request probes afresh
   // after the pause: the adaptive draft length found no k that pays.
   void pause(int64_t num_output_tokens);
-  // Updates the acceptance estimate with one verification (record() also calls it).
+  // Updates the acceptance estimate with one verification (adaptive mode; fixed k uses record()'s windows).
   void observe_verification(int32_t num_drafted, int32_t num_accepted);
 
  private:
