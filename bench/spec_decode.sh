@@ -14,8 +14,11 @@
 #   l1bs_*            the same shape computing stories260K (synth --embed-from; its greedy text at the 1B's cost):
 #                      grounded, free, 16 grounded prompts at once (l1bs_16), and draft_model with stories260K itself
 #                      drafting 4 tokens on free generation (a draft of the same function: acceptance near 1)
+#   l1bc_*            the same shape computing synth --induction, a hand-built model that copies what followed its last
+#                      two tokens (an induction head): the copy task on a model that really copies, the "repeat this
+#                      text" prompt (l1bc_grounded) and 16 such prompts at once (l1bc_16)
 # Usage: bench/spec_decode.sh   Environment: KVIK (build/kvik), ROUNDS (3), G (128 tokens per request; l1b_16: G16, 64),
-#   SPEC (the --speculative-config JSON), DRAFT_K (2), L1B (path of the 1B-shaped model; written to a temp dir when unset),
+#   SPEC (the --speculative-config JSON), DRAFT_K (2), L1B, L1BS, L1BC (paths of the 1B-shaped models; written to a temp dir when unset),
 #   THREADS (all cores).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,6 +37,13 @@ L1B="${L1B:-$TMP/l1b.gguf}"
 L1BS="${L1BS:-$TMP/l1b_stories.gguf}"
 [ -f "$L1BS" ] || "$KVIK" synth "$L1BS" --embed-from "$STORIES" --dim 2048 --layers 16 --heads 32 --kv-heads 8 --ff 8192 \
   --vocab 32000 --type q8_0 >/dev/null 2>&1
+# The same shape computing the hand-built copying model (synth --induction, stories260K's tokenizer).
+L1BC="${L1BC:-$TMP/l1b_copy.gguf}"
+if [ ! -f "$L1BC" ]; then
+  "$KVIK" synth "$TMP/induction.gguf" --induction --tokenizer-from "$STORIES" >/dev/null 2>&1
+  "$KVIK" synth "$L1BC" --embed-from "$TMP/induction.gguf" --dim 2048 --layers 16 --heads 32 --kv-heads 8 --ff 8192 \
+    --vocab 32000 --type q8_0 >/dev/null 2>&1
+fi
 STORIES_V="$TMP/stories_v32000.gguf"  # stories260K with the 1B shape's vocabulary (rows past 512 zero): its draft
 "$KVIK" synth "$STORIES_V" --embed-from "$STORIES" --dim 64 --layers 5 --heads 8 --kv-heads 4 --ff 172 --vocab 32000 \
   >/dev/null 2>&1
@@ -88,11 +98,13 @@ run_case() {  # CASE ON
     l1bs_grounded) gen1 "$L1BS" "$GROUNDED" "$2" ;;
     l1bs_free) gen1 "$L1BS" "$FREE" "$2" ;;
     l1bs_16) gen16 "$2" "$L1BS" ;;
+    l1bc_grounded) gen1 "$L1BC" "$GROUNDED" "$2" ;;
+    l1bc_16) gen16 "$2" "$L1BC" ;;
     l1bs_draft) gen1 "$L1BS" "$FREE" "$2" "{\"method\": \"draft_model\", \"model\": \"$STORIES_V\", \"num_speculative_tokens\": 4}" ;;
   esac
 }
 
-CASES="${CASES:-stories_grounded stories_free stories_16 l1b_grounded l1b_free l1b_16 l1b_draft l1bs_grounded l1bs_free l1bs_16 l1bs_draft}"
+CASES="${CASES:-stories_grounded stories_free stories_16 l1b_grounded l1b_free l1b_16 l1b_draft l1bs_grounded l1bs_free l1bs_16 l1bs_draft l1bc_grounded l1bc_16}"
 echo "cases: $CASES; $ROUNDS rounds, $G tokens, $THREADS threads; load: $(uptime | sed 's/.*load average: //')" >&2
 for r in $(seq 1 "$ROUNDS"); do
   for c in $CASES; do

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <random>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -449,6 +451,69 @@ TEST(Synth, EmbedFromComputesTheSmallModel) {
   bad = o;
   bad.head_dim = 12;  // not a multiple of 8
   bad.heads = 16;
+  EXPECT_THROW(synth_llama_gguf(bad), Error);
+}
+
+// A sequence of random tokens whose two-token windows are all different, then its first three tokens again: a model
+// that copies continues with the rest of the sequence.
+std::vector<int32_t> copy_prompt(uint32_t seed, int n, std::vector<int32_t>* rest) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> s;
+  std::set<std::pair<int32_t, int32_t>> seen;
+  while (static_cast<int>(s.size()) < n) {
+    const int32_t t = 3 + static_cast<int32_t>(rng() % 509);
+    if (!s.empty() && !seen.insert({s.back(), t}).second) continue;
+    s.push_back(t);
+  }
+  std::vector<int32_t> prompt = {1};
+  prompt.insert(prompt.end(), s.begin(), s.end());
+  prompt.insert(prompt.end(), s.begin(), s.begin() + 3);
+  rest->assign(s.begin() + 3, s.end());
+  return prompt;
+}
+
+std::vector<int32_t> greedy_tokens(LlamaModel& m, std::vector<int32_t> prompt, int n) {
+  SingleSequence seq(m, static_cast<int64_t>(prompt.size()) + n);
+  const int64_t V = m.config().vocab_size;
+  std::vector<float> logits = seq.append(prompt, 1);
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    const int32_t t = static_cast<int32_t>(std::max_element(logits.begin(), logits.begin() + V) - logits.begin());
+    out.push_back(t);
+    logits = seq.append(std::span<const int32_t>(&t, 1), 1);
+  }
+  return out;
+}
+
+// synth --induction: the hand-built copying model continues a sequence it was shown, token for token, at every
+// distance up to 1000 tokens back; placed in a bigger quantized shape with --embed-from it still does.
+TEST(Synth, InductionModelCopiesWhatFollowedItsLastTwoTokens) {
+  SynthOptions o;
+  o.out_path = temp("induction.gguf").string();
+  o.induction = true;
+  synth_llama_gguf(o);
+  auto m = LlamaModel::load(o.out_path);
+  EXPECT_EQ(m->config().dim, 128);
+  SynthOptions big;
+  big.out_path = temp("induction_big.gguf").string();
+  big.embed_from = o.out_path;
+  big.dim = 512, big.layers = 4, big.heads = 16, big.kv_heads = 4, big.head_dim = 64, big.ff = 256, big.vocab = 640;
+  big.type = DType::Q8_0;
+  synth_llama_gguf(big);
+  auto mb = LlamaModel::load(big.out_path);
+  for (int n : {20, 200, 1000}) {
+    std::vector<int32_t> rest;
+    const std::vector<int32_t> prompt = copy_prompt(static_cast<uint32_t>(n), n, &rest);
+    const int k = std::min<int>(40, static_cast<int>(rest.size()));
+    const std::vector<int32_t> want(rest.begin(), rest.begin() + k);
+    EXPECT_EQ(greedy_tokens(*m, prompt, k), want) << n;
+    EXPECT_EQ(greedy_tokens(*mb, prompt, k), want) << n;
+  }
+  SynthOptions bad = o;
+  bad.vocab = 600;
+  EXPECT_THROW(synth_llama_gguf(bad), Error);  // more tokens than the 20-bit code holds
+  bad = o;
+  bad.embed_from = o.out_path;
   EXPECT_THROW(synth_llama_gguf(bad), Error);
 }
 }  // namespace

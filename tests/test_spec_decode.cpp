@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <random>
@@ -476,6 +477,22 @@ TEST(SpecDecodeEngine, GreedyOutputIdenticalStories) {
 TEST(SpecDecodeEngine, GreedyOutputIdenticalSynthGqa) {
   auto m = LlamaModel::load(synth_path());
   expect_greedy_equality(*m, looping_prompts(m->config().vocab_size));
+}
+
+// A model that copies (synth --induction): on prompts that repeat a random unit, prompt lookup's drafts are
+// what the model says, so nearly every draft is accepted; greedy output is still exactly the plain one.
+TEST(SpecDecodeEngine, AModelThatCopiesAcceptsNearlyEveryDraft) {
+  SynthOptions o;
+  o.out_path = (std::filesystem::temp_directory_path() / "kvik_spec_induction.gguf").string();
+  o.induction = true;
+  synth_llama_gguf(o);
+  auto m = LlamaModel::load(o.out_path);
+  const PromptFn copying = [](uint32_t seed, int len) { return repeating_prompt(512, seed, 30 + seed % 20, len + 40); };
+  expect_greedy_equality(*m, copying);
+  const Outcome a = run_jobs(*m, engine_config(ngram(4, 2, 4)), {{copying(7, 40), greedy(100)}});
+  EXPECT_GT(a.spec.num_accepted_tokens, 0.9 * static_cast<double>(a.spec.num_draft_tokens));
+  // Nearly all 100 tokens came out of verification steps (accepted drafts plus each step's own token).
+  EXPECT_GE(a.spec.num_accepted_tokens + a.spec.num_drafts, 95);
 }
 
 TEST(SpecDecodeEngine, NeverEmitsPastMaxTokensOrAStop) {

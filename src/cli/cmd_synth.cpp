@@ -44,11 +44,21 @@ Run add_synth(CLI::App& app) {
   c->add_option("--embed-from", o->embed_from,
                 "A small llama GGUF whose function the model computes in this bigger shape (its weights placed, the "
                 "rest zero): the big shape's cost with a real model's predictions");
+  c->add_flag("--induction", o->induction,
+              "A hand-built 2-layer model whose greedy output copies what followed its last two tokens earlier in "
+              "the text (fixed shape; vocabulary up to 512): a model that copies its prompt");
   c->add_option("--seed", o->seed, "Random seed")->capture_default_str();
   c->add_option("--output-scale", o->output_scale,
                 "Multiply the std of output.weight (3/sqrt(dim)) by this; above 1: peakier next-token distributions")
       ->capture_default_str();
-  return [o, type]() {
+  return [o, type, c]() {
+    if (o->induction)
+      for (const char* flag : {"--dim", "--layers", "--heads", "--kv-heads", "--head-dim", "--ff", "--type", "--hf"})
+        if (c->count(flag) > 0)
+          fail(
+              "synth: --induction writes a fixed shape (width 128, 2 layers, 2 heads of 64, f32): drop {}; place "
+              "it in a bigger shape with a second synth --embed-from",
+              flag);
     o->q4_k_m = *type == "q4_k_m";
     o->type = o->q4_k_m ? DType::Q4_K : *dtype_from_name(*type);
     if (!o->hf_dir.empty()) {

@@ -1,5 +1,6 @@
 #include "model/synth.h"
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -356,6 +357,106 @@ void write_embedded(GgufWriter& w, const SynthOptions& o, const GgufFile& f, con
     add_filled(w, p + "ffn_down.weight", t, o.ff, o.dim, rows_from(wd, 1.0f, same));
   }
 }
+// ---- --induction: a hand-built two-layer model that copies ----
+
+// The induction model's fixed shape and residual layout (width 128): E = the token's code, one constant coordinate,
+// P1 / P2 = the codes of the previous and the one-before-previous tokens (written by layer 0), C = the code of the
+// predicted token (written by layer 1; the only coordinates the output head reads).
+struct InductionLayout {
+  static constexpr int kDim = 128, kHeads = 2, kHeadDim = 64, kLayers = 2, kFf = 32, kCodeBits = 20;
+  static constexpr int kE = 0, kConst = 20, kP1 = 32, kP2 = 64, kC = 96;
+  static constexpr float kRopeBase = 1e12f;  // pairs 0-7 turn fast (position heads), pairs 12-31 hardly at all
+  static constexpr int kPositionPairs = 8, kContentPair = 12;
+};
+
+// `n` binary words of kCodeBits bits, any two at Hamming distance ≥ 7 (the greedy lexicode): as ±1 vectors, a word
+// dotted with itself gives 20 and with any other at most 6.
+std::vector<uint32_t> induction_code(int n) {
+  constexpr int kDistance = 7;
+  std::vector<uint32_t> words;
+  for (uint32_t v = 0; v < (1u << InductionLayout::kCodeBits) && static_cast<int>(words.size()) < n; ++v) {
+    bool far = true;
+    for (uint32_t w : words) far = far && std::popcount(w ^ v) >= kDistance;
+    if (far) words.push_back(v);
+  }
+  if (static_cast<int>(words.size()) < n)
+    fail("synth --induction: a vocabulary of {} tokens is too large (at most {})", n, words.size());
+  return words;
+}
+
+// Layer 0, head h ∈ {0, 1}, attends to the position h + 1 back: its query and key live on the constant coordinate
+// and, rotated by RoPE pair p, score Σ_p α·κ·cos(θ_p (Δ − h − 1)), largest at Δ = h + 1 by a margin of 0.57 α·κ
+// over every other Δ < 8192 (θ_p = base^(−p/32)). Its value is the token's code, written to P1 (h 0) or P2 (h 1).
+// Layer 1, head 0, matches [code(t_i), code(t_{i−1})] against [P1, P2] = [code(t_{j−1}), code(t_{j−2})] on the slow
+// pairs: 40 where both tokens agree, at most 26 otherwise. Its value, code(t_j), goes to C: the token that followed
+// the last two tokens' earlier occurrence. The MLPs are zero. The output head scores each token's code against C.
+void write_induction(GgufWriter& w, const SynthOptions& o) {
+  using L = InductionLayout;
+  const std::vector<uint32_t> code = induction_code(o.vocab);
+  auto bit = [&](int64_t t, int c) { return ((code[static_cast<size_t>(t)] >> c) & 1) ? 1.0f : -1.0f; };
+  // RMS of the residual entering layer 0 (code and constant) and layer 1 (+ P1, P2); the norms' weights are 1 and
+  // the projections undo the RMS. Scores (÷ √64): positions 52.5 at the peak, a margin of 30; a two-token match 80,
+  // anything else at most 52. The output norm sees RMS √(81/128), so the predicted token's logit leads by ≥ 35.
+  const float r0 = std::sqrt(21.0f / L::kDim), r1 = std::sqrt(61.0f / L::kDim);
+  constexpr float kPosAmp = 20.5f, kMatch = 16.0f, kOut = 2.0f;
+  const DType f32 = DType::F32;
+  add_filled(w, "token_embd.weight", f32, L::kDim, o.vocab, [&](int64_t t, float* row) {
+    for (int c = 0; c < L::kCodeBits; ++c) row[L::kE + c] = bit(t, c);
+    row[L::kConst] = 1.0f;
+  });
+  add_filled(w, "output_norm.weight", f32, L::kDim, 0, [](int64_t, float* row) {
+    for (int c = 0; c < L::kDim; ++c) row[c] = 1.0f;
+  });
+  add_filled(w, "output.weight", f32, L::kDim, o.vocab, [&](int64_t t, float* row) {
+    for (int c = 0; c < L::kCodeBits; ++c) row[L::kC + c] = kOut * bit(t, c);
+  });
+  auto ones = [](int64_t, float* row) {
+    for (int c = 0; c < L::kDim; ++c) row[c] = 1.0f;
+  };
+  auto nothing = [](int64_t, float*) {};
+  const int64_t qd = int64_t(L::kHeads) * L::kHeadDim;
+  for (int l = 0; l < L::kLayers; ++l) {
+    const std::string p = fmt::format("blk.{}.", l);
+    const bool position = l == 0;
+    const float r = position ? r0 : r1;
+    add_filled(w, p + "attn_norm.weight", f32, L::kDim, 0, ones);
+    add_filled(w, p + "attn_q.weight", f32, L::kDim, qd, [&](int64_t row_i, float* row) {
+      const int64_t h = row_i / L::kHeadDim, d = row_i % L::kHeadDim, pair = d / 2;
+      if (position) {  // q̃_p = α·e^(−iθ_p·(h+1)) on the constant coordinate
+        if (pair >= L::kPositionPairs) return;
+        const double angle = std::pow(double(L::kRopeBase), -double(pair) / 32.0) * double(h + 1);
+        row[L::kConst] = r * kPosAmp * static_cast<float>(d % 2 == 0 ? std::cos(angle) : -std::sin(angle));
+      } else if (h == 0 && pair >= L::kContentPair) {  // [code(t_i), code(t_{i−1})]
+        const int64_t k = d - 2 * L::kContentPair;
+        row[k < L::kCodeBits ? L::kE + k : L::kP1 + (k - L::kCodeBits)] = r * kMatch;
+      }
+    });
+    add_filled(w, p + "attn_k.weight", f32, L::kDim, qd, [&](int64_t row_i, float* row) {
+      const int64_t h = row_i / L::kHeadDim, d = row_i % L::kHeadDim, pair = d / 2;
+      if (position) {  // k̃_p = κ
+        if (pair < L::kPositionPairs && d % 2 == 0) row[L::kConst] = r * kPosAmp;
+      } else if (h == 0 && pair >= L::kContentPair) {  // [code(t_{j−1}), code(t_{j−2})]
+        const int64_t k = d - 2 * L::kContentPair;
+        row[k < L::kCodeBits ? L::kP1 + k : L::kP2 + (k - L::kCodeBits)] = r;
+      }
+    });
+    add_filled(w, p + "attn_v.weight", f32, L::kDim, qd, [&](int64_t row_i, float* row) {
+      const int64_t h = row_i / L::kHeadDim, d = row_i % L::kHeadDim;
+      if ((position || h == 0) && d < L::kCodeBits) row[L::kE + d] = r;  // the token's own code
+    });
+    add_filled(w, p + "attn_output.weight", f32, qd, L::kDim, [&](int64_t row_i, float* row) {
+      for (int64_t h = 0; h < L::kHeads; ++h) {
+        const int64_t dst = position ? (h == 0 ? L::kP1 : L::kP2) : (h == 0 ? L::kC : -1);
+        if (dst >= 0 && row_i >= dst && row_i < dst + L::kCodeBits) row[h * L::kHeadDim + (row_i - dst)] = 1.0f;
+      }
+    });
+    add_filled(w, p + "ffn_norm.weight", f32, L::kDim, 0, ones);
+    add_filled(w, p + "ffn_gate.weight", f32, L::kDim, L::kFf, nothing);
+    add_filled(w, p + "ffn_up.weight", f32, L::kDim, L::kFf, nothing);
+    add_filled(w, p + "ffn_down.weight", f32, L::kFf, L::kDim, nothing);
+  }
+}
+
 // The {arch}.* keys: llama.cpp's llama (Mixtral: + expert_count / expert_used_count) or qwen3moe.
 void write_synth_metadata(GgufWriter& w, const SynthOptions& o, int hd) {
   const std::string gguf_arch = o.arch == "qwen3moe" ? "qwen3moe" : "llama";
@@ -363,9 +464,11 @@ void write_synth_metadata(GgufWriter& w, const SynthOptions& o, int hd) {
   const bool moe = o.experts > 0;
   w.set_string("general.architecture", gguf_arch);
   w.set_string("general.name",
-               fmt::format("kvik-synth d{} L{} h{}/{} hd{} ff{} v{} {}{}", o.dim, o.layers, o.heads, o.kv_heads, hd,
-                           o.ff, o.vocab, dtype_name(o.type),
-                           moe ? fmt::format(" {} E{}/{}", o.arch, o.experts, o.experts_used) : std::string()));
+               o.induction
+                   ? std::string("kvik-synth induction (copies what followed its last two tokens)")
+                   : fmt::format("kvik-synth d{} L{} h{}/{} hd{} ff{} v{} {}{}", o.dim, o.layers, o.heads, o.kv_heads,
+                                 hd, o.ff, o.vocab, dtype_name(o.type),
+                                 moe ? fmt::format(" {} E{}/{}", o.arch, o.experts, o.experts_used) : std::string()));
   w.set_u32("general.file_type", o.q4_k_m ? 15 : llama_file_type(o.type));  // 15: LLAMA_FTYPE_MOSTLY_Q4_K_M
   w.set_u32(a + "context_length", static_cast<uint32_t>(o.context));
   w.set_u32(a + "embedding_length", static_cast<uint32_t>(o.dim));
@@ -441,6 +544,15 @@ std::vector<RandomTensor> synth_tensors(const SynthOptions& o, int hd) {
 
 void synth_llama_gguf(const SynthOptions& opt) {
   SynthOptions o = opt;
+  if (o.induction) {
+    if (!o.embed_from.empty() || o.arch != "llama" || o.experts > 0 || o.sliding_window > 0)
+      fail(
+          "synth --induction writes a plain llama of a fixed shape (no --embed-from, --arch, --experts or "
+          "--sliding-window; place it in a bigger shape with a second synth --embed-from)");
+    using L = InductionLayout;
+    o.dim = L::kDim, o.layers = L::kLayers, o.heads = o.kv_heads = L::kHeads, o.head_dim = L::kHeadDim;
+    o.ff = L::kFf, o.rope_freq_base = L::kRopeBase, o.type = DType::F32, o.q4_k_m = false;
+  }
   const int hd = o.head_dim != 0 ? o.head_dim : (o.heads > 0 ? o.dim / o.heads : 0);
   validate(o, hd);
   std::unique_ptr<GgufFile> small;
@@ -459,8 +571,11 @@ void synth_llama_gguf(const SynthOptions& opt) {
     write_byte_vocab(w, o.vocab);
   else
     copy_vocab(w, o.tokenizer_from, o.vocab);
-  if (small) {
-    write_embedded(w, o, *small, s, hd);
+  if (small || o.induction) {
+    if (small)
+      write_embedded(w, o, *small, s, hd);
+    else
+      write_induction(w, o);
     w.write(o.out_path);
     return;
   }

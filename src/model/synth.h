@@ -23,6 +23,11 @@ struct SynthOptions {
   // through. A model with the big shape's cost per token and a real model's predictions (benchmarks of
   // speculative decoding on text that copies). Tokenizer, rope base and ε (scaled) come from it; --type applies.
   std::string embed_from;
+  // A hand-built two-layer "induction head" model (no random weights): its greedy continuation copies the token that
+  // followed the last earlier occurrence of its last two tokens, so it repeats text it was shown. A model that copies
+  // its prompt, for benchmarks of prompt-lookup speculation (with --embed-from, at a bigger shape's cost). Fixed
+  // shape: width 128, 2 layers of 2 heads of 64, F32, rope base 1e12; up to 512 tokens of vocabulary.
+  bool induction = false;
   uint64_t seed = 1;
   float rope_freq_base = 10000.f;
   float rms_eps = 1e-5f;
