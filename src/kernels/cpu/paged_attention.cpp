@@ -56,70 +56,175 @@ void write_kv(const float* k, const float* v, const int64_t* slot_mapping, int64
 
 namespace {
 
-// Vectorised over head_dim through the kernel table: q·k per key, softmax, then the weighted sum of value rows
-// with the output in registers. One task per (query token, KV head) serves the query heads that share the KV head,
-// so their keys and values come from cache after the first head. Every (token, head) is computed by the same
-// instructions whatever the batch holds, so the split never changes a result.
+// Keys are scored and summed in chunks of kKeyChunk positions aligned to multiples of kKeyChunk (each row's first
+// chunk starts at its first key), so the K and V rows of a chunk are read from memory once and stay in L1 while every
+// query row of the tile and every query head of the KV head use them. A task is one request's tile of up to kRowTile
+// consecutive query rows and one KV head: a decode reads its keys once for the group's heads instead of once per head,
+// a prefill tile once for its rows as well.
+constexpr int32_t kKeyChunk = 64;
+constexpr int32_t kRowTile = 4;
+
+struct AttentionTask {
+  int32_t r, t0, t1, kvh;  // request, query rows [t0, t1), KV head
+};
+
+// Vectorised over head_dim through the kernel table: q·k per key (16 keys at a time from each row's first key, as
+// the score kernel groups them), an exact softmax per row and head, then the weighted sum of value rows chunk by
+// chunk, the chunks' sums added in key order. A row's result depends only on its own keys (its first key, its
+// position): never on the tile or the batch it is computed in, so batching and chunked prefill change no result.
+template <typename KV>
+class AttentionTile {
+ public:
+  AttentionTile(const PagedAttentionArgs& a, const AttentionTask& task) : a_(a), task_(task) {}
+
+  void run() {
+    const int64_t d = a_.head_dim, kv_dim = a_.n_kv_heads * d;
+    group_ = a_.n_heads / a_.n_kv_heads;
+    lo_ = first_key(task_.t0);
+    const int32_t hi = a_.positions[task_.t1 - 1];  // rows are in position order: the last one sees the most keys
+    const int32_t n_all = hi + 1 - lo_;
+    const int32_t* table = a_.block_tables + static_cast<int64_t>(task_.r) * a_.max_blocks_per_seq;
+    off_ = scratch(obuf_, static_cast<size_t>(n_all));  // element offset of key lo_ + i's row for this KV head
+    for (int32_t i = 0; i < n_all; ++i) {
+      const int32_t p = lo_ + i;
+      off_[i] =
+          (static_cast<int64_t>(table[p / a_.block_size]) * a_.block_size + p % a_.block_size) * kv_dim + task_.kvh * d;
+    }
+    const int64_t rows = task_.t1 - task_.t0;
+    stride_ = n_all;
+    scores_ = scratch(sbuf_, static_cast<size_t>(rows * group_ * n_all));
+    prefetch(a_.k_cache, lo_, std::min(lo_ - lo_ % kKeyChunk + kKeyChunk - 1, hi));
+    for_each_chunk(hi, a_.k_cache, [&](int32_t t, int64_t h, int32_t b, int32_t n, float* s) {
+      score(a_.q + (static_cast<int64_t>(t) * a_.n_heads + task_.kvh * group_ + h) * d, b, n, s);
+    });
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t h = 0; h < group_; ++h) {
+        const int32_t t = task_.t0 + static_cast<int32_t>(i);
+        cpu_kernels().softmax(row_scores(t, h), a_.positions[t] + 1 - first_key(t));
+        std::fill_n(out(t, h), d, 0.0f);
+      }
+    float* part = scratch(pbuf_, static_cast<size_t>(d));
+    prefetch(a_.v_cache, lo_, std::min(lo_ - lo_ % kKeyChunk + kKeyChunk - 1, hi));
+    for_each_chunk(hi, a_.v_cache, [&](int32_t t, int64_t h, int32_t b, int32_t n, float* p) {
+      value_sum(p, b, n, part);
+      float* o = out(t, h);
+      for (int64_t c = 0; c < d; ++c) o[c] += part[c];
+    });
+    if constexpr (std::is_same_v<KV, uint8_t>)
+      if (a_.v_scale != 1.0f)
+        for (int32_t t = task_.t0; t < task_.t1; ++t)
+          for (int64_t h = 0; h < group_; ++h)
+            for (int64_t c = 0; c < d; ++c) out(t, h)[c] *= a_.v_scale;
+  }
+
+ private:
+  // Keys first..p of row t: all of them, or the last W (the blocks before `first` need not be in the table).
+  int32_t first_key(int32_t t) const {
+    return a_.sliding_window > 0 ? std::max(0, a_.positions[t] - a_.sliding_window + 1) : 0;
+  }
+  float* row_scores(int32_t t, int64_t h) {
+    return scores_ + ((static_cast<int64_t>(t - task_.t0) * group_ + h) * stride_);
+  }
+  float* out(int32_t t, int64_t h) {
+    return a_.out + (static_cast<int64_t>(t) * a_.n_heads + task_.kvh * group_ + h) * a_.head_dim;
+  }
+
+  // fn(row, head, first key index into off_, key count, that row's scores from that key) for every chunk, row and
+  // head in that order: a chunk's rows stay in L1 while the tile uses them.
+  // The next chunk's rows of `cache` are prefetched first: a KV head's rows are a row of every slot apart
+  // (n_kv·d_h values) in blocks anywhere in the pool, a pattern the hardware prefetchers do not follow.
+  template <typename Fn>
+  void for_each_chunk(int32_t hi, const void* cache, Fn&& fn) {
+    for (int32_t c = lo_ - lo_ % kKeyChunk; c <= hi; c += kKeyChunk) {
+      prefetch(cache, std::max(c + kKeyChunk, lo_), std::min(c + 2 * kKeyChunk - 1, hi));
+      for_each_row(c, fn);
+    }
+  }
+  void prefetch(const void* cache, int32_t b, int32_t e) const {
+    const int64_t row_bytes = std::is_same_v<KV, BlockQ8_0> ? a_.head_dim / 32 * int64_t(sizeof(BlockQ8_0))
+                                                            : a_.head_dim * int64_t(sizeof(KV));
+    for (int32_t p = b; p <= e; ++p) {
+      const int64_t o = off_[p - lo_];
+      const char* row = static_cast<const char*>(cache) +
+                        (std::is_same_v<KV, BlockQ8_0> ? o / 32 * int64_t(sizeof(BlockQ8_0)) : o * int64_t(sizeof(KV)));
+      for (int64_t x = 0; x < row_bytes; x += 64) __builtin_prefetch(row + x, 0, 2);
+    }
+  }
+  template <typename Fn>
+  void for_each_row(int32_t c, Fn&& fn) {
+    for (int32_t t = task_.t0; t < task_.t1; ++t) {
+      const int32_t first = first_key(t), b = std::max(c, first), e = std::min(c + kKeyChunk - 1, a_.positions[t]);
+      if (b > e) continue;
+      for (int64_t h = 0; h < group_; ++h) fn(t, h, b - lo_, e + 1 - b, row_scores(t, h) + (b - first));
+    }
+  }
+
+  void score(const float* q, int32_t b, int32_t n, float* s) const {
+    const CpuKernels& k = cpu_kernels();
+    const KV* kc = static_cast<const KV*>(a_.k_cache);
+    const int64_t d = a_.head_dim;
+    if constexpr (std::is_same_v<KV, float>)
+      k.scores_f32(q, kc, off_ + b, n, d, a_.scale, s);
+    else if constexpr (std::is_same_v<KV, uint16_t>)
+      k.scores_f16(q, kc, off_ + b, n, d, a_.scale, s);
+    else if constexpr (std::is_same_v<KV, BlockQ8_0>)
+      k.scores_q8_0(q, kc, off_ + b, n, d, a_.scale, s);
+    else
+      k.scores_fp8(q, kc, off_ + b, n, d, a_.scale * a_.k_scale, s);
+  }
+
+  void value_sum(const float* p, int32_t b, int32_t n, float* o) const {
+    const CpuKernels& k = cpu_kernels();
+    const KV* vc = static_cast<const KV*>(a_.v_cache);
+    const int64_t d = a_.head_dim;
+    if constexpr (std::is_same_v<KV, float>)
+      k.wsum_f32(p, vc, off_ + b, n, d, o);
+    else if constexpr (std::is_same_v<KV, uint16_t>)
+      k.wsum_f16(p, vc, off_ + b, n, d, o);
+    else if constexpr (std::is_same_v<KV, BlockQ8_0>)
+      k.wsum_q8_0(p, vc, off_ + b, n, d, o);
+    else
+      k.wsum_fp8(p, vc, off_ + b, n, d, o);
+  }
+
+  const PagedAttentionArgs& a_;
+  const AttentionTask& task_;
+  int64_t group_ = 1, stride_ = 0;
+  int32_t lo_ = 0;
+  int64_t* off_ = nullptr;
+  float* scores_ = nullptr;
+  static thread_local std::vector<int64_t> obuf_;
+  static thread_local std::vector<float> sbuf_, pbuf_;
+};
+template <typename KV>
+thread_local std::vector<int64_t> AttentionTile<KV>::obuf_;
+template <typename KV>
+thread_local std::vector<float> AttentionTile<KV>::sbuf_;
+template <typename KV>
+thread_local std::vector<float> AttentionTile<KV>::pbuf_;
+
 template <typename KV>
 void attention_impl(const PagedAttentionArgs& a) {
-  const CpuKernels& k = cpu_kernels();
-  const KV* kc = static_cast<const KV*>(a.k_cache);
-  const KV* vc = static_cast<const KV*>(a.v_cache);
-  const int64_t d = a.head_dim, kv_dim = a.n_kv_heads * d, group = a.n_heads / a.n_kv_heads;
-  const int64_t T = a.query_start_loc[a.num_reqs];
+  thread_local std::vector<AttentionTask> per_thread;
+  std::vector<AttentionTask>& tasks = per_thread;  // the caller's list (a worker's own thread_local would be empty)
+  tasks.clear();
   int64_t work = 0;  // multiply-adds: each query row reads its keys twice
-  for (int32_t r = 0; r < a.num_reqs; ++r)
-    work += static_cast<int64_t>(a.query_start_loc[r + 1] - a.query_start_loc[r]) *
+  for (int32_t r = 0; r < a.num_reqs; ++r) {
+    const int32_t qs = a.query_start_loc[r], qe = a.query_start_loc[r + 1];
+    work += static_cast<int64_t>(qe - qs) *
             (a.sliding_window > 0 ? std::min(a.seq_lens[r], a.sliding_window) : a.seq_lens[r]);
-  work *= 2 * a.n_heads * d;
-  auto one = [&](int64_t task) {
-    const int64_t t = task / a.n_kv_heads, kvh = task % a.n_kv_heads;
-    int32_t r = 0;
-    while (a.query_start_loc[r + 1] <= t) ++r;
-    // Keys first..p: all of them, or the last W (the blocks before `first` need not be in the table).
-    const int32_t first = a.sliding_window > 0 ? std::max(0, a.positions[t] - a.sliding_window + 1) : 0;
-    const int32_t n_keys = a.positions[t] + 1 - first;
-    const int32_t* table = a.block_tables + static_cast<int64_t>(r) * a.max_blocks_per_seq;
-    thread_local std::vector<float> sbuf;
-    thread_local std::vector<int64_t> obuf;
-    float* scores = scratch(sbuf, static_cast<size_t>(n_keys));
-    int64_t* off = scratch(obuf, static_cast<size_t>(n_keys));  // element offset of key p's row for this KV head
-    for (int32_t i = 0; i < n_keys; ++i) {
-      const int32_t p = first + i;
-      off[i] = (static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size) * kv_dim + kvh * d;
-    }
-    for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-      const float* q = a.q + (t * a.n_heads + h) * d;
-      if constexpr (std::is_same_v<KV, float>)
-        k.scores_f32(q, kc, off, n_keys, d, a.scale, scores);
-      else if constexpr (std::is_same_v<KV, uint16_t>)
-        k.scores_f16(q, kc, off, n_keys, d, a.scale, scores);
-      else if constexpr (std::is_same_v<KV, BlockQ8_0>)
-        k.scores_q8_0(q, kc, off, n_keys, d, a.scale, scores);
-      else
-        k.scores_fp8(q, kc, off, n_keys, d, a.scale * a.k_scale, scores);
-      k.softmax(scores, n_keys);
-      float* o = a.out + (t * a.n_heads + h) * d;
-      if constexpr (std::is_same_v<KV, float>)
-        k.wsum_f32(scores, vc, off, n_keys, d, o);
-      else if constexpr (std::is_same_v<KV, uint16_t>)
-        k.wsum_f16(scores, vc, off, n_keys, d, o);
-      else if constexpr (std::is_same_v<KV, BlockQ8_0>)
-        k.wsum_q8_0(scores, vc, off, n_keys, d, o);
-      else {
-        k.wsum_fp8(scores, vc, off, n_keys, d, o);
-        if (a.v_scale != 1.0f)
-          for (int64_t i = 0; i < d; ++i) o[i] *= a.v_scale;
-      }
-    }
-  };
+    for (int32_t t0 = qs; t0 < qe; t0 += kRowTile)
+      for (int32_t kvh = 0; kvh < a.n_kv_heads; ++kvh) tasks.push_back({r, t0, std::min(qe, t0 + kRowTile), kvh});
+  }
+  work *= 2 * a.n_heads * a.head_dim;
   auto range = [&](int64_t b, int64_t e) {
-    for (int64_t task = b; task < e; ++task) one(task);
+    for (int64_t i = b; i < e; ++i) AttentionTile<KV>(a, tasks[static_cast<size_t>(i)]).run();
   };
+  const auto n = static_cast<int64_t>(tasks.size());
   if (work < kMinParallelWork)
-    range(0, T * a.n_kv_heads);
+    range(0, n);
   else
-    ThreadPool::global().parallel_for_dynamic(T * a.n_kv_heads, 2, range);
+    ThreadPool::global().parallel_for_dynamic(n, 1, range);
 }
 
 }  // namespace
