@@ -6,6 +6,14 @@
 #   prefill   P tokens at batch 1 (tokens/s)
 #   decode    G tokens at batch 1 after the P-token prompt (tokens/s)
 #   batch     output tokens/s with NSEQ parallel sequences (BP-token prompts, BG new tokens each)
+# and with LONG=1 also (#18's rows; a round then takes several minutes more):
+#   batch64   output tokens/s with 64 parallel sequences (BP-token prompts, BG new tokens each)
+#   decode8k  batch-1 decode tokens/s after an 8192-token prompt (the KV read dominates; the model's context must
+#             hold 8192 + G16 tokens: kvik synth --context 16384)
+#   prefill4k prefill of a 4096-token prompt at batch 1 (tokens/s)
+#   cold      seconds from process start to the first generated token of a 5-token prompt (file in the page
+#             cache): kvik generate -n 1 timed from outside; llama.cpp from node-llama-cpp's start-up, minus the
+#             time node took to start and import it (tools/llamacpp_cold_start.mjs)
 # kvik side: `kvik bench --json` (prefill = P / TTFT, decode = 1 / median inter-token latency).
 # llama.cpp side: llamacpp-ref.mjs bench / bench-batch.
 #
@@ -45,15 +53,42 @@ kvik_batch() {
   "$KVIK" bench -m "$MODEL" --no-bandwidth --threads "$THREADS" --max-model-len "$MAXLEN" --num-prompts "$NSEQ" \
     --concurrency "$NSEQ" --input-len "$BP" --output-len "$BG" --json 2>/dev/null | tail -n 1
 }
+kvik_run() {  # INPUT_LEN OUTPUT_LEN NUM_PROMPTS MAXLEN
+  "$KVIK" bench -m "$MODEL" --no-bandwidth --threads "$THREADS" --max-model-len "$4" --num-prompts "$3" \
+    --concurrency "$3" --input-len "$1" --output-len "$2" --json 2>/dev/null | tail -n 1
+}
+kvik_batch64() { kvik_run "$BP" "$BG" 64 "$MAXLEN"; }
+kvik_decode8k() { kvik_run 8192 16 1 8300; }
+kvik_prefill4k() { kvik_run 4096 1 1 4200; }
+kvik_cold() {
+  local t0 t1
+  t0=$(date +%s%N)
+  "$KVIK" generate -m "$MODEL" -p "Once upon a time" -n 1 --threads "$THREADS" --max-model-len 256 >/dev/null 2>&1
+  t1=$(date +%s%N)
+  jq -n --argjson ns "$((t1 - t0))" '{cold_s: ($ns / 1e9)}'
+}
+llama_batch64() { (cd "$PEER" && node llamacpp-ref.mjs bench-batch "$MODEL" 64 "$BP" "$BG" "$THREADS" 2>/dev/null | tail -n 1); }
+llama_decode8k() { (cd "$PEER" && node llamacpp-ref.mjs bench "$MODEL" 8192 16 "$THREADS" 2>/dev/null | tail -n 1); }
+llama_prefill4k() { (cd "$PEER" && node llamacpp-ref.mjs bench "$MODEL" 4096 1 "$THREADS" 2>/dev/null | tail -n 1); }
+llama_cold() {
+  (cd "$PEER" && node llamacpp_cold_start.mjs "$MODEL" "$THREADS" 2>/dev/null | tail -n 1) |
+    jq -c '{cold_s: ((.first_token_ms - .imported_ms) / 1000)}'
+}
 llama_single() { (cd "$PEER" && node llamacpp-ref.mjs bench "$MODEL" "$P" "$G" "$THREADS" 2>/dev/null | tail -n 1); }
 llama_batch() { (cd "$PEER" && node llamacpp-ref.mjs bench-batch "$MODEL" "$NSEQ" "$BP" "$BG" "$THREADS" 2>/dev/null | tail -n 1); }
 
+EXTRA_ROWS=""
+if [[ "${LONG:-0}" == 1 ]]; then
+  EXTRA_ROWS="batch64 decode8k prefill4k cold"
+  cp "$ROOT/tools/llamacpp_cold_start.mjs" "$PEER/"
+fi
 for r in $(seq 1 "$ROUNDS"); do
   # Alternate which engine goes first, so neither always runs on the warmer (or colder) machine.
   if (( r % 2 )); then order="kvik llama"; else order="llama kvik"; fi
   for e in $order; do
     "${e}_single" > "$OUT/$e.single.$r.json"
     "${e}_batch" > "$OUT/$e.batch.$r.json"
+    for row in $EXTRA_ROWS; do "${e}_$row" > "$OUT/$e.$row.$r.json"; done
   done
   echo "round $r/$ROUNDS done" >&2
 done
@@ -66,16 +101,26 @@ for r in $(seq 1 "$ROUNDS"); do
     --slurpfile ls "$OUT/llama.single.$r.json" --slurpfile lb "$OUT/llama.batch.$r.json" --argjson p "$P" '
     {prefill: [$p / ($ks[0].ttft_ms.p50 / 1000), $ls[0].prefill_tok_s],
      decode: [1000 / $ks[0].itl_ms.p50, $ls[0].decode_tok_s],
-     batch: [$kb[0].output_tok_s, ($lb[0].output_tok_s // null)]}'
+     batch: [$kb[0].output_tok_s, ($lb[0].output_tok_s // null)]}' > "$OUT/row.$r.json"
+  for row in $EXTRA_ROWS; do
+    jq -cn --arg row "$row" --slurpfile k "$OUT/kvik.$row.$r.json" --slurpfile l "$OUT/llama.$row.$r.json" '
+      {($row): (if $row == "batch64" then [$k[0].output_tok_s, $l[0].output_tok_s]
+                elif $row == "decode8k" then [1000 / $k[0].itl_ms.p50, $l[0].decode_tok_s]
+                elif $row == "prefill4k" then [4096 / ($k[0].ttft_ms.p50 / 1000), $l[0].prefill_tok_s]
+                else [$k[0].cold_s, $l[0].cold_s] end)}'
+  done | jq -sc --slurpfile base "$OUT/row.$r.json" 'add + $base[0]'
 done | jq -s --arg cpu "$CPU" --arg amx "$AMX" --argjson threads "$THREADS" --arg model "$MODEL" --argjson rounds "$ROUNDS" \
   --argjson p "$P" --argjson g "$G" --argjson nseq "$NSEQ" '
   def median: map(select(. != null)) | sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor]
                                                 else (.[length / 2 - 1] + .[length / 2]) / 2 end;
   def r2: if . == null then null else . * 100 | round / 100 end;
   . as $runs | {cpu: $cpu, amx: $amx, threads: $threads, model: $model, rounds: $rounds,
-    rows: (["prefill", "decode", "batch"] | map(. as $k |
+    rows: (["prefill", "decode", "batch", "batch64", "decode8k", "prefill4k", "cold"] | map(select(. as $k | $runs[0] | has($k))) |
+      map(. as $k |
       {key: $k, value: {what: ({prefill: "prefill \($p) tok/s", decode: "decode \($g) tok/s (batch 1)",
-                                batch: "output tok/s (\($nseq) seqs)"}[$k]),
+                                batch: "output tok/s (\($nseq) seqs)", batch64: "output tok/s (64 seqs)",
+                                decode8k: "decode tok/s at 8192 tokens of context (batch 1)",
+                                prefill4k: "prefill 4096 tok/s", cold: "seconds to the first token (lower is better)"}[$k]),
                         kvik: ($runs | map(.[$k][0]) | median | r2), llama_cpp: ($runs | map(.[$k][1]) | median | r2),
                         kvik_runs: ($runs | map(.[$k][0] | r2)), llama_cpp_runs: ($runs | map(.[$k][1] | r2))}})
       | from_entries | map_values(. + {ratio: (if .llama_cpp then (.kvik / .llama_cpp | r2) else null end)}))}'
