@@ -5,9 +5,9 @@
 //                   [--kv f16|f32|q8_0] [--iters 20] [--threads N]
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -26,15 +26,24 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i];
     const char* v = argv[i + 1];
-    if (f == "--keys") keys = std::atoi(v);
-    else if (f == "--rows") rows = std::atoi(v);
-    else if (f == "--reqs") reqs = std::atoi(v);
-    else if (f == "--heads") heads = std::atoll(v);
-    else if (f == "--kv-heads") kv_heads = std::atoll(v);
-    else if (f == "--head-dim") d = std::atoll(v);
-    else if (f == "--kv") kv = v;
-    else if (f == "--iters") iters = std::atoi(v);
-    else if (f == "--threads") threads = std::atoi(v);
+    if (f == "--keys")
+      keys = std::atoi(v);
+    else if (f == "--rows")
+      rows = std::atoi(v);
+    else if (f == "--reqs")
+      reqs = std::atoi(v);
+    else if (f == "--heads")
+      heads = std::atoll(v);
+    else if (f == "--kv-heads")
+      kv_heads = std::atoll(v);
+    else if (f == "--head-dim")
+      d = std::atoll(v);
+    else if (f == "--kv")
+      kv = v;
+    else if (f == "--iters")
+      iters = std::atoi(v);
+    else if (f == "--threads")
+      threads = std::atoi(v);
     else {
       std::fprintf(stderr, "unknown flag %s\n", f.c_str());
       return 2;
@@ -79,10 +88,10 @@ int main(int argc, char** argv) {
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2], best = ms.front();
   const double kv_bytes = 2.0 * static_cast<double>(row) * keys * reqs;
-  std::printf("{\"keys\": %d, \"rows\": %d, \"reqs\": %d, \"heads\": %lld, \"kv_heads\": %lld, \"head_dim\": %lld, "
-              "\"kv\": \"%s\", \"threads\": %d, \"ms_median\": %.4f, \"ms_min\": %.4f, \"kv_gb_s\": %.2f}\n",
-              keys, rows, reqs, static_cast<long long>(heads), static_cast<long long>(kv_heads),
-              static_cast<long long>(d), kv.c_str(), ThreadPool::global().num_threads(), med, best,
-              kv_bytes / med / 1e6);
+  std::printf(
+      "{\"keys\": %d, \"rows\": %d, \"reqs\": %d, \"heads\": %lld, \"kv_heads\": %lld, \"head_dim\": %lld, "
+      "\"kv\": \"%s\", \"threads\": %d, \"ms_median\": %.4f, \"ms_min\": %.4f, \"kv_gb_s\": %.2f}\n",
+      keys, rows, reqs, static_cast<long long>(heads), static_cast<long long>(kv_heads), static_cast<long long>(d),
+      kv.c_str(), ThreadPool::global().num_threads(), med, best, kv_bytes / med / 1e6);
   return 0;
 }

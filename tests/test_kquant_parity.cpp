@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/single_sequence.h"
+#include "llamacpp_fixture.h"
 #include "model/llama.h"
 #include "model/quantize_model.h"
 #include "model/synth.h"
@@ -35,7 +35,6 @@ namespace {
 // (unexplained; the integer block sums are exact on both sides). Misses and deviations are held to this bound.
 constexpr double kMaxDev = 0.05;
 
-constexpr const char* kStories = KVIK_SHARED_DIR "/models/stories260K.gguf";
 constexpr const char* kFixture = KVIK_SOURCE_DIR "/tests/fixtures/ref_synth_kquants.json";
 constexpr const char* kQuantsFixture = KVIK_SOURCE_DIR "/tests/fixtures/ref_synth_quants.json";
 
@@ -43,66 +42,42 @@ int32_t argmax(std::span<const float> v) {
   return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
-std::vector<double> softmax(std::span<const float> v) {
-  const float mx = *std::max_element(v.begin(), v.end());
-  std::vector<double> p(v.size());
-  double sum = 0;
-  for (size_t i = 0; i < v.size(); ++i) sum += p[i] = std::exp(static_cast<double>(v[i]) - mx);
-  for (auto& x : p) x /= sum;
-  return p;
-}
-
 // type "f32>MIX": synth writes F32 weights and `kvik quantize` (quantize_model) turns them into MIX.
-void write_model(const nlohmann::json& so, SynthOptions& o) {
+void write_model(const nlohmann::json& so, const std::string& path) {
   const std::string type = so.at("type");
   const auto arrow = type.find('>');
-  const std::string synth_type = type.substr(0, arrow);
-  o.q4_k_m = synth_type == "q4_k_m";
-  o.type = o.q4_k_m ? DType::Q4_K : *dtype_from_name(synth_type);
-  o.dim = so.at("dim"), o.layers = so.at("layers"), o.heads = so.at("heads"), o.kv_heads = so.at("kv_heads");
-  o.head_dim = so.at("head_dim"), o.ff = so.at("ff"), o.vocab = so.at("vocab"), o.seed = so.at("seed");
-  o.tokenizer_from = kStories;
-  if (arrow == std::string::npos) return synth_llama_gguf(o);
-  const std::string final_path = o.out_path;
-  o.out_path += ".f32";
+  SynthOptions o = test::synth_options(so, arrow == std::string::npos ? path : path + ".f32");
   synth_llama_gguf(o);
+  if (arrow == std::string::npos) return;
   QuantizeOptions q;
-  q.input = o.out_path, q.output = final_path, q.progress = false, q.mix = *quant_mix(type.substr(arrow + 1));
+  q.input = o.out_path, q.output = path, q.progress = false, q.mix = *quant_mix(type.substr(arrow + 1));
   quantize_model(q);
   fs::remove(o.out_path);
-  o.out_path = final_path;
 }
 
 void expect_parity(const char* fixture) {
-  std::ifstream in(std::getenv("KQ_FIXTURE") ? std::getenv("KQ_FIXTURE") : fixture);
-  ASSERT_TRUE(in) << fixture << " missing: tools/make_kquant_ref_fixture.sh writes it";
-  const auto fx = nlohmann::json::parse(in);
+  const auto fx = test::read_fixture(std::getenv("KQ_FIXTURE") ? std::getenv("KQ_FIXTURE") : fixture,
+                                     "tools/make_kquant_ref_fixture.sh");
   const fs::path dir = fs::temp_directory_path() / ("kvik_kq_parity_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   for (const auto& m : fx.at("models")) {
     const std::string name = m.at("name");
     SCOPED_TRACE("model " + name);
-    const auto& so = m.at("synth");
-    SynthOptions o;
-    o.out_path = (dir / (name + ".gguf")).string();
-    write_model(so, o);
-    ASSERT_EQ(static_cast<int64_t>(fs::file_size(o.out_path)), m.at("size").get<int64_t>())
+    const std::string path = (dir / (name + ".gguf")).string();
+    write_model(m.at("synth"), path);
+    ASSERT_EQ(static_cast<int64_t>(fs::file_size(path)), m.at("size").get<int64_t>())
         << "synth no longer writes the model the fixture was made with: rerun tools/make_kquant_ref_fixture.sh";
 
-    auto model = LlamaModel::load(o.out_path);
-    const auto prompt = m.at("prompt_ids").get<std::vector<int32_t>>();
+    auto model = LlamaModel::load(path);
     const auto gen = m.at("generated").get<std::vector<int32_t>>();
     const auto& top = m.at("top");
     const int64_t N = static_cast<int64_t>(gen.size()), V = model->config().vocab_size;
-    std::vector<int32_t> all = prompt;
-    all.insert(all.end(), gen.begin(), gen.end() - 1);
-    SingleSequence seq(*model, static_cast<int64_t>(all.size()), std::getenv("KQ_F16") ? DType::F16 : DType::F32);
-    const auto logits = seq.append(all, N);
+    const auto logits = test::teacher_forced_logits(*model, m, std::getenv("KQ_F16") ? DType::F16 : DType::F32);
     int64_t agree = 0;
     double max_dev = 0;  // |p_kvik − p_llama.cpp| over llama.cpp's top-2 tokens
     for (int64_t i = 0; i < N; ++i) {
       const std::span<const float> row(&logits[i * V], V);
-      const auto p = softmax(row);
+      const auto p = test::probabilities(row);
       const int32_t tok = argmax(row);
       agree += tok == gen[i];
       if (tok != gen[i]) {
@@ -114,15 +89,14 @@ void expect_parity(const char* fixture) {
         std::printf("  pos %lld: kvik %d (p %.4f) vs llama.cpp %d (p %.4f; llama.cpp top-2 %s)\n",
                     static_cast<long long>(i), tok, p[tok], gen[i], p[gen[i]], top.at(i).dump().c_str());
       }
-      for (const auto& e : top.at(i))
-        max_dev = std::max(max_dev, std::fabs(p[e.at(0).get<int32_t>()] - e.at(1).get<double>()));
+      max_dev = std::max(max_dev, test::top_deviation(p, top.at(i)));
     }
     const double rate = static_cast<double>(agree) / static_cast<double>(N);
     std::printf("%-18s agreement with llama.cpp: %lld/%lld = %.2f%%, top-2 |dp| max %.3g\n", name.c_str(),
                 static_cast<long long>(agree), static_cast<long long>(N), 100.0 * rate, max_dev);
     EXPECT_GE(rate, 0.96);
     EXPECT_LE(max_dev, kMaxDev);
-    fs::remove(o.out_path);
+    fs::remove(path);
   }
   fs::remove_all(dir);
 }

@@ -16,6 +16,7 @@
 
 #include "engine/sample/sampler.h"
 #include "engine/single_sequence.h"
+#include "llamacpp_fixture.h"
 #include "model/llama.h"
 #include "model/synth.h"
 #include "sha256.h"
@@ -29,18 +30,8 @@ constexpr const char* kStories = KVIK_SHARED_DIR "/models/stories260K.gguf";
 constexpr const char* kStoriesFixture = KVIK_SOURCE_DIR "/tests/fixtures/ref_stories260k.json";
 constexpr const char* kSynthFixture = KVIK_SOURCE_DIR "/tests/fixtures/ref_synth.json";
 
-nlohmann::json read_json(const char* path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(std::string("cannot open ") + path + " (tools/make_ref_fixtures.sh writes it)");
-  return nlohmann::json::parse(in);
-}
-
-// The file's SHA-256, as `sha256sum` prints it (the fixtures record it).
-std::string sha256_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return kvik::test::sha256_hex(bytes);
-}
+nlohmann::json read_json(const char* path) { return test::read_fixture(path, "tools/make_ref_fixtures.sh"); }
+using test::sha256_file;
 
 const char* kv_name(DType t) { return t == DType::F32 ? "f32" : "f16"; }
 
@@ -146,25 +137,6 @@ TEST(LlamaCppParity, Stories260KGreedyAndTop5) {
   }
 }
 
-// The synth options a fixture entry records (tools/make_ref_fixtures.sh), writing to `out_path`.
-SynthOptions synth_options(const nlohmann::json& so, const std::string& out_path) {
-  SynthOptions o;
-  o.out_path = out_path;
-  o.type = *dtype_from_name(so.at("type").get<std::string>());
-  o.dim = so.at("dim");
-  o.layers = so.at("layers");
-  o.heads = so.at("heads");
-  o.kv_heads = so.at("kv_heads");
-  o.head_dim = so.at("head_dim");
-  o.ff = so.at("ff");
-  o.vocab = so.at("vocab");
-  o.seed = so.at("seed");
-  o.output_scale = so.value("output_scale", 1.0f);  // tools/make_ref_fixtures.sh: OUTPUT_SCALE
-  EXPECT_EQ(so.at("tokenizer_from").get<std::string>(), "stories260K.gguf");
-  o.tokenizer_from = kStories;
-  return o;
-}
-
 // Random-weight models: the test writes each model again with synth_llama_gguf (same options as the fixture
 // records), checks it is byte for byte the file llama.cpp ran (size + sha256), then teacher-forces llama.cpp's
 // 256 greedy tokens through kvik in one append and counts the positions where kvik's argmax is llama.cpp's next
@@ -178,7 +150,7 @@ TEST(LlamaCppParity, SynthModelsTeacherForced) {
   for (const auto& m : models) {
     const std::string name = m.at("name");
     SCOPED_TRACE("model " + name);
-    const SynthOptions o = synth_options(m.at("synth"), (dir / (name + ".gguf")).string());
+    const SynthOptions o = test::synth_options(m.at("synth"), (dir / (name + ".gguf")).string());
     synth_llama_gguf(o);
     ASSERT_EQ(static_cast<int64_t>(fs::file_size(o.out_path)), m.at("size").get<int64_t>())
         << "synth no longer writes the model the fixture was made with: rerun tools/make_ref_fixtures.sh";
@@ -186,13 +158,10 @@ TEST(LlamaCppParity, SynthModelsTeacherForced) {
         << "synth no longer writes the model the fixture was made with: rerun tools/make_ref_fixtures.sh";
 
     auto model = LlamaModel::load(o.out_path);
-    const auto prompt = m.at("prompt_ids").get<std::vector<int32_t>>();
     const auto gen = m.at("generated").get<std::vector<int32_t>>();
     const auto& top = m.at("top");
     const int64_t N = static_cast<int64_t>(gen.size());
     ASSERT_EQ(N, 256);
-    std::vector<int32_t> all = prompt;
-    all.insert(all.end(), gen.begin(), gen.end() - 1);
     const int64_t V = model->config().vocab_size;
     // Bounds: the spec's 99% (F32/F16) and 97% (Q8_0); Q4_0 at 95%, set from the evidence (tools/README.md,
     // "Parity evidence"): llama.cpp quantizes activations to Q8_0, which turns last-bit float differences into
@@ -201,8 +170,7 @@ TEST(LlamaCppParity, SynthModelsTeacherForced) {
     const double bound = o.type == DType::Q4_0 ? 0.95 : o.type == DType::Q8_0 ? 0.97 : 0.99;
     std::string line;
     for (DType kv : {DType::F32, DType::F16}) {
-      SingleSequence seq(*model, static_cast<int64_t>(all.size()), kv);
-      const auto logits = seq.append(all, N);
+      const auto logits = test::teacher_forced_logits(*model, m, kv);
       int64_t agree = 0;
       double max_dev = 0, sum_dev = 0;  // |p_kvik − p_llama.cpp| of llama.cpp's top-2 tokens
       std::string misses;

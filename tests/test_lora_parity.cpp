@@ -14,11 +14,11 @@
 
 #include "engine/sample/logits_ops.h"
 #include "engine/single_sequence.h"
+#include "llamacpp_fixture.h"
 #include "model/llama.h"
 #include "model/lora.h"
 #include "model/synth.h"
 #include "model/synth_lora.h"
-#include "sha256.h"
 
 using namespace kvik;
 namespace fs = std::filesystem;
@@ -28,11 +28,7 @@ namespace {
 constexpr const char* kStories = KVIK_SHARED_DIR "/models/stories260K.gguf";
 constexpr const char* kFixture = KVIK_SOURCE_DIR "/tests/fixtures/ref_lora.json";
 
-std::string sha256_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return kvik::test::sha256_hex(bytes);
-}
+using test::sha256_file;
 
 std::string gqa_base(const nlohmann::json& so, const fs::path& dir) {
   SynthOptions o;
@@ -65,9 +61,7 @@ std::string write_lora(const nlohmann::json& lo, const ModelConfig& c, const std
 // distributions. The base model alone deviates by up to 2.3e-3 for the same reason (tests/test_llamacpp_parity.cpp:
 // llama.cpp rounds Q to f16 and sums V in f16), so the adapter adds no error of its own beyond that attention.
 TEST(LoraParity, GgufAdaptersGreedyAndTop5EqualLlamaCpp) {
-  std::ifstream in(kFixture);
-  ASSERT_TRUE(in) << kFixture << " is missing (tools/make_lora_fixture.sh writes it)";
-  const auto fx = nlohmann::json::parse(in);
+  const auto fx = test::read_fixture(kFixture, "tools/make_lora_fixture.sh");
   const fs::path dir = fs::temp_directory_path() / ("kvik_lora_parity_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   double max_dev = 0, sum_dev = 0;

@@ -24,6 +24,7 @@
 #include "formats/gguf.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/packed.h"
+#include "llamacpp_fixture.h"
 #include "model/llama.h"
 #include "model/moe.h"
 #include "model/synth.h"
@@ -37,17 +38,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kStories = KVIK_SHARED_DIR "/models/stories260K.gguf";
 constexpr const char* kFixture = KVIK_SOURCE_DIR "/tests/fixtures/ref_synth_moe.json";
-
-std::vector<double> softmax(std::span<const float> v) {
-  const float mx = *std::max_element(v.begin(), v.end());
-  std::vector<double> p(v.size());
-  double sum = 0;
-  for (size_t i = 0; i < v.size(); ++i) sum += p[i] = std::exp(static_cast<double>(v[i]) - mx);
-  for (auto& x : p) x /= sum;
-  return p;
-}
 
 }  // namespace
 
@@ -71,7 +62,7 @@ TEST(Moe, RouterPicksTopKAndWeightsAsEachFamilyDefines) {
     std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
     double top_sum = 0;  // Mixtral: softmax over the top-k logits
     for (int64_t s = 0; s < k; ++s) top_sum += std::exp(static_cast<double>(l[order[s]] - l[order[0]]));
-    const auto p = softmax(std::span<const float>(l, E));
+    const auto p = test::probabilities(std::span<const float>(l, E));
     for (int64_t s = 0; s < k; ++s) {
       EXPECT_EQ(ids[t * k + s], order[s]) << "token " << t << " slot " << s;
       EXPECT_NEAR(w[t * k + s], std::exp(static_cast<double>(l[order[s]] - l[order[0]])) / top_sum, 1e-6);
@@ -254,48 +245,34 @@ TEST(Moe, ActiveParametersAndDecodeBytesCountOnlyRoutedExperts) {
 // positions up to 0.21. So the max is reported, not bounded, and a miss outside llama.cpp's top 3 (a flip that changes
 // the token) is allowed once per quantized model, never for F32.
 TEST(Moe, SynthModelsMatchLlamaCppTeacherForced) {
-  std::ifstream in(kFixture);
-  ASSERT_TRUE(in) << kFixture << " missing: tools/make_moe_ref_fixture.sh writes it";
-  const auto fx = nlohmann::json::parse(in);
+  const auto fx = test::read_fixture(kFixture, "tools/make_moe_ref_fixture.sh");
   const fs::path dir = fs::temp_directory_path() / ("kvik_moe_parity_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   ASSERT_GE(fx.at("models").size(), 6u);
   for (const auto& m : fx.at("models")) {
     const std::string name = m.at("name");
     SCOPED_TRACE("model " + name);
-    const auto& so = m.at("synth");
-    SynthOptions o;
-    o.out_path = (dir / (name + ".gguf")).string();
-    o.arch = so.at("arch"), o.type = *dtype_from_name(so.at("type").get<std::string>());
-    o.dim = so.at("dim"), o.layers = so.at("layers"), o.heads = so.at("heads"), o.kv_heads = so.at("kv_heads");
-    o.head_dim = so.at("head_dim"), o.ff = so.at("ff"), o.vocab = so.at("vocab"), o.seed = so.at("seed");
-    o.experts = so.at("experts"), o.experts_used = so.at("experts_used"), o.expert_ff = so.at("expert_ff");
-    o.tokenizer_from = kStories;
+    const SynthOptions o = test::synth_options(m.at("synth"), (dir / (name + ".gguf")).string());
     synth_llama_gguf(o);
     ASSERT_EQ(static_cast<int64_t>(fs::file_size(o.out_path)), m.at("size").get<int64_t>())
         << "synth no longer writes the model the fixture was made with: rerun tools/make_moe_ref_fixture.sh";
 
     auto model = LlamaModel::load(o.out_path);
-    const auto prompt = m.at("prompt_ids").get<std::vector<int32_t>>();
     const auto gen = m.at("generated").get<std::vector<int32_t>>();
     const auto& top = m.at("top");
     const int64_t N = static_cast<int64_t>(gen.size()), V = model->config().vocab_size;
     ASSERT_EQ(N, 256);
-    std::vector<int32_t> all = prompt;
-    all.insert(all.end(), gen.begin(), gen.end() - 1);
-    SingleSequence seq(*model, static_cast<int64_t>(all.size()), std::getenv("MOE_F16") ? DType::F16 : DType::F32);
-    const auto logits = seq.append(all, N);
+    const auto logits = test::teacher_forced_logits(*model, m, std::getenv("MOE_F16") ? DType::F16 : DType::F32);
     const bool f32 = o.type == DType::F32;
     const double bound = f32 ? 0.99 : o.type == DType::Q8_0 ? 0.97 : 0.94, mean_dev_bound = f32 ? 1e-3 : 0.01;
     int64_t agree = 0, n_dev = 0, far_misses = 0;
     double max_dev = 0, sum_dev = 0;
     for (int64_t i = 0; i < N; ++i) {
       const std::span<const float> row(&logits[i * V], V);
-      const auto p = softmax(row);
+      const auto p = test::probabilities(row);
       const int32_t tok = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
       agree += tok == gen[i];
-      double dev = 0;
-      for (const auto& e : top.at(i)) dev = std::max(dev, std::fabs(p[e.at(0).get<int32_t>()] - e.at(1).get<double>()));
+      const double dev = test::top_deviation(p, top.at(i));
       max_dev = std::max(max_dev, dev), sum_dev += dev, ++n_dev;
       if (tok != gen[i] || dev > 0.02)
         std::printf("  pos %lld: kvik %d (p %.4f), llama.cpp %d (kvik p %.4f), |dp| %.3g, llama.cpp top-5 %s\n",
