@@ -6,17 +6,10 @@
 # With `quants`: tests/fixtures/ref_synth_quants.json instead, models of the other types kvik quantize writes
 # (Q4_1, Q5_0, Q5_1, IQ4_NL): written by `kvik synth --type f32`, then `kvik quantize` (type field "f32>MIX").
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-KVIK="${1:-$ROOT/build/kvik}"
-PEER="${KVIK_PEER_DIR:-/tmp/kvik-peer}"
-SHARED="${KVIK_SHARED_DIR:-$ROOT/../shared}"
-STORIES="$SHARED/models/stories260K.gguf"
+source "$(dirname "${BASH_SOURCE[0]}")/fixture_lib.sh"
+fixture_init "${1:-}"
 OUT="$ROOT/tests/fixtures/ref_synth_kquants.json"
 [[ "${2:-}" == quants ]] && OUT="$ROOT/tests/fixtures/ref_synth_quants.json"
-[[ -f "$PEER/llamacpp-ref.mjs" ]] || bash "$SHARED/peer/setup.sh"
-cp "$ROOT/tools/llamacpp_ref_greedy.mjs" "$PEER/"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
 # name | type | dim | layers | heads | kv_heads | head_dim | ff | seed | prompt
 MODELS=(
   "q4_k_gqa_hd64|q4_k|256|2|4|2|0|512|21|Once upon a time"
@@ -31,31 +24,19 @@ MODELS=(
   "iq4_nl_gqa_hd64|f32>iq4_nl|256|2|4|2|0|512|34|One day"
 )
 N=256
-{
-  printf '{"header":{"n_generated":%d,"topk":2,"generator":"tools/make_kquant_ref_fixture.sh","reference":"llama.cpp via node-llama-cpp, CPU, f16 KV cache, greedy"},\n"models":[\n' $N
-  first=1
-  for spec in "${MODELS[@]}"; do
-    IFS='|' read -r name type dim layers heads kvh hd ff seed prompt <<< "$spec"
-    model="$TMP/$name.gguf"
-    "$KVIK" synth "$model" --dim "$dim" --layers "$layers" --heads "$heads" --kv-heads "$kvh" --head-dim "$hd" \
-      --ff "$ff" --vocab 512 --type "${type%%>*}" --seed "$seed" --tokenizer-from "$STORIES" > /dev/null 2>&1
-    if [[ "$type" == *">"* ]]; then "$KVIK" quantize --quiet "$model" "$model.q" "${type#*>}" && mv "$model.q" "$model"; fi
-    node "$PEER/llamacpp_ref_greedy.mjs" "$model" "$prompt" $N 2 > "$TMP/raw.json"
-    (( first )) || printf ',\n'
-    first=0
-    node -e '
-      const fs = require("fs"); const r = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
-      const [name, type, dim, layers, heads, kvh, hd, ff, seed, size, sha] = process.argv.slice(2);
-      const round = p => Number(p.toPrecision(7));
-      process.stdout.write(JSON.stringify({name, synth: {type, dim: +dim, layers: +layers, heads: +heads, kv_heads: +kvh,
-        head_dim: +hd, ff: +ff, vocab: 512, seed: +seed, tokenizer_from: "stories260K.gguf"}, size: +size, sha256: sha,
-        prompt: r.prompt, prompt_ids: r.prompt_ids, generated: r.generated,
-        top: r.steps.map(s => s.top.map(([id, p]) => [id, round(p)]))}));' \
-      "$TMP/raw.json" "$name" "$type" "$dim" "$layers" "$heads" "$kvh" "$hd" "$ff" "$seed" \
-      "$(stat -c %s "$model")" "$(sha256sum "$model" | cut -d' ' -f1)"
-    echo "$name: done" >&2
-  done
-  printf '\n]}\n'
-} > "$OUT"
-node -e 'JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"))' "$OUT"
-echo "wrote $OUT" >&2
+entries=()
+for spec in "${MODELS[@]}"; do
+  IFS='|' read -r name type dim layers heads kvh hd ff seed prompt <<< "$spec"
+  model="$TMP/$name.gguf"
+  "$KVIK" synth "$model" --dim "$dim" --layers "$layers" --heads "$heads" --kv-heads "$kvh" --head-dim "$hd" \
+    --ff "$ff" --vocab 512 --type "${type%%>*}" --seed "$seed" --tokenizer-from "$STORIES" > /dev/null 2>&1
+  if [[ "$type" == *">"* ]]; then "$KVIK" quantize --quiet "$model" "$model.q" "${type#*>}" && mv "$model.q" "$model"; fi
+  synth="$(jq -cn --arg type "$type" --argjson dim "$dim" --argjson layers "$layers" --argjson heads "$heads" \
+    --argjson kvh "$kvh" --argjson hd "$hd" --argjson ff "$ff" --argjson seed "$seed" \
+    '{type: $type, dim: $dim, layers: $layers, heads: $heads, kv_heads: $kvh, head_dim: $hd, ff: $ff, vocab: 512,
+      seed: $seed, tokenizer_from: "stories260K.gguf"}')"
+  fixture_entry "$name" "$model" "$prompt" $N 2 "$synth" > "$TMP/$name.entry.json"
+  entries+=("$TMP/$name.entry.json")
+  echo "$name: done" >&2
+done
+fixture_write "$OUT" tools/make_kquant_ref_fixture.sh $N 2 "${entries[@]}"

@@ -7,18 +7,10 @@
 # Environment: KVIK_PEER_DIR (default /tmp/kvik-peer), KVIK_SHARED_DIR (default ../shared).
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-KVIK="${1:-$ROOT/build/kvik}"
-PEER="${KVIK_PEER_DIR:-/tmp/kvik-peer}"
-SHARED="${KVIK_SHARED_DIR:-$ROOT/../shared}"
-STORIES="$SHARED/models/stories260K.gguf"
+source "$(dirname "${BASH_SOURCE[0]}")/fixture_lib.sh"
+fixture_init "${1:-}"
 OUT="$ROOT/tests/fixtures/ref_lora.json"
 N=32
-[[ -x "$KVIK" ]] || { echo "kvik binary not found: $KVIK" >&2; exit 1; }
-[[ -f "$PEER/package.json" ]] || { echo "peer not installed in $PEER (run $SHARED/peer/setup.sh)" >&2; exit 1; }
-cp "$ROOT/tools/llamacpp_ref_greedy.mjs" "$PEER/"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
 
 # The GQA base: recorded options, re-created by the test with synth_llama_gguf.
 GQA="$TMP/gqa.gguf"

@@ -12,27 +12,12 @@
 #   KVIK_REF_ONLY=stories|synth to re-create only one of the two fixtures (default: both).
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-KVIK="${1:-$ROOT/build/kvik}"
-PEER="${KVIK_PEER_DIR:-/tmp/kvik-peer}"
-SHARED="${KVIK_SHARED_DIR:-$ROOT/../shared}"
-STORIES="$SHARED/models/stories260K.gguf"
+source "$(dirname "${BASH_SOURCE[0]}")/fixture_lib.sh"
+fixture_init "${1:-}"  # also copies tools/llamacpp_ref_greedy.mjs (greedy through EOS) next to the peer
 OUT="$ROOT/tests/fixtures"
 ONLY="${KVIK_REF_ONLY:-}"
 [[ -z "$ONLY" || "$ONLY" == stories || "$ONLY" == synth ]] || { echo "KVIK_REF_ONLY must be stories or synth" >&2; exit 1; }
-
-[[ -x "$KVIK" ]] || { echo "kvik binary not found: $KVIK (build it, or pass its path)" >&2; exit 1; }
-[[ -f "$STORIES" ]] || { echo "missing $STORIES" >&2; exit 1; }
-if [[ ! -f "$PEER/llamacpp-ref.mjs" ]]; then
-  echo "peer not installed in $PEER; running $SHARED/peer/setup.sh" >&2
-  bash "$SHARED/peer/setup.sh"
-fi
-# Our greedy variant of the peer's `ref` mode that continues through EOS (see the script); ES modules resolve
-# node-llama-cpp next to the script, so it runs from the peer folder.
-cp "$ROOT/tools/llamacpp_ref_greedy.mjs" "$PEER/"
 REF="$PEER/llamacpp_ref_greedy.mjs"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
 
 # Rounds every probability to 7 significant digits and keeps only what the tests read.
 # argv: kind (stories|synth) ref.json [extra.json]  -> one case object on stdout
