@@ -8,9 +8,9 @@
 #include <random>
 #include <thread>
 
+#include "core/error.h"
 #include "engine/async_engine.h"
 #include "engine/engine_state.h"
-#include "core/error.h"
 #include "engine/step_trace.h"
 #include "model/llama.h"
 
