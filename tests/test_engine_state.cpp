@@ -134,7 +134,7 @@ TEST(EngineState, PollingTheSnapshotChangesNoOutput) {
     std::vector<std::shared_ptr<OutputQueue>> queues;
     for (size_t i = 0; i < prompts.size(); ++i) {
       queues.push_back(std::make_shared<OutputQueue>());
-      EXPECT_FALSE(engine.add_request("r" + std::to_string(i), prompts[i], greedy(16), queues.back()));
+      EXPECT_FALSE(engine.add_request("r" + std::to_string(i), prompts[i], greedy(64), queues.back()));
     }
     std::map<size_t, std::vector<int32_t>> out;
     for (size_t i = 0; i < queues.size(); ++i)
@@ -156,7 +156,7 @@ TEST(EngineState, PollingTheSnapshotChangesNoOutput) {
   const auto plain = run(false);
   const auto polled = run(true);
   EXPECT_EQ(plain, polled);
-  for (const auto& [i, tokens] : plain) EXPECT_EQ(tokens.size(), 16u) << i;
+  for (const auto& [i, tokens] : plain) EXPECT_EQ(tokens.size(), 64u) << i;
 }
 
 TEST(EngineState, IdleEnginePublishesAnExactSnapshot) {

@@ -78,26 +78,27 @@ std::string step_trace_json(const StepTrace& t, const ModelConfig& c, const Toke
         {{"code", r.code}, {"shape", r.shape}, {"dims", r.dims}, {"note", r.note}, {"per_layer", r.per_layer}});
   json tokens = json::array();
   for (int32_t id : t.token_ids) tokens.push_back(tok.token_to_piece(id));
-  return dump({{"object", "engine.trace"},
-               {"model", model},
-               {"step", t.decode ? "decode" : "prefill"},
-               {"T", t.T},
-               {"ctx", t.ctx},
-               {"config",
-                {{"d", c.dim},
-                 {"L", c.n_layers},
-                 {"n_h", c.n_heads},
-                 {"n_kv", c.n_kv_heads},
-                 {"d_h", c.head_dim},
-                 {"d_ff", c.ff_dim},
-                 {"V", c.vocab_size},
-                 {"rope_dim", c.rope_dim}}},
-               {"token_ids", t.token_ids},
-               {"tokens", tokens},
-               {"slot_mapping", t.slot_mapping},
-               {"stream_rms", t.stream_rms},
-               {"rows", rows},
-               {"next_token", {{"id", t.next_token}, {"text", tok.token_to_piece(t.next_token)}, {"prob", t.next_prob}}}});
+  return dump(
+      {{"object", "engine.trace"},
+       {"model", model},
+       {"step", t.decode ? "decode" : "prefill"},
+       {"T", t.T},
+       {"ctx", t.ctx},
+       {"config",
+        {{"d", c.dim},
+         {"L", c.n_layers},
+         {"n_h", c.n_heads},
+         {"n_kv", c.n_kv_heads},
+         {"d_h", c.head_dim},
+         {"d_ff", c.ff_dim},
+         {"V", c.vocab_size},
+         {"rope_dim", c.rope_dim}}},
+       {"token_ids", t.token_ids},
+       {"tokens", tokens},
+       {"slot_mapping", t.slot_mapping},
+       {"stream_rms", t.stream_rms},
+       {"rows", rows},
+       {"next_token", {{"id", t.next_token}, {"text", tok.token_to_piece(t.next_token)}, {"prob", t.next_prob}}}});
 }
 
 HttpReply Router::web_page(const std::string& path) const {
@@ -128,8 +129,9 @@ HttpReply Router::engine_state() {
 }
 
 HttpReply Router::engine_trace(const HttpRequest& req, std::function<void()> on_engine_output) {
-  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (!body.is_object()) return error(ApiError::bad_request("the request body must be a JSON object"));
+  auto parsed = parse_json_object(req.body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return error(*e);
+  json& body = std::get<json>(parsed);
   if (!body.contains("prompt") || !body["prompt"].is_string() || body["prompt"].get<std::string>().empty())
     return error(ApiError::bad_request("'prompt' is required and must be a non-empty string", "prompt"));
   if (body.contains("decode") && !body["decode"].is_boolean())

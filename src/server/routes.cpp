@@ -152,6 +152,8 @@ std::optional<ApiError> check_lengths(const Tokenizer& tok, const std::vector<st
 
 }  // namespace
 
+std::variant<json, ApiError> parse_json_object(const std::string& text) { return parse_body(text); }
+
 HttpReply Router::error(const ApiError& e) {
   HttpReply r = json_reply(e.status, e.to_json());
   if (e.status == 429 || e.status == 503) r.headers.emplace_back("Retry-After", "1");

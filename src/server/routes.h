@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "chat/tool_parsers.h"
@@ -76,6 +77,9 @@ struct HttpReply {
   std::vector<std::pair<std::string, std::string>> headers;
   std::shared_ptr<ReplyBody> stream;  // set: the body comes later (the engine's output), drained on each wake-up
 };
+
+// A request body as a JSON object (nesting bounded before parsing), or the 400 saying what is wrong with it.
+std::variant<nlohmann::json, ApiError> parse_json_object(const std::string& text);
 
 class Router {
  public:

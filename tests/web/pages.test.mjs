@@ -326,3 +326,51 @@ test('--api-key: the pages ask once and keep the key for the tab; the state endp
     await srv.stop();
   }
 });
+
+test('engine endpoints: malformed requests are 400s naming the field; the pages\' routes', async () => {
+  const srv = await startServer();
+  try {
+    const trace = (body) => post(`${srv.url}/v1/engine/trace`, body);
+    const cases = [
+      ['not JSON', '{"prompt": ', null],
+      ['an array', '[1, 2]', null],
+      ['too deep', '['.repeat(100) + ']'.repeat(100), null],
+      ['no prompt', {}, 'prompt'],
+      ['prompt a number', { prompt: 5 }, 'prompt'],
+      ['empty prompt', { prompt: '' }, 'prompt'],
+      ['decode a string', { prompt: 'Hi there', decode: 'yes' }, 'decode'],
+      ['decode of one token', { prompt: '', decode: true }, 'prompt'],
+      ['longer than max_model_len', { prompt: 'Once upon a time '.repeat(700) }, 'prompt'],
+    ];
+    for (const [name, body, param] of cases) {
+      const r = await trace(body);
+      assert.equal(r.status, 400, `${name}: ${r.text.slice(0, 200)}`);
+      assert.equal(r.body.error.param ?? null, param, name);
+      assert.ok(r.body.error.message.length > 0, name);
+    }
+    const ok = await trace({ prompt: 'Once upon a time', decode: true });
+    assert.equal(ok.status, 200);
+    assert.equal(ok.body.step, 'decode');
+    assert.equal(ok.body.T, 1);
+
+    const state = await (await fetch(`${srv.url}/v1/engine/state`)).json();
+    assert.equal(state.blocks.owner.length, state.num_blocks);
+    assert.equal(state.blocks.ref_cnt.length, state.num_blocks);
+    assert.equal(state.blocks.hash.length, state.num_blocks);
+    assert.equal((await fetch(`${srv.url}/v1/engine/state`, { method: 'POST' })).status, 404);
+
+    for (const [p, type] of [['/', 'text/html'], ['/dashboard', 'text/html'], ['/trace', 'text/html'],
+      ['/web/kvik.css', 'text/css'], ['/web/chat.js', 'text/javascript']]) {
+      const r = await fetch(`${srv.url}${p}`);
+      assert.equal(r.status, 200, p);
+      assert.ok(r.headers.get('content-type').startsWith(type), p);
+      assert.match(r.headers.get('content-security-policy'), /default-src 'self'/);
+    }
+    assert.equal((await fetch(`${srv.url}/`, { method: 'HEAD' })).status, 200);
+    for (const p of ['/web/nothing.js', '/web/../CMakeLists.txt', '/index', '/dashboard/x'])
+      assert.equal((await fetch(`${srv.url}${p}`)).status, 404, p);
+    assert.match(srv.log(), new RegExp(`web page: http://127\\.0\\.0\\.1:${srv.port}/`));
+  } finally {
+    await srv.stop();
+  }
+});
