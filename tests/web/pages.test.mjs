@@ -133,11 +133,18 @@ test('chat: a streamed reply grows and finishes; Stop aborts a long one midway a
   }
 });
 
-test('chat: JSON mode gives JSON that follows the schema; Markdown, Shift+Enter, the kept conversation, themes', async () => {
-  const srv = await startServer();
+test('chat: JSON mode gives JSON that follows the schema; adapters in the picker; Markdown, Shift+Enter, the kept conversation, themes', async () => {
+  const adapter = path.join(tmp, 'story-lora.gguf');
+  execFileSync(BINARY, ['synth-lora', MODEL, adapter, '--seed', '1']);
+  const srv = await startServer(['--enable-lora', '--lora-modules', `story-lora=${adapter}`]);
   const { page, errors, close } = await openPage(`${srv.url}/`);
+  const sentModels = [];
+  page.on('request', (r) => { if (r.url().endsWith('/v1/chat/completions')) sentModels.push(JSON.parse(r.postData()).model); });
   try {
     await page.waitForSelector('#model option[value="stories260K"]');
+    assert.deepEqual(await page.$$eval('#model option', (o) => o.map((e) => e.textContent)),
+      ['stories260K', 'story-lora (LoRA on stories260K)']);
+    await page.select('#model', 'story-lora');
     // Shift+Enter is a newline, not a send.
     await page.type('#prompt', 'line one');
     await page.keyboard.down('Shift');
@@ -158,6 +165,7 @@ test('chat: JSON mode gives JSON that follows the schema; Markdown, Shift+Enter,
     await page.keyboard.press('Enter');
     await page.waitForSelector('.msg.assistant.done', { timeout: 30000 });
     const json = await lastReply(page);
+    assert.deepEqual(sentModels, ['story-lora']);
     assert.equal(json.stats.finish_reason, 'stop', JSON.stringify(json));
     const parsed = JSON.parse(json.content);
     assert.deepEqual(Object.keys(parsed), ['name']);
@@ -214,7 +222,8 @@ function load(url, n, headers = {}) {
 }
 
 test('dashboard: running requests and the KV block map follow a load; hover shows a block table', async () => {
-  const srv = await startServer(['--max-num-seqs', '16']);
+  const srv = await startServer(['--max-num-seqs', '16', '--speculative-config',
+    '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}']);
   const { page, errors, close } = await openPage(`${srv.url}/dashboard`);
   await page.setViewport({ width: 1280, height: 1100 });
   const stop = load(srv.url, 24);
@@ -248,11 +257,15 @@ test('dashboard: running requests and the KV block map follow a load; hover show
     await page.waitForSelector('#block-tip:not([hidden])');
     assert.match(await page.$eval('#block-tip', (e) => e.textContent), /block table of .*\[/);
     await page.screenshot({ path: path.join(SHOTS, 'dashboard.png') });
+    // Keyboard: a request row takes the focus and highlights its blocks.
+    await page.mouse.move(0, 0);
+    await page.focus('#request-rows tr');
+    assert.equal(await page.$eval('#request-rows tr', (r) => r === document.activeElement), true);
     await stop();
     // Idle: no block in use, the prompts' full blocks cached and free.
     await page.waitForFunction(() => document.querySelector('#blockmap').dataset.used === '0' &&
       Number(document.querySelector('#blockmap').dataset.cached) > 0, { timeout: 15000 });
-    for (const key of ['tok_s', 'ttft', 'itl', 'hit', 'kv'])
+    for (const key of ['tok_s', 'ttft', 'itl', 'hit', 'kv', 'spec'])
       assert.ok(await page.$(`[data-metric="${key}"] svg polyline`), `${key} has a chart`);
     assert.deepEqual(errors, []);
   } finally {
@@ -281,7 +294,8 @@ test('trace: one prefill and one decode step as the shape table, with this model
     await page.waitForFunction(() => document.querySelector('h2').textContent.startsWith('decode step'));
     assert.match(await page.$eval('h2', (e) => e.textContent), new RegExp(`T = 1, ctx = ${api.T}`));
     assert.equal(await page.$eval('#next-token', (e) => e.textContent), `next token: ${api.next_token.id} ${JSON.stringify(api.next_token.text)} (p = ${api.next_token.prob.toFixed(3)})`);
-    await page.screenshot({ path: path.join(SHOTS, 'trace.png'), fullPage: true });
+    await page.setViewport({ width: 1280, height: 1250 });  // the whole table, the RMS bars and the next token
+    await page.screenshot({ path: path.join(SHOTS, 'trace.png') });
     // A bad request is a 400 naming the field, shown on the page.
     await page.$eval('#trace-prompt', (e) => { e.value = ''; });
     await page.click('#trace-run');

@@ -198,8 +198,13 @@ function renderRequests() {
       el('td', {}, swatch), el('td', {}, r.id), el('td', {}, r.status), el('td', {}, String(r.num_prompt_tokens)),
       el('td', {}, String(r.num_tokens)), el('td', {}, String(r.num_computed_tokens)), el('td', {}, String(held)),
       el('td', {}, r.lora ?? ''));
-    tr.addEventListener('mouseenter', () => { hoverRequest = i; drawMap(); });
-    tr.addEventListener('mouseleave', () => { hoverRequest = null; drawMap(); });
+    const on = () => { hoverRequest = i; drawMap(); };
+    const off = () => { hoverRequest = null; drawMap(); };
+    tr.tabIndex = 0;  // keyboard: Tab through the requests to highlight each one's blocks
+    tr.addEventListener('mouseenter', on);
+    tr.addEventListener('mouseleave', off);
+    tr.addEventListener('focus', on);
+    tr.addEventListener('blur', off);
     return tr;
   });
   $('#request-rows').replaceChildren(...rows);
