@@ -159,7 +159,7 @@ TEST(EngineState, PollingTheSnapshotChangesNoOutput) {
   for (const auto& [i, tokens] : plain) EXPECT_EQ(tokens.size(), 64u) << i;
 }
 
-TEST(EngineState, IdleEnginePublishesAnExactSnapshot) {
+TEST(EngineState, AskingAnIdleEngineGetsAnExactSnapshot) {
   auto m = stories();
   EngineCore core(*m, small_config(), {2});
   AsyncEngine engine(core);
@@ -171,8 +171,9 @@ TEST(EngineState, IdleEnginePublishesAnExactSnapshot) {
     if (o->finished) break;
   }
   std::shared_ptr<const EngineStateSnapshot> s;
-  for (int i = 0; i < 500; ++i) {  // the idle snapshot is published right after the last step's outputs
-    s = engine.state_snapshot(std::chrono::hours(1));
+  EXPECT_EQ(engine.state_snapshot(std::chrono::hours(1))->num_steps, 0) << "nobody asked since the start";
+  for (int i = 0; i < 500; ++i) {  // asking wakes the idle engine, which publishes a fresh one
+    s = engine.state_snapshot(std::chrono::milliseconds(0));
     if (s && s->requests.empty() && s->num_steps > 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

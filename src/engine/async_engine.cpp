@@ -89,7 +89,12 @@ std::shared_ptr<const EngineStateSnapshot> AsyncEngine::state_snapshot(std::chro
     std::lock_guard<std::mutex> lock(state_mu_);
     s = state_;
   }
-  if (!s || std::chrono::system_clock::now() - s->taken > max_age) state_wanted_ = true;
+  if ((!s || std::chrono::system_clock::now() - s->taken > max_age) && !state_wanted_.exchange(true)) {
+    // Wake the engine thread: busy, it publishes after its current step; idle, it runs an empty step first.
+    std::lock_guard<std::mutex> lock(mu_);
+    has_new_work_ = true;
+    cv_.notify_all();
+  }
   return s;
 }
 
@@ -152,7 +157,6 @@ void AsyncEngine::loop() {
         q->push(std::move(out));
       }
     } while (core_.has_unfinished());
-    publish_state();  // idle: exact until the next step
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_ && !has_new_work_) {
       // Whatever is left never reached the engine: finish it so no handler waits forever.

@@ -65,10 +65,10 @@ class AsyncEngine {
 
   const EngineCore& core() const { return core_; }
 
-  // The latest published EngineStateSnapshot (null before the engine thread published its first). When it is older
-  // than `max_age`, the engine thread publishes a fresh one after its next step (and it always publishes one when
-  // it goes idle, which stays exact while it is idle), so any number of pollers cost at most one snapshot per
-  // `max_age` and never a wait.
+  // The latest published EngineStateSnapshot (the first is taken when the engine thread starts). When it is older
+  // than `max_age`, the engine thread is asked for a fresh one, which it takes after its current step (or at once
+  // when idle) and publishes for the next caller: pollers never wait, any number of them cost at most one snapshot
+  // per `max_age`, and nobody polling costs nothing.
   std::shared_ptr<const EngineStateSnapshot> state_snapshot(std::chrono::milliseconds max_age);
   // Runs `task` on the engine thread at the next step boundary (at once when idle): work that needs the model,
   // whose workspaces belong to the engine thread (the trace endpoint). Tasks run in order; keep them short.
