@@ -2,9 +2,11 @@
 // between steps without changing any output; work run between steps (the trace endpoint) sees the model alone.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
 #include <atomic>
 #include <future>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
@@ -13,6 +15,7 @@
 #include "engine/engine_state.h"
 #include "engine/step_trace.h"
 #include "model/llama.h"
+#include "server/engine_routes.h"
 
 using namespace kvik;
 
@@ -233,4 +236,37 @@ TEST(StepTrace, ShapesAreTheModelsAndTheRunMatchesTheEngineThread) {
   while (alone.has_unfinished())
     for (auto& o : alone.step()) expected.insert(expected.end(), o.new_token_ids.begin(), o.new_token_ids.end());
   EXPECT_EQ(tokens, expected);
+}
+
+TEST(EngineStateJson, TheEndpointsJsonCarriesTheSnapshot) {
+  auto m = stories();
+  EngineCore e(*m, small_config(), {2});
+  const auto prompts = shared_prefix_prompts(3);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    ASSERT_FALSE(e.add_request(i == 2 ? "odd \"id\"\n" : "r" + std::to_string(i), prompts[i], greedy(8)));
+  for (int i = 0; i < 3; ++i) e.step();
+  EngineStateSnapshot s = take_state_snapshot(e, 3);
+  s.sequence = 7;
+  const nlohmann::json j = nlohmann::json::parse(server::engine_state_json(s, false));
+  EXPECT_EQ(j["object"], "engine.state");
+  EXPECT_EQ(j["sequence"], 7);
+  EXPECT_EQ(j["num_blocks"], 64);
+  EXPECT_EQ(j["block_size"], 4);
+  EXPECT_TRUE(j["spec_decode"].is_null());
+  ASSERT_EQ(j["blocks"]["owner"].size(), 64u);
+  ASSERT_EQ(j["requests"].size(), s.requests.size());
+  for (int32_t b = 0; b < 64; ++b) {
+    EXPECT_EQ(j["blocks"]["owner"][b], s.owner[b]);
+    EXPECT_EQ(j["blocks"]["ref_cnt"][b], s.ref_cnt[b]);
+    if (s.has_hash[b])
+      EXPECT_EQ(j["blocks"]["hash"][b], fmt::format("{:016x}", s.hash[b].lo));
+    else
+      EXPECT_TRUE(j["blocks"]["hash"][b].is_null());
+  }
+  for (size_t i = 0; i < s.requests.size(); ++i) {
+    EXPECT_EQ(j["requests"][i]["id"], s.requests[i].id);  // escaped, whatever the id holds
+    EXPECT_EQ(j["requests"][i]["status"], s.requests[i].running ? "running" : "waiting");
+    EXPECT_EQ(j["requests"][i]["block_table"].get<std::vector<int32_t>>(), s.requests[i].block_table);
+  }
+  EXPECT_TRUE(nlohmann::json::parse(server::engine_state_json(s, true))["spec_decode"].is_object());
 }

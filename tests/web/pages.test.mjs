@@ -161,6 +161,7 @@ test('chat: JSON mode gives JSON that follows the schema; adapters in the picker
       additionalProperties: false };
     await page.type('#schema', JSON.stringify(schema));
     await setValue(page, '#max-tokens', 256);
+    await setValue(page, '#temperature', 0);  // greedy: the same reply every run
     await page.type('#prompt', 'Give me a name');
     await page.keyboard.press('Enter');
     await page.waitForSelector('.msg.assistant.done', { timeout: 30000 });
