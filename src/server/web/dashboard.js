@@ -137,7 +137,8 @@ const css = (name) => getComputedStyle(document.documentElement).getPropertyValu
 
 function layout(canvas, n) {
   const width = Math.min(canvas.parentElement.clientWidth, 1400);
-  const cell = n > 8192 ? 6 : n > 2048 ? 9 : 14, gap = 1;
+  // Cells shrink with the pool so that a large one (say 131072 blocks of a q8_0 cache) still fits a few screens.
+  const cell = n > 32768 ? 3 : n > 8192 ? 5 : n > 2048 ? 9 : 14, gap = cell > 3 ? 1 : 0;
   const cols = Math.max(1, Math.floor(width / (cell + gap)));
   return { cell, gap, cols, rows: Math.ceil(n / cols) };
 }
