@@ -260,8 +260,21 @@ test('dashboard: running requests and the KV block map follow a load; hover show
     await page.screenshot({ path: path.join(SHOTS, 'dashboard.png') });
     // Keyboard: a request row takes the focus and highlights its blocks.
     await page.mouse.move(0, 0);
-    await page.focus('#request-rows tr');
-    assert.equal(await page.$eval('#request-rows tr', (r) => r === document.activeElement), true);
+    // One long request (its prompt longer than the load's, to find its row) outlives the refreshes below.
+    const long = fetch(`${srv.url}/v1/completions`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt: 'Once upon a time, in a small town by the sea, there lived a girl who loved boats',
+        max_tokens: 1500, ignore_eos: true }),
+    }).then((r) => r.text());
+    const row = await page.waitForFunction(() => [...document.querySelectorAll('#request-rows tr')]
+      .find((r) => Number(r.cells[3].textContent) > 15 && r.cells[2].textContent === 'running'), { timeout: 20000 });
+    const focused = await row.evaluate((r) => { r.focus(); return r.dataset.id; });
+    const seq = await page.$eval('#blockmap', (c) => c.dataset.sequence);
+    await page.waitForFunction((s) => document.querySelector('#blockmap').dataset.sequence !== s, {}, seq);
+    // The refresh replaced the rows; the focus stays on that request's row, its blocks highlighted.
+    assert.equal(await page.evaluate(() => document.activeElement.dataset?.id), focused);
+    assert.equal(await page.$eval('#request-rows tr.hover', (r) => r.dataset.id), focused);
+    await long;
     await stop();
     // Idle: no block in use, the prompts' full blocks cached and free.
     await page.waitForFunction(() => document.querySelector('#blockmap').dataset.used === '0' &&

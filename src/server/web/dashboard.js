@@ -8,7 +8,8 @@ const WINDOW = 10;       // seconds over which rates and quantiles are taken
 const samples = [];      // {t, m: metric values} per poll
 const series = {};       // name → [{t, v}]
 let state = null;        // the latest /v1/engine/state
-let hoverRequest = null; // index into state.requests
+let hoverId = null;      // the request whose block table is highlighted (its id: indices change each refresh)
+let rendering = false;   // the request table is being replaced: its rows' blur events are not the user's
 
 // Prometheus text → { 'name{labels}': value } (the model_name label dropped).
 function parseMetrics(text) {
@@ -159,7 +160,7 @@ function drawMap() {
   ctx.clearRect(0, 0, w, h);
   const free = css('--free'), cached = css('--cached'), fg = css('--fg');
   const colours = state.requests.map((r) => colourOf(r.id));
-  const highlighted = new Set(hoverRequest !== null ? state.requests[hoverRequest]?.block_table ?? [] : []);
+  const highlighted = new Set(state.requests.find((r) => r.id === hoverId)?.block_table ?? []);
   let used = 0, cachedFree = 0;
   for (let i = 0; i < n; i++) {
     const x = (i % L.cols) * (L.cell + L.gap), y = Math.floor(i / L.cols) * (L.cell + L.gap);
@@ -191,16 +192,17 @@ function drawMap() {
 }
 
 function renderRequests() {
-  const rows = state.requests.map((r, i) => {
+  const focusedId = document.activeElement?.closest?.('#request-rows tr')?.dataset.id;
+  const rows = state.requests.map((r) => {
     const held = r.block_table.filter((id) => id >= 0).length;
     const swatch = el('i', { class: 'swatch' });
     swatch.style.background = colourOf(r.id);
-    const tr = el('tr', { 'data-index': i, class: hoverRequest === i ? 'hover' : '' },
+    const tr = el('tr', { 'data-id': r.id, class: hoverId === r.id ? 'hover' : '' },
       el('td', {}, swatch), el('td', {}, r.id), el('td', {}, r.status), el('td', {}, String(r.num_prompt_tokens)),
       el('td', {}, String(r.num_tokens)), el('td', {}, String(r.num_computed_tokens)), el('td', {}, String(held)),
       el('td', {}, r.lora ?? ''));
-    const on = () => { hoverRequest = i; drawMap(); };
-    const off = () => { hoverRequest = null; drawMap(); };
+    const on = () => { hoverId = r.id; drawMap(); };
+    const off = () => { if (!rendering) { hoverId = null; drawMap(); } };
     tr.tabIndex = 0;  // keyboard: Tab through the requests to highlight each one's blocks
     tr.addEventListener('mouseenter', on);
     tr.addEventListener('mouseleave', off);
@@ -208,7 +210,11 @@ function renderRequests() {
     tr.addEventListener('blur', off);
     return tr;
   });
+  rendering = true;
   $('#request-rows').replaceChildren(...rows);
+  // The refreshed row of the request that had the keyboard focus takes it back.
+  if (focusedId !== undefined) rows.find((tr) => tr.dataset.id === focusedId)?.focus();
+  rendering = false;
 }
 
 function blockAt(e) {
@@ -223,7 +229,7 @@ function blockAt(e) {
 function onHover(e) {
   if (!state) return;
   const i = blockAt(e), tip = $('#block-tip');
-  if (i < 0) { tip.hidden = true; if (hoverRequest !== null) { hoverRequest = null; drawMap(); } return; }
+  if (i < 0) { tip.hidden = true; if (hoverId !== null) { hoverId = null; drawMap(); } return; }
   const b = state.blocks, owner = b.owner[i];
   const holders = state.requests.filter((r) => r.block_table.includes(i)).map((r) => r.id);
   const lines = [`block ${i} · ref count ${b.ref_cnt[i]}`, `hash ${b.hash[i] ?? '— (not full, or not cached)'}`];
@@ -237,8 +243,8 @@ function onHover(e) {
   const wrap = tip.parentElement.getBoundingClientRect();
   tip.style.left = `${Math.min(e.clientX - wrap.left + 12, wrap.width - 300)}px`;
   tip.style.top = `${e.clientY - wrap.top + 12}px`;
-  const next = owner >= 0 ? owner : null;
-  if (next !== hoverRequest) { hoverRequest = next; drawMap(); renderRequests(); }
+  const next = owner >= 0 ? state.requests[owner].id : null;
+  if (next !== hoverId) { hoverId = next; drawMap(); renderRequests(); }
 }
 
 async function poll() {
@@ -265,7 +271,7 @@ function init() {
   $('#swatch-shared').style.background = css('--fg');
   const canvas = $('#blockmap');
   canvas.addEventListener('mousemove', onHover);
-  canvas.addEventListener('mouseleave', () => { $('#block-tip').hidden = true; hoverRequest = null; drawMap(); renderRequests(); });
+  canvas.addEventListener('mouseleave', () => { $('#block-tip').hidden = true; hoverId = null; drawMap(); renderRequests(); });
   window.addEventListener('resize', drawMap);
   const loop = async () => {  // one poll at a time, each second (a slow answer delays the next, never piles up)
     const start = Date.now();
