@@ -4,7 +4,8 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       nlohmann-json3-dev libboost-dev libssl-dev libpcre2-dev libicu-dev libxxhash-dev libcli11-dev libfmt-dev
       libgtest-dev libgmock-dev libbenchmark-dev clang clang-format
-      curl prometheus openssl)  # curl, promtool and openssl (a TLS certificate): the server's end-to-end tests
+      curl prometheus openssl  # curl, promtool and openssl (a TLS certificate): the server's end-to-end tests
+      chromium)                # headless, driven by puppeteer-core: the web pages' browser tests (tests/web)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # Node.js and npm run the test-time clients; a machine may already have them from outside Debian (whose

@@ -207,8 +207,13 @@ int run(ServeOpts& o) {
   http.bind();
   std::atomic<bool> stopping{false};
   std::thread listener([&] { http.listen(); });
-  log_info("Listening on {}://{}:{} (loading the model; /health answers 503 until it is ready)",
-           o.server.ssl_keyfile.empty() ? "http" : "https", o.server.host, o.server.port);
+  // The web pages' address: a wildcard listen address is reached through the loopback.
+  const std::string scheme = o.server.ssl_keyfile.empty() ? "http" : "https";
+  const bool wildcard = o.server.host == "0.0.0.0" || o.server.host == "::";
+  log_info(
+      "Listening on {}://{}:{} (loading the model; /health answers 503 until it is ready); web page: {}://{}:{}/ "
+      "(chat; /dashboard, /trace)",
+      scheme, o.server.host, o.server.port, scheme, wildcard ? "127.0.0.1" : o.server.host, o.server.port);
   std::thread signal_thread([&] {
     int sig = 0;
     sigwait(&signals, &sig);

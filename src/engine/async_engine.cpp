@@ -83,7 +83,48 @@ void AsyncEngine::shutdown() {
   thread_.join();
 }
 
+std::shared_ptr<const EngineStateSnapshot> AsyncEngine::state_snapshot(std::chrono::milliseconds max_age) {
+  std::shared_ptr<const EngineStateSnapshot> s;
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    s = state_;
+  }
+  if ((!s || std::chrono::system_clock::now() - s->taken > max_age) && !state_wanted_.exchange(true)) {
+    // Wake the engine thread: busy, it publishes after its current step; idle, it runs an empty step first.
+    std::lock_guard<std::mutex> lock(mu_);
+    has_new_work_ = true;
+    cv_.notify_all();
+  }
+  return s;
+}
+
+bool AsyncEngine::run_between_steps(std::function<void(EngineCore&)> task) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stop_) return false;
+  tasks_.push_back(std::move(task));
+  has_new_work_ = true;
+  cv_.notify_all();
+  return true;
+}
+
+void AsyncEngine::run_tasks() {
+  std::vector<std::function<void(EngineCore&)>> tasks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks.swap(tasks_);
+  }
+  for (auto& task : tasks) task(core_);
+}
+
+void AsyncEngine::publish_state() {
+  auto s = std::make_shared<EngineStateSnapshot>(take_state_snapshot(core_, num_steps_));
+  std::lock_guard<std::mutex> lock(state_mu_);
+  s->sequence = state_ ? state_->sequence + 1 : 1;
+  state_ = std::move(s);
+}
+
 void AsyncEngine::loop() {
+  publish_state();
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -92,10 +133,13 @@ void AsyncEngine::loop() {
     }
     // Run steps until the engine is idle; the engine drains adds and aborts at the start of each step.
     do {
+      run_tasks();
       num_added_since_step_ = 0;
       std::vector<RequestOutput> outputs = core_.step();
+      ++num_steps_;
       num_waiting_ = core_.scheduler().num_waiting();
       if (observer_) observer_(core_, outputs);
+      if (state_wanted_.exchange(false)) publish_state();
       std::lock_guard<std::mutex> lock(mu_);
       for (RequestOutput& out : outputs) {
         auto it = routes_.find(out.parent_id);

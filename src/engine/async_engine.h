@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/engine_core.h"
+#include "engine/engine_state.h"
 
 namespace kvik {
 
@@ -64,8 +65,20 @@ class AsyncEngine {
 
   const EngineCore& core() const { return core_; }
 
+  // The latest published EngineStateSnapshot (the first is taken when the engine thread starts). When it is older
+  // than `max_age`, the engine thread is asked for a fresh one, which it takes after its current step (or at once
+  // when idle) and publishes for the next caller: pollers never wait, any number of them cost at most one snapshot
+  // per `max_age`, and nobody polling costs nothing.
+  std::shared_ptr<const EngineStateSnapshot> state_snapshot(std::chrono::milliseconds max_age);
+  // Runs `task` on the engine thread at the next step boundary (at once when idle): work that needs the model,
+  // whose workspaces belong to the engine thread (the trace endpoint). Tasks run in order; keep them short.
+  // False (the task dropped) once shutdown() has begun.
+  bool run_between_steps(std::function<void(EngineCore&)> task);
+
  private:
   void loop();
+  void run_tasks();
+  void publish_state();
 
   EngineCore& core_;
   StepObserver observer_;
@@ -81,6 +94,11 @@ class AsyncEngine {
   std::unordered_map<std::string, Route> routes_;  // output queues by add_request's id
   std::atomic<int64_t> num_waiting_{0};
   std::atomic<int64_t> num_added_since_step_{0};
+  std::vector<std::function<void(EngineCore&)>> tasks_;  // run_between_steps, guarded by mu_
+  int64_t num_steps_ = 0;                                // engine thread only
+  std::mutex state_mu_;
+  std::shared_ptr<const EngineStateSnapshot> state_;  // guarded by state_mu_
+  std::atomic<bool> state_wanted_{false};
   std::thread thread_;
 };
 

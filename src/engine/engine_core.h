@@ -97,6 +97,8 @@ class EngineCore {
   int64_t last_step_tokens() const { return last_step_tokens_; }
   double last_step_mask_seconds() const { return sampler_.last_mask_seconds(); }
   const SpecDecodeStats& spec_decode_stats() const { return spec_stats_; }
+  // The served model, for work between steps on the engine thread (AsyncEngine::run_between_steps).
+  LlamaModel& model() { return model_; }
 
  private:
   // One sequence that samples this step: a scheduled request, or (for an n > 1 prompt that just completed)

@@ -259,6 +259,7 @@ class Session : public SessionBase {
       append_chunk(out_, text);
       if (complete) out_ += "0\r\n\r\n";
     } else if (complete) {
+      if (const int s = response_->status()) status_ = reply_.status = s;
       out_ = head_of(reply_, static_cast<int64_t>(text.size()), keep_alive_, cfg_.keep_alive_timeout_s);
       if (!head_only_) out_ += text;
     }
@@ -317,7 +318,7 @@ class Session : public SessionBase {
     if (!cfg_.log_requests) return;
     const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - received_).count();
     std::string gen;
-    if (response_) {
+    if (response_ && !response_->id().empty()) {
       const Usage u = response_->usage();
       gen = fmt::format(" id={} prompt_tokens={} output_tokens={} ttft={:.3f}s", response_->id(), u.prompt_tokens,
                         u.completion_tokens, std::max(0.0, response_->ttft_s()));
@@ -381,7 +382,7 @@ class Session : public SessionBase {
   std::chrono::steady_clock::time_point received_ = std::chrono::steady_clock::now();
   int status_ = 0;
   HttpReply reply_;
-  std::shared_ptr<ResponseStream> response_;
+  std::shared_ptr<ReplyBody> response_;
   std::shared_ptr<std::atomic<bool>> wake_;
   bool response_done_ = false;
   bool aborted_ = false;

@@ -6,6 +6,25 @@ namespace {
 std::string sse(const nlohmann::json& j) { return "data: " + dump(j) + "\n\n"; }
 }  // namespace
 
+bool DeferredBody::drain(std::string& out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!done_) return false;
+  out += body_;
+  return true;
+}
+
+int DeferredBody::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_ ? status_ : 0;
+}
+
+void DeferredBody::complete(int status, std::string body) {
+  std::lock_guard<std::mutex> lock(mu_);
+  status_ = status;
+  body_ = std::move(body);
+  done_ = true;
+}
+
 ResponseStream::ResponseStream(std::shared_ptr<GenerationJob> job, ResponseMeta meta, const Tokenizer& tok, bool stream,
                                bool include_usage)
     : job_(std::move(job)), meta_(std::move(meta)), tok_(tok), stream_(stream), include_usage_(include_usage) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -15,19 +16,51 @@
 
 namespace kvik::server {
 
-class ResponseStream {
+// A reply body that another thread completes (the engine's output, or work run between its steps): the HTTP
+// session drains it each time the router's wake-up callback fires, so no I/O thread waits.
+class ReplyBody {
+ public:
+  virtual ~ReplyBody() = default;
+  // Appends what is ready to `out`. Returns true once the body is complete.
+  virtual bool drain(std::string& out) = 0;
+  virtual void abort() = 0;  // the client is gone
+  virtual bool streaming() const { return false; }
+  // The HTTP status of a whole (non-streamed) body once complete; 0 keeps the reply's.
+  virtual int status() const { return 0; }
+  // For the access log: the generation's id ("" for other bodies), its token counts and time to first token.
+  virtual std::string id() const { return ""; }
+  virtual Usage usage() const { return {}; }
+  virtual double ttft_s() const { return -1; }
+};
+
+// A whole body computed elsewhere: complete() sets it once, from any thread.
+class DeferredBody : public ReplyBody {
+ public:
+  bool drain(std::string& out) override;
+  void abort() override {}
+  int status() const override;
+  void complete(int status, std::string body);
+
+ private:
+  mutable std::mutex mu_;
+  bool done_ = false;
+  int status_ = 0;
+  std::string body_;
+};
+
+class ResponseStream : public ReplyBody {
  public:
   ResponseStream(std::shared_ptr<GenerationJob> job, ResponseMeta meta, const Tokenizer& tok, bool stream,
                  bool include_usage);
 
   // Appends the wire text of every output queued so far to `out`. Returns true once the body is complete.
-  bool drain(std::string& out);
-  void abort() { job_->abort(); }
-  bool streaming() const { return stream_; }
-  const std::string& id() const { return meta_.id; }
-  Usage usage() const { return job_->usage(); }
+  bool drain(std::string& out) override;
+  void abort() override { job_->abort(); }
+  bool streaming() const override { return stream_; }
+  std::string id() const override { return meta_.id; }
+  Usage usage() const override { return job_->usage(); }
   // Seconds from the response's creation to its first generated token; < 0 before that.
-  double ttft_s() const { return ttft_s_; }
+  double ttft_s() const override { return ttft_s_; }
 
  private:
   void take_streamed(std::vector<ChoiceDelta>& deltas, std::string& out);

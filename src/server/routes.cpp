@@ -152,6 +152,8 @@ std::optional<ApiError> check_lengths(const Tokenizer& tok, const std::vector<st
 
 }  // namespace
 
+std::variant<json, ApiError> parse_json_object(const std::string& text) { return parse_body(text); }
+
 HttpReply Router::error(const ApiError& e) {
   HttpReply r = json_reply(e.status, e.to_json());
   if (e.status == 429 || e.status == 503) r.headers.emplace_back("Retry-After", "1");
@@ -235,13 +237,16 @@ HttpReply Router::route(const HttpRequest& req, std::function<void()>& on_engine
     reply.body = ctx_.metrics->render();
     return reply;
   }
-  const bool known =
-      (get && path == "/v1/models") ||
-      (post && (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" ||
-                path == "/detokenize" || path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter"));
+  const bool known = (get && (path == "/v1/models" || path == "/v1/engine/state")) ||
+                     (post && (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" ||
+                               path == "/detokenize" || path == "/v1/load_lora_adapter" ||
+                               path == "/v1/unload_lora_adapter" || path == "/v1/engine/trace"));
+  if (!known && get && path.rfind("/v1/", 0) != 0) return web_page(path);
   if (!known) return error({404, fmt::format("no route for {} {}", req.method, path), "", ""});
   if (!authorized(req, reply) || !is_ready(reply)) return reply;
   if (path == "/v1/models") return models();
+  if (path == "/v1/engine/state") return engine_state();
+  if (path == "/v1/engine/trace") return engine_trace(req, std::move(on_engine_output));
   if (path == "/tokenize") return tokenize(req);
   if (path == "/detokenize") return detokenize(req);
   if (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter")

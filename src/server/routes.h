@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "chat/tool_parsers.h"
@@ -74,8 +75,11 @@ struct HttpReply {
   std::string content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
-  std::shared_ptr<ResponseStream> stream;  // set: the body comes from the engine as it generates
+  std::shared_ptr<ReplyBody> stream;  // set: the body comes later (the engine's output), drained on each wake-up
 };
+
+// A request body as a JSON object (nesting bounded before parsing), or the 400 saying what is wrong with it.
+std::variant<nlohmann::json, ApiError> parse_json_object(const std::string& text);
 
 class Router {
  public:
@@ -97,6 +101,11 @@ class Router {
   HttpReply generate(const HttpRequest& req, bool chat, std::function<void()> on_engine_output);
   HttpReply tokenize(const HttpRequest& req);
   HttpReply detokenize(const HttpRequest& req);
+  // The web pages (GET /, /dashboard, /trace and their /web/ files; no key needed: they hold no data) and the
+  // engine endpoints they read (engine_routes.cpp).
+  HttpReply web_page(const std::string& path) const;
+  HttpReply engine_state();
+  HttpReply engine_trace(const HttpRequest& req, std::function<void()> on_engine_output);
   // POST /v1/load_lora_adapter {"lora_name", "lora_path"} and /v1/unload_lora_adapter {"lora_name"}.
   HttpReply lora_admin(const HttpRequest& req, bool load);
 
@@ -109,6 +118,9 @@ class Router {
   ToolCallFormat tool_format_ = ToolCallFormat::kHermes;  // --tool-call-parser, else the template's, else hermes
   std::atomic<bool> ready_{false};
   std::mutex admission_mu_;  // check-then-add of the waiting limit
+  std::mutex state_json_mu_;
+  uint64_t state_json_sequence_ = 0;  // the snapshot state_json_ was written from
+  std::string state_json_;
 };
 
 }  // namespace kvik::server
