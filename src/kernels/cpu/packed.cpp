@@ -47,10 +47,21 @@ void set_d(uint8_t* g, int64_t b, int64_t Q, int i, uint16_t d) {
   std::memcpy(g + packed_d_offset(b, Q) + 2 * i, &d, 2);
 }
 
+// A row's quants go 4 bytes at a time (lane_byte: bytes 4v..4v+3 of row i sit together in 4-byte column v), so
+// packing moves words, not bytes: a 1 GB model repacks in a fraction of the time.
+void move_words(const uint8_t* src, int words, int i, uint8_t* qs, uint32_t flip) {
+  for (int v = 0; v < words; ++v) {
+    uint32_t x;
+    std::memcpy(&x, src + 4 * v, 4);
+    x ^= flip;
+    std::memcpy(qs + lane_byte(4 * v, i), &x, 4);
+  }
+}
+
 void pack_row_q8_0(const BlockQ8_0* src, int64_t nb, int i, uint8_t* g) {
-  for (int64_t b = 0; b < nb; ++b) {
-    uint8_t* qs = g + packed_qs_offset(b, kQ8_0PackedQs);
-    for (int j = 0; j < kQK8_0; ++j) qs[lane_byte(j, i)] = static_cast<uint8_t>(src[b].qs[j] + 128);
+  for (int64_t b = 0; b < nb; ++b) {  // int8 q + 128 as u8 is q with its top bit flipped
+    move_words(reinterpret_cast<const uint8_t*>(src[b].qs), kQK8_0 / 4, i, g + packed_qs_offset(b, kQ8_0PackedQs),
+               0x80808080u);
     set_d(g, b, kQ8_0PackedQs, i, src[b].d);
   }
 }
@@ -59,8 +70,7 @@ static_assert(sizeof(BlockIQ4_NL) == sizeof(BlockQ4_0) && offsetof(BlockIQ4_NL, 
 void pack_row_q4_0(const BlockQ4_0* src, int64_t nb, int i, uint8_t* g) {
   for (int64_t b = 0; b < nb; ++b) {
     // src qs[l]: low nibble = element l, high = element 16 + l; packed byte (v, e): element 4v + e and 16 + 4v + e.
-    uint8_t* qs = g + packed_qs_offset(b, kQ4_0PackedQs);
-    for (int l = 0; l < 16; ++l) qs[lane_byte(l, i)] = src[b].qs[l];
+    move_words(src[b].qs, 4, i, g + packed_qs_offset(b, kQ4_0PackedQs), 0);
     set_d(g, b, kQ4_0PackedQs, i, src[b].d);
   }
 }
