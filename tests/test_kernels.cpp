@@ -262,6 +262,84 @@ void check_gemv(std::mt19937& rng, const CpuKernels& fast, const CpuKernels& ref
     }
 }
 
+// Scores of several queries against the same scattered keys (f32 and f16 cache): within the summation bound of the
+// reference, and a query's scores are bit for bit the same computed alone, among 9 queries, or with the key range
+// started elsewhere (what keeps attention batch-invariant when rows are scored together).
+TEST_P(KernelTable, MultiQueryScoresMatchReferenceAndDoNotDependOnTheTile) {
+  for (int64_t d : {8, 16, 40, 64, 128})
+    for (int64_t keys : {1, 15, 16, 17, 33, 100}) {
+      const int64_t rows = keys + 7, nq = 9;
+      std::vector<float> q(nq * d), kf(rows * d), s0(nq * keys), s1(nq * keys), alone(keys), shifted(keys + 3);
+      std::vector<uint16_t> kh(rows * d);
+      for (auto& v : q) v = normal();
+      for (size_t i = 0; i < kf.size(); ++i) kf[i] = normal(), kh[i] = f32_to_fp16(kf[i]);
+      std::vector<int64_t> off(keys + 3);
+      for (int64_t j = 0; j < keys + 3; ++j) off[j] = ((j * 5) % rows) * d;
+      const float scale = 0.125f;
+      for (int f16 = 0; f16 < 2; ++f16) {
+        auto multi = [&](const CpuKernels& t, const float* qq, int64_t n_q, const int64_t* o, int64_t n, float* out) {
+          if (f16)
+            t.scores_multi_f16(qq, d, n_q, kh.data(), o, n, d, scale, out, n);
+          else
+            t.scores_multi_f32(qq, d, n_q, kf.data(), o, n, d, scale, out, n);
+        };
+        multi(ref(), q.data(), nq, off.data() + 3, keys, s0.data());
+        multi(fast(), q.data(), nq, off.data() + 3, keys, s1.data());
+        for (int64_t i = 0; i < nq; ++i) {
+          for (int64_t j = 0; j < keys; ++j) {
+            double mag = 0;
+            for (int64_t c = 0; c < d; ++c)
+              mag += std::fabs(double(q[i * d + c]) * (f16 ? fp16_to_f32(kh[off[3 + j] + c]) : kf[off[3 + j] + c]));
+            EXPECT_LE(std::fabs(double(s0[i * keys + j]) - s1[i * keys + j]), gamma(d) * mag * scale)
+                << "f16=" << f16 << " d=" << d << " keys=" << keys << " q=" << i << " j=" << j;
+          }
+          multi(fast(), q.data() + i * d, 1, off.data() + 3, keys, alone.data());
+          multi(fast(), q.data() + i * d, 1, off.data(), keys + 3, shifted.data());
+          for (int64_t j = 0; j < keys; ++j) {
+            EXPECT_EQ(alone[j], s1[i * keys + j]) << "alone vs among 9: d=" << d << " q=" << i << " j=" << j;
+            EXPECT_EQ(shifted[j + 3], s1[i * keys + j]) << "range started 3 keys earlier: d=" << d << " j=" << j;
+          }
+        }
+      }
+    }
+}
+
+// Value sums of several queries over the same scattered value rows: within the reference's bound, and a query's sum
+// is bit for bit the same computed alone or among 6.
+TEST_P(KernelTable, MultiQueryValueSumsMatchReferenceAndDoNotDependOnTheTile) {
+  for (int64_t d : {16, 40, 64, 128, 192})
+    for (int64_t keys : {1, 5, 64, 130}) {
+      const int64_t rows = keys + 7, nq = 6;
+      std::vector<float> v(rows * d), p(nq * keys), o0(nq * d), o1(nq * d), alone(d);
+      std::vector<uint16_t> vh(rows * d);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = normal(), vh[i] = f32_to_fp16(v[i]);
+      for (auto& x : p) x = std::fabs(normal()) / static_cast<float>(keys);
+      std::vector<int64_t> off(keys);
+      for (int64_t j = 0; j < keys; ++j) off[j] = ((j * 3) % rows) * d;
+      for (int f16 = 0; f16 < 2; ++f16) {
+        auto multi = [&](const CpuKernels& t, const float* pp, int64_t n_q, float* out) {
+          if (f16)
+            t.wsum_multi_f16(pp, keys, n_q, vh.data(), off.data(), keys, d, out, d);
+          else
+            t.wsum_multi_f32(pp, keys, n_q, v.data(), off.data(), keys, d, out, d);
+        };
+        multi(ref(), p.data(), nq, o0.data());
+        multi(fast(), p.data(), nq, o1.data());
+        for (int64_t i = 0; i < nq; ++i) {
+          multi(fast(), p.data() + i * keys, 1, alone.data());
+          for (int64_t c = 0; c < d; ++c) {
+            double mag = 0;
+            for (int64_t j = 0; j < keys; ++j)
+              mag += std::fabs(double(p[i * keys + j]) * (f16 ? fp16_to_f32(vh[off[j] + c]) : v[off[j] + c]));
+            EXPECT_LE(std::fabs(double(o0[i * d + c]) - o1[i * d + c]), gamma(keys) * mag)
+                << "f16=" << f16 << " d=" << d << " keys=" << keys << " q=" << i << " c=" << c;
+            EXPECT_EQ(alone[c], o1[i * d + c]) << "alone vs among 6: d=" << d << " q=" << i << " c=" << c;
+          }
+        }
+      }
+    }
+}
+
 TEST_P(KernelTable, GemvQ8_0ExactIntegersBoundedSumsAndIndependentOfR) {
   check_gemv<BlockQ8_0>(rng, fast(), ref(), fill_q8_0, &CpuKernels::gemv_q8_0);
 }

@@ -68,6 +68,20 @@ struct CpuKernels {
   void (*scores_f32)(const float* q, const float* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out);
   void (*scores_f16)(const float* q, const uint16_t* k, const int64_t* off, int64_t n, int64_t d, float scale,
                      float* out);
+  // Scores of nq query rows q + i·q_stride against the same n keys: out[i·out_stride + j] = scale · q_i·k_j. A
+  // (query, key) score is computed by the same instructions whatever nq is and wherever the key sits in the call,
+  // so a row's scores do not depend on the tile it is computed in (batch invariance). AVX-512 (d % 16 == 0): keys
+  // in the lanes, 16 at a time, the K rows transposed once for all queries.
+  void (*scores_multi_f32)(const float* q, int64_t q_stride, int64_t nq, const float* k, const int64_t* off, int64_t n,
+                           int64_t d, float scale, float* out, int64_t out_stride);
+  void (*scores_multi_f16)(const float* q, int64_t q_stride, int64_t nq, const uint16_t* k, const int64_t* off,
+                           int64_t n, int64_t d, float scale, float* out, int64_t out_stride);
+  // Value sums of nq queries over the same n value rows: out[i·out_stride + c] = Σ_j p[i·p_stride + j]·v_j[c]. A
+  // query's sum is the same instructions whatever nq is (the value rows are loaded once for all queries on AVX-512).
+  void (*wsum_multi_f32)(const float* p, int64_t p_stride, int64_t nq, const float* v, const int64_t* off, int64_t n,
+                         int64_t d, float* out, int64_t out_stride);
+  void (*wsum_multi_f16)(const float* p, int64_t p_stride, int64_t nq, const uint16_t* v, const int64_t* off, int64_t n,
+                         int64_t d, float* out, int64_t out_stride);
   // The same over quantized caches (element offsets as above; Q8_0: element e is q[e % 32] of block e / 32, so a
   // row may start inside a block when d_h < 32; FP8 E4M3: one byte per element, values before the tensor scale).
   void (*scores_q8_0)(const float* q, const BlockQ8_0* k, const int64_t* off, int64_t n, int64_t d, float scale,
@@ -138,6 +152,19 @@ void dot4_by_rows(const W* w, const X* x, int64_t x_stride, int64_t n, float* ou
 template <typename KV, float (*Dot)(const float*, const KV*, int64_t)>
 void scores_by_rows(const float* q, const KV* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out) {
   for (int64_t j = 0; j < n; ++j) out[j] = Dot(q, k + off[j], d) * scale;
+}
+
+// Multi-query scores as one single-query call per query (tables without a keys-in-lanes version).
+template <typename KV, void (*Scores)(const float*, const KV*, const int64_t*, int64_t, int64_t, float, float*)>
+void scores_multi_by_rows(const float* q, int64_t q_stride, int64_t nq, const KV* k, const int64_t* off, int64_t n,
+                          int64_t d, float scale, float* out, int64_t out_stride) {
+  for (int64_t i = 0; i < nq; ++i) Scores(q + i * q_stride, k, off, n, d, scale, out + i * out_stride);
+}
+
+template <typename KV, void (*Wsum)(const float*, const KV*, const int64_t*, int64_t, int64_t, float*)>
+void wsum_multi_by_rows(const float* p, int64_t p_stride, int64_t nq, const KV* v, const int64_t* off, int64_t n,
+                        int64_t d, float* out, int64_t out_stride) {
+  for (int64_t i = 0; i < nq; ++i) Wsum(p + i * p_stride, v, off, n, d, out + i * out_stride);
 }
 
 const CpuKernels& generic_kernels();

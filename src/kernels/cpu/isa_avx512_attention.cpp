@@ -80,6 +80,152 @@ void scores_f16(const float* q, const uint16_t* k, const int64_t* off, int64_t n
   scores<true>(q, k, off, n, d, scale, out);
 }
 
+// 16×16 transpose of the rows r[0..15] in registers (unpack, then 128-bit lane shuffles); r[c] becomes column c.
+inline void transpose16(__m512* r) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xEE);
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
+    t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xDD);
+    t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
+    t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xDD);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+    r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
+    r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
+    r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xDD);
+  }
+}
+
+// Scores of nq queries over keys in the lanes: each block of 16 keys is transposed once into kt[d][16] (f32), then
+// every query's score vector is Σ_c q[c]·kt[c] with two partial sums (even and odd c) added at the end. A key's
+// score is the same instructions in its lane whatever the block, the query count or the position in the call.
+template <bool kF16, typename KV>
+void scores_multi(const float* q, int64_t q_stride, int64_t nq, const KV* k, const int64_t* off, int64_t n, int64_t d,
+                  float scale, float* out, int64_t out_stride) {
+  alignas(64) float kt[256 * 16];
+  const __m512 sv = _mm512_set1_ps(scale);
+  for (int64_t j0 = 0; j0 < n; j0 += 16) {
+    const int64_t nk = std::min<int64_t>(16, n - j0);
+    for (int64_t c0 = 0; c0 < d; c0 += 16) {  // columns c0..c0+15 of the block's rows, transposed
+      __m512 r[16];
+      for (int64_t j = 0; j < 16; ++j)
+        r[j] = j < nk ? load_row<kF16>(k + off[j0 + j], c0, 0xFFFF) : _mm512_setzero_ps();
+      transpose16(r);
+      for (int c = 0; c < 16; ++c) _mm512_store_ps(kt + (c0 + c) * 16, r[c]);
+    }
+    const __mmask16 m = nk == 16 ? static_cast<__mmask16>(0xFFFF) : tail_mask(nk);
+    int64_t i = 0;
+    for (; i + 4 <= nq; i += 4) {  // four queries at a time: 8 accumulators in flight
+      const float* q0 = q + i * q_stride;
+      __m512 a[4][2];
+      for (auto& x : a) x[0] = x[1] = _mm512_setzero_ps();
+      for (int64_t c = 0; c < d; c += 2) {
+        const __m512 k0 = _mm512_load_ps(kt + c * 16), k1 = _mm512_load_ps(kt + (c + 1) * 16);
+        for (int u = 0; u < 4; ++u) {
+          a[u][0] = _mm512_fmadd_ps(_mm512_set1_ps(q0[u * q_stride + c]), k0, a[u][0]);
+          a[u][1] = _mm512_fmadd_ps(_mm512_set1_ps(q0[u * q_stride + c + 1]), k1, a[u][1]);
+        }
+      }
+      for (int u = 0; u < 4; ++u)
+        _mm512_mask_storeu_ps(out + (i + u) * out_stride + j0, m, _mm512_mul_ps(_mm512_add_ps(a[u][0], a[u][1]), sv));
+    }
+    for (; i < nq; ++i) {  // the same instructions, one query at a time
+      const float* qi = q + i * q_stride;
+      __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+      for (int64_t c = 0; c < d; c += 2) {
+        a0 = _mm512_fmadd_ps(_mm512_set1_ps(qi[c]), _mm512_load_ps(kt + c * 16), a0);
+        a1 = _mm512_fmadd_ps(_mm512_set1_ps(qi[c + 1]), _mm512_load_ps(kt + (c + 1) * 16), a1);
+      }
+      _mm512_mask_storeu_ps(out + i * out_stride + j0, m, _mm512_mul_ps(_mm512_add_ps(a0, a1), sv));
+    }
+  }
+}
+// Value sums of up to 4 queries at once over 64 columns (4 vectors) of the value rows: each row loaded (and
+// converted) once for all of them; per query and lane the same FMA chain over j as wsum_chunk's.
+template <bool kF16, typename KV, int NQ>
+void wsum_multi_cols(const float* p, int64_t p_stride, const KV* v, const int64_t* off, int64_t n, int64_t c0,
+                     float* out, int64_t out_stride) {
+  // Named accumulators: GCC keeps an array of vectors in memory here, storing it every iteration.
+  __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+  __m512 a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
+  for (int64_t j = 0; j < n; ++j) {
+    const KV* row = v + off[j];
+    const __m512 v0 = load_row<kF16>(row, c0, 0xFFFF), v1 = load_row<kF16>(row, c0 + 16, 0xFFFF);
+    const __m512 v2 = load_row<kF16>(row, c0 + 32, 0xFFFF), v3 = load_row<kF16>(row, c0 + 48, 0xFFFF);
+    __m512 pj = _mm512_set1_ps(p[j]);
+    a00 = _mm512_fmadd_ps(pj, v0, a00), a01 = _mm512_fmadd_ps(pj, v1, a01);
+    a02 = _mm512_fmadd_ps(pj, v2, a02), a03 = _mm512_fmadd_ps(pj, v3, a03);
+    if constexpr (NQ == 4) {
+      pj = _mm512_set1_ps(p[p_stride + j]);
+      a10 = _mm512_fmadd_ps(pj, v0, a10), a11 = _mm512_fmadd_ps(pj, v1, a11);
+      a12 = _mm512_fmadd_ps(pj, v2, a12), a13 = _mm512_fmadd_ps(pj, v3, a13);
+      pj = _mm512_set1_ps(p[2 * p_stride + j]);
+      a20 = _mm512_fmadd_ps(pj, v0, a20), a21 = _mm512_fmadd_ps(pj, v1, a21);
+      a22 = _mm512_fmadd_ps(pj, v2, a22), a23 = _mm512_fmadd_ps(pj, v3, a23);
+      pj = _mm512_set1_ps(p[3 * p_stride + j]);
+      a30 = _mm512_fmadd_ps(pj, v0, a30), a31 = _mm512_fmadd_ps(pj, v1, a31);
+      a32 = _mm512_fmadd_ps(pj, v2, a32), a33 = _mm512_fmadd_ps(pj, v3, a33);
+    }
+  }
+  const __m512 all[4][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23}, {a30, a31, a32, a33}};
+  for (int u = 0; u < NQ; ++u)
+    for (int c = 0; c < 4; ++c) _mm512_storeu_ps(out + u * out_stride + c0 + 16 * c, all[u][c]);
+}
+template <bool kF16, typename KV>
+void wsum_multi(const float* p, int64_t p_stride, int64_t nq, const KV* v, const int64_t* off, int64_t n, int64_t d,
+                float* out, int64_t out_stride) {
+  for (int64_t c0 = 0; c0 < d; c0 += 64) {
+    int64_t i = 0;
+    for (; i + 4 <= nq; i += 4)
+      wsum_multi_cols<kF16, KV, 4>(p + i * p_stride, p_stride, v, off, n, c0, out + i * out_stride, out_stride);
+    for (; i < nq; ++i)
+      wsum_multi_cols<kF16, KV, 1>(p + i * p_stride, p_stride, v, off, n, c0, out + i * out_stride, out_stride);
+  }
+}
+void wsum_multi_f32(const float* p, int64_t p_stride, int64_t nq, const float* v, const int64_t* off, int64_t n,
+                    int64_t d, float* out, int64_t out_stride) {
+  if (d % 64 != 0) {
+    for (int64_t i = 0; i < nq; ++i) wsum_f32(p + i * p_stride, v, off, n, d, out + i * out_stride);
+    return;
+  }
+  wsum_multi<false>(p, p_stride, nq, v, off, n, d, out, out_stride);
+}
+void wsum_multi_f16(const float* p, int64_t p_stride, int64_t nq, const uint16_t* v, const int64_t* off, int64_t n,
+                    int64_t d, float* out, int64_t out_stride) {
+  if (d % 64 != 0) {
+    for (int64_t i = 0; i < nq; ++i) wsum_f16(p + i * p_stride, v, off, n, d, out + i * out_stride);
+    return;
+  }
+  wsum_multi<true>(p, p_stride, nq, v, off, n, d, out, out_stride);
+}
+void scores_multi_f32(const float* q, int64_t q_stride, int64_t nq, const float* k, const int64_t* off, int64_t n,
+                      int64_t d, float scale, float* out, int64_t out_stride) {
+  if (d % 16 != 0 || d > 256) {
+    for (int64_t i = 0; i < nq; ++i) scores_f32(q + i * q_stride, k, off, n, d, scale, out + i * out_stride);
+    return;
+  }
+  scores_multi<false>(q, q_stride, nq, k, off, n, d, scale, out, out_stride);
+}
+void scores_multi_f16(const float* q, int64_t q_stride, int64_t nq, const uint16_t* k, const int64_t* off, int64_t n,
+                      int64_t d, float scale, float* out, int64_t out_stride) {
+  if (d % 16 != 0 || d > 256) {
+    for (int64_t i = 0; i < nq; ++i) scores_f16(q + i * q_stride, k, off, n, d, scale, out + i * out_stride);
+    return;
+  }
+  scores_multi<true>(q, q_stride, nq, k, off, n, d, scale, out, out_stride);
+}
+
 template <bool kF16, int NC>
 void wsum_chunk(const float* p, const void* v, const int64_t* off, int64_t n, int64_t c0, int64_t d, float* out) {
   __m512 acc[NC];

@@ -78,6 +78,14 @@ void gemm_q6_k_x16(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, fl
 float dot_f32_f16(const float* x, const uint16_t* h, int64_t n);
 void scores_f32(const float* q, const float* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out);
 void scores_f16(const float* q, const uint16_t* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out);
+void scores_multi_f32(const float* q, int64_t q_stride, int64_t nq, const float* k, const int64_t* off, int64_t n,
+                      int64_t d, float scale, float* out, int64_t out_stride);
+void wsum_multi_f32(const float* p, int64_t p_stride, int64_t nq, const float* v, const int64_t* off, int64_t n,
+                    int64_t d, float* out, int64_t out_stride);
+void wsum_multi_f16(const float* p, int64_t p_stride, int64_t nq, const uint16_t* v, const int64_t* off, int64_t n,
+                    int64_t d, float* out, int64_t out_stride);
+void scores_multi_f16(const float* q, int64_t q_stride, int64_t nq, const uint16_t* k, const int64_t* off, int64_t n,
+                      int64_t d, float scale, float* out, int64_t out_stride);
 void wsum_f32(const float* p, const float* v, const int64_t* off, int64_t n, int64_t d, float* out);
 void wsum_f16(const float* p, const uint16_t* v, const int64_t* off, int64_t n, int64_t d, float* out);
 void softmax(float* x, int64_t n);

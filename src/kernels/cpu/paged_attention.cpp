@@ -94,22 +94,29 @@ class AttentionTile {
     stride_ = n_all;
     scores_ = scratch(sbuf_, static_cast<size_t>(rows * group_ * n_all));
     prefetch(a_.k_cache, lo_, std::min(lo_ - lo_ % kKeyChunk + kKeyChunk - 1, hi));
-    for_each_chunk(hi, a_.k_cache, [&](int32_t t, int64_t h, int32_t b, int32_t n, float* s) {
-      score(a_.q + (static_cast<int64_t>(t) * a_.n_heads + task_.kvh * group_ + h) * d, b, n, s);
-    });
+    if constexpr (std::is_same_v<KV, float> || std::is_same_v<KV, uint16_t>)
+      score_tile(hi);
+    else
+      for_each_chunk(hi, a_.k_cache, [&](int32_t t, int64_t h, int32_t b, int32_t n, float* s) {
+        score(a_.q + (static_cast<int64_t>(t) * a_.n_heads + task_.kvh * group_ + h) * d, b, n, s);
+      });
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t h = 0; h < group_; ++h) {
         const int32_t t = task_.t0 + static_cast<int32_t>(i);
         cpu_kernels().softmax(row_scores(t, h), a_.positions[t] + 1 - first_key(t));
         std::fill_n(out(t, h), d, 0.0f);
       }
-    float* part = scratch(pbuf_, static_cast<size_t>(d));
     prefetch(a_.v_cache, lo_, std::min(lo_ - lo_ % kKeyChunk + kKeyChunk - 1, hi));
-    for_each_chunk(hi, a_.v_cache, [&](int32_t t, int64_t h, int32_t b, int32_t n, float* p) {
-      value_sum(p, b, n, part);
-      float* o = out(t, h);
-      for (int64_t c = 0; c < d; ++c) o[c] += part[c];
-    });
+    if constexpr (std::is_same_v<KV, float> || std::is_same_v<KV, uint16_t>) {
+      sum_values_tile(hi);
+    } else {
+      float* part = scratch(pbuf_, static_cast<size_t>(d));
+      for_each_chunk(hi, a_.v_cache, [&](int32_t t, int64_t h, int32_t b, int32_t n, float* p) {
+        value_sum(p, b, n, part);
+        float* o = out(t, h);
+        for (int64_t c = 0; c < d; ++c) o[c] += part[c];
+      });
+    }
     if constexpr (std::is_same_v<KV, uint8_t>)
       if (a_.v_scale != 1.0f)
         for (int32_t t = task_.t0; t < task_.t1; ++t)
@@ -159,6 +166,64 @@ class AttentionTile {
     }
   }
 
+  // F32/F16 caches: each chunk's keys scored for every query of the tile (its rows × the group's heads) in one
+  // multi-query call over the chunk's keys any row sees, then each row's own keys copied out. A score is the same
+  // whatever else is in the call (scores_multi_*), so a row's scores do not depend on the tile.
+  void score_tile(int32_t hi) {
+    const int64_t d = a_.head_dim, rows = task_.t1 - task_.t0, nq = rows * group_;
+    float* q = scratch(qbuf_, static_cast<size_t>(nq * d));  // the tile's queries, row-major by (row, head)
+    for (int64_t i = 0; i < rows; ++i)
+      std::copy_n(a_.q + ((task_.t0 + i) * a_.n_heads + task_.kvh * group_) * d, group_ * d, q + i * group_ * d);
+    float* tmp = scratch(tbuf_, static_cast<size_t>(nq * kKeyChunk));
+    const CpuKernels& k = cpu_kernels();
+    for (int32_t c = lo_ - lo_ % kKeyChunk; c <= hi; c += kKeyChunk) {
+      prefetch(a_.k_cache, std::max(c + kKeyChunk, lo_), std::min(c + 2 * kKeyChunk - 1, hi));
+      const int32_t cb = std::max(c, lo_), ce = std::min(c + kKeyChunk - 1, hi), n = ce + 1 - cb;
+      if constexpr (std::is_same_v<KV, float>)
+        k.scores_multi_f32(q, d, nq, static_cast<const float*>(a_.k_cache), off_ + (cb - lo_), n, d, a_.scale, tmp, n);
+      else
+        k.scores_multi_f16(q, d, nq, static_cast<const uint16_t*>(a_.k_cache), off_ + (cb - lo_), n, d, a_.scale, tmp,
+                           n);
+      for (int32_t t = task_.t0; t < task_.t1; ++t) {
+        const int32_t first = first_key(t), b = std::max(cb, first), e = std::min(ce, a_.positions[t]);
+        if (b > e) continue;
+        for (int64_t h = 0; h < group_; ++h)
+          std::copy_n(tmp + ((t - task_.t0) * group_ + h) * n + (b - cb), e + 1 - b, row_scores(t, h) + (b - first));
+      }
+    }
+  }
+
+  // F32/F16 caches: per chunk, the rows of the tile that see the same keys of it (all but the diagonal chunk's, in
+  // a prefill) sum their value rows in one multi-query call for all their heads; each chunk's sums are added to
+  // the outputs in key order, as the one-query kernel would.
+  void sum_values_tile(int32_t hi) {
+    const int64_t d = a_.head_dim, rows = task_.t1 - task_.t0;
+    float* part = scratch(pbuf_, static_cast<size_t>(rows * group_ * d));
+    const CpuKernels& k = cpu_kernels();
+    for (int32_t c = lo_ - lo_ % kKeyChunk; c <= hi; c += kKeyChunk) {
+      prefetch(a_.v_cache, std::max(c + kKeyChunk, lo_), std::min(c + 2 * kKeyChunk - 1, hi));
+      for (int32_t t = task_.t0; t < task_.t1;) {
+        const int32_t first = first_key(t), b = std::max(c, first), e = std::min(c + kKeyChunk - 1, a_.positions[t]);
+        int32_t t1 = t + 1;  // rows t..t1 − 1 see keys b..e and start at the same first key
+        while (t1 < task_.t1 && first_key(t1) == first && std::min(c + kKeyChunk - 1, a_.positions[t1]) == e) ++t1;
+        if (b <= e) {
+          const int64_t nq = (t1 - t) * group_;
+          if constexpr (std::is_same_v<KV, float>)
+            k.wsum_multi_f32(row_scores(t, 0) + (b - first), stride_, nq, static_cast<const float*>(a_.v_cache),
+                             off_ + (b - lo_), e + 1 - b, d, part, d);
+          else
+            k.wsum_multi_f16(row_scores(t, 0) + (b - first), stride_, nq, static_cast<const uint16_t*>(a_.v_cache),
+                             off_ + (b - lo_), e + 1 - b, d, part, d);
+          for (int64_t i = 0; i < nq; ++i) {
+            float* o = out(t + static_cast<int32_t>(i / group_), i % group_);
+            for (int64_t x = 0; x < d; ++x) o[x] += part[i * d + x];
+          }
+        }
+        t = t1;
+      }
+    }
+  }
+
   void score(const float* q, int32_t b, int32_t n, float* s) const {
     const CpuKernels& k = cpu_kernels();
     const KV* kc = static_cast<const KV*>(a_.k_cache);
@@ -194,7 +259,7 @@ class AttentionTile {
   int64_t* off_ = nullptr;
   float* scores_ = nullptr;
   static thread_local std::vector<int64_t> obuf_;
-  static thread_local std::vector<float> sbuf_, pbuf_;
+  static thread_local std::vector<float> sbuf_, pbuf_, qbuf_, tbuf_;
 };
 template <typename KV>
 thread_local std::vector<int64_t> AttentionTile<KV>::obuf_;
@@ -202,6 +267,10 @@ template <typename KV>
 thread_local std::vector<float> AttentionTile<KV>::sbuf_;
 template <typename KV>
 thread_local std::vector<float> AttentionTile<KV>::pbuf_;
+template <typename KV>
+thread_local std::vector<float> AttentionTile<KV>::qbuf_;
+template <typename KV>
+thread_local std::vector<float> AttentionTile<KV>::tbuf_;
 
 template <typename KV>
 void attention_impl(const PagedAttentionArgs& a) {
