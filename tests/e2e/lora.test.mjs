@@ -4,7 +4,8 @@
 // an adapter unloaded mid-request finishes that request; kvik:lora_requests_info.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -12,20 +13,22 @@ import OpenAI from 'openai';
 import { startServer, metrics, post, BINARY, MODEL } from './helpers.mjs';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvik-lora-e2e-'));
-const kvik = (...args) => execFileSync(BINARY, args, { stdio: ['ignore', 'pipe', 'pipe'] }).toString();
-const synth = (name, ...args) => {
+// Asynchronous, so node keeps serving its sockets while kvik runs: a synchronous child that outlasts the server's
+// keep-alive timeout (5 s; slow binaries under ASan) would leave fetch a pooled connection the server has closed.
+const kvik = async (...args) => (await promisify(execFile)(BINARY, args, { maxBuffer: 1 << 26 })).stdout;
+const synth = async (name, ...args) => {
   const out = path.join(dir, name);
-  kvik('synth-lora', MODEL, out, '--b-std', '0.02', ...args);
+  await kvik('synth-lora', MODEL, out, '--b-std', '0.02', ...args);
   return out;
 };
 let srv, client;
 const adapters = {};
 
 before(async () => {
-  adapters.a = synth('a.gguf', '--seed', '1');
-  adapters.b = synth('b', '--peft', '--seed', '2', '--type', 'bf16');
-  adapters.c = synth('c.gguf', '--seed', '3', '--type', 'f16', '--rank', '16');
-  adapters.d = synth('d', '--peft', '--seed', '4', '--targets', 'q,v', '--rank', '4');
+  adapters.a = await synth('a.gguf', '--seed', '1');
+  adapters.b = await synth('b', '--peft', '--seed', '2', '--type', 'bf16');
+  adapters.c = await synth('c.gguf', '--seed', '3', '--type', 'f16', '--rank', '16');
+  adapters.d = await synth('d', '--peft', '--seed', '4', '--targets', 'q,v', '--rank', '4');
   srv = await startServer([
     '--threads', '1', '--enable-lora', '--max-loras', '4', '--max-lora-rank', '16',
     '--lora-modules', `a=${adapters.a}`, `b=${adapters.b}`, `c=${adapters.c}`, `d=${adapters.d}`,
@@ -67,7 +70,7 @@ test('a batch mixing the base model and four adapters: each equals that request 
   got.forEach((t, i) => assert.equal(t, alone[jobs[i]], `request ${i} (${jobs[i]})`));
   // The CLI under the same adapter prints the same continuation.
   const cli = JSON.parse(
-    kvik('generate', '-m', MODEL, '-p', PROMPT, '-n', '24', '--temperature', '0', '--ignore-eos', '--json', '--lora',
+    await kvik('generate', '-m', MODEL, '-p', PROMPT, '-n', '24', '--temperature', '0', '--ignore-eos', '--json', '--lora',
       adapters.c, '--threads', '1'));
   assert.equal(cli.text, alone.c);
   const { text } = await metrics(srv.url);
@@ -79,9 +82,10 @@ test('hostile adapters get a 400 naming the problem; the server keeps serving', 
   const truncated = path.join(dir, 'truncated.gguf');
   fs.writeFileSync(truncated, good.subarray(0, good.length >> 1));
   const otherModel = path.join(dir, 'other.gguf');
-  kvik('synth', otherModel, '--dim', '32', '--layers', '2', '--heads', '4', '--kv-heads', '2', '--ff', '64');
+  await kvik('synth', otherModel, '--dim', '32', '--layers', '2', '--heads', '4', '--kv-heads', '2', '--ff', '64');
   const foreign = path.join(dir, 'foreign.gguf');
-  kvik('synth-lora', otherModel, foreign);
+  await kvik('synth-lora', otherModel, foreign);
+  const r32 = await synth('r32.gguf', '--rank', '32');
   const peftWith = (name, edit) => {
     const d = path.join(dir, name);
     fs.cpSync(adapters.b, d, { recursive: true });
@@ -95,7 +99,7 @@ test('hostile adapters get a 400 naming the problem; the server keeps serving', 
     [{ lora_name: 'x', lora_path: truncated }, /truncated\.gguf/],
     [{ lora_name: 'x', lora_path: MODEL }, /general\.type/],
     [{ lora_name: 'x', lora_path: foreign }, /shape mismatch/],
-    [{ lora_name: 'x', lora_path: synth('r32.gguf', '--rank', '32') }, /--max-lora-rank 16/],
+    [{ lora_name: 'x', lora_path: r32 }, /--max-lora-rank 16/],
     [{ lora_name: 'x', lora_path: peftWith('dora', (c) => (c.use_dora = true)) }, /DoRA/],
     [{ lora_name: 'x', lora_path: peftWith('rank', (c) => (c.r = 4)) }, /r = 4/],
     [{ lora_name: 'x', lora_path: peftWith('alpha', (c) => (c.lora_alpha = 'NaN')) }, /lora_alpha/],
@@ -118,7 +122,7 @@ test('hostile adapters get a 400 naming the problem; the server keeps serving', 
 });
 
 test('load at run time; an adapter unloaded while in use finishes its request, then is gone', async () => {
-  const e = synth('e.gguf', '--seed', '5');
+  const e = await synth('e.gguf', '--seed', '5');
   const r = await post(`${srv.url}/v1/load_lora_adapter`, { lora_name: 'e', lora_path: e });
   assert.equal(r.status, 200, r.text);
   const want = await complete('e', PROMPT, 200);
