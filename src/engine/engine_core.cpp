@@ -69,7 +69,7 @@ EngineCore::EngineCore(LlamaModel& model, const EngineConfig& config, std::vecto
       fail(
           "--speculative-config: the draft model {} has a vocabulary of {} tokens, the model {}: they must be the same",
           config_.speculative.model, dc.vocab_size, mc.vocab_size);
-    if (mc.sliding_window > 0 || dc.sliding_window > 0)
+    if (mc.all_layers_local() || dc.all_layers_local())
       fail(
           "--speculative-config: draft_model with a sliding-window model is not supported (the window frees blocks "
           "the other model's attention still reads); use \"ngram\" or \"suffix\"");
@@ -87,8 +87,8 @@ EngineCore::EngineCore(LlamaModel& model, const EngineConfig& config, std::vecto
                                                   config_.max_num_seqs, config_.max_model_len);
   }
   kv_ = std::make_unique<KVCacheManager>(capacity_.num_blocks, config_.block_size, config_.enable_prefix_caching,
-                                         mc.sliding_window);
-  if (config_.log_stats && mc.sliding_window > 0) {
+                                         mc.all_layers_local() ? mc.sliding_window : 0);
+  if (config_.log_stats && mc.all_layers_local()) {
     // A decoding sequence holds the blocks of its last W positions (plus the block being written): ⌈W/bs⌉ + 1.
     const int64_t per_seq = std::min<int64_t>((mc.sliding_window + config_.block_size - 1) / config_.block_size + 1,
                                               (config_.max_model_len + config_.block_size - 1) / config_.block_size);
@@ -96,6 +96,13 @@ EngineCore::EngineCore(LlamaModel& model, const EngineConfig& config, std::vecto
         "Sliding window {}: blocks out of the window are freed; a decoding sequence holds at most {} blocks, "
         "so {:.2f}x concurrency for {} tokens per request",
         mc.sliding_window, per_seq, static_cast<double>(capacity_.num_blocks) / per_seq, config_.max_model_len);
+  } else if (config_.log_stats && mc.sliding_window > 0) {
+    int64_t local = 0;
+    for (int64_t l = 0; l < mc.n_layers; ++l) local += mc.layer_is_local(l);
+    log_info(
+        "Sliding window {} on {} of {} layers, interleaved with global ones: every block stays held (the global "
+        "layers read all positions)",
+        mc.sliding_window, local, mc.n_layers);
   }
   SchedulerConfig sc;
   sc.max_num_seqs = config_.max_num_seqs;

@@ -10,6 +10,8 @@
 
 namespace kvik {
 
+class GgufWriter;
+
 struct SynthOptions {
   std::string out_path;
   int dim = 64, layers = 2, heads = 4, kv_heads = 2, ff = 128, vocab = 512, context = 2048;
@@ -54,5 +56,13 @@ void synth_llama_gguf(const SynthOptions& opt);
 // q/k rows permuted to the interleaved rotation; rope_freqs.weight for llama3 scaling). Both load in kvik
 // and give the same logits.
 void synth_hf(const SynthOptions& opt);
+
+// A random-weight GGUF of a family laid out by model/hf_layout.h (gemma2, gemma3): the tensors synth_hf would write
+// for its GGUF twin (the same values), in any --type, with the vocabulary of --tokenizer-from (or the byte
+// vocabulary). synth_llama_gguf hands these archs to it.
+void synth_family_gguf(const SynthOptions& opt);
+
+// The tokenizer.ggml.* keys synth writes: those of `tokenizer_from` padded to `vocab`, or the byte vocabulary.
+void synth_write_vocab(GgufWriter& w, const std::string& tokenizer_from, int vocab);
 
 }  // namespace kvik

@@ -1,7 +1,7 @@
 #include "kernels/cpu/paged_attention.h"
 
 #include <algorithm>
-
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -98,6 +98,8 @@ void attention_impl(const PagedAttentionArgs& a) {
         k.scores_q8_0(q, kc, off, n_keys, d, a.scale, scores);
       else
         k.scores_fp8(q, kc, off, n_keys, d, a.scale * a.k_scale, scores);
+      if (a.softcap > 0)
+        for (int32_t i = 0; i < n_keys; ++i) scores[i] = a.softcap * std::tanh(scores[i] / a.softcap);
       k.softmax(scores, n_keys);
       float* o = a.out + (t * a.n_heads + h) * d;
       if constexpr (std::is_same_v<KV, float>)
