@@ -156,7 +156,9 @@ TEST(HfModel, GemmaShapedDirectoriesMatchTheirGgufTwins) {
     o.out_path = alone.string();
     synth_llama_gguf(o);
     const std::vector<int32_t> prompt = {1, 17, 42, 99, 3, 250, 7, 7, 8, 120, 11, 0, 299, 64, 65, 66, 67, 68, 69, 70};
-    EXPECT_EQ(max_logit_diff(alone.string(), (fs::temp_directory_path() / ("kvik_hf_" + std::string(arch) + ".gguf")).string(), prompt), 0.0f);
+    EXPECT_EQ(max_logit_diff(alone.string(),
+                             (fs::temp_directory_path() / ("kvik_hf_" + std::string(arch) + ".gguf")).string(), prompt),
+              0.0f);
   }
 }
 
