@@ -213,15 +213,19 @@ TEST(Engine, OutputEqualitySynthGemma) {
   }
 }
 
-// With local layers interleaved with global ones no block may be freed: the global layers read every position. A
-// request past several windows holds all its blocks, and its output is the one computed alone.
-TEST(Engine, InterleavedWindowKeepsEveryBlock) {
+// With local layers interleaved with global ones the global layers read every position: their blocks all stay
+// held, while the local layers' own pool frees what falls out of the window (window 8, block size 16: at most 2
+// blocks once decoding). The output is the one computed alone (SingleSequence keeps everything), and the same
+// prompt again hits the prefix cache in both groups.
+TEST(Engine, InterleavedWindowFreesOnlyTheLocalLayersBlocks) {
   auto m = LlamaModel::load(test_models::write_synth_gemma("kvik_engine_gemma3_keep.gguf", "gemma3", 8, 12));
   EngineConfig cfg;
   cfg.max_model_len = 1024;
   cfg.num_kv_blocks = 64;
   cfg.log_stats = false;
   EngineCore e(*m, cfg, {2});
+  ASSERT_GT(e.capacity().local_num_blocks, 0);
+  ASSERT_TRUE(e.kv_cache_manager().has_local_group());
   std::vector<int32_t> prompt = {1};
   for (int i = 0; i < 70; ++i) prompt.push_back(3 + (i * 37) % 500);
   SamplingParams sp;
@@ -229,14 +233,30 @@ TEST(Engine, InterleavedWindowKeepsEveryBlock) {
   sp.max_tokens = 40;
   ASSERT_EQ(msg(e.add_request("a", prompt, sp)), "");
   std::vector<int32_t> out;
+  int64_t max_local_decoding = 0;
   while (e.has_unfinished()) {
     for (auto& o : e.step()) out.insert(out.end(), o.new_token_ids.begin(), o.new_token_ids.end());
     if (!e.has_unfinished()) break;
     const Request* r = e.scheduler().running().front();
     EXPECT_GE(static_cast<int64_t>(e.kv_cache_manager().block_table("a").held().size()),
               (r->num_computed_tokens + cfg.block_size - 1) / cfg.block_size);
+    if (out.size() >= 2)
+      max_local_decoding =
+          std::max<int64_t>(max_local_decoding, e.kv_cache_manager().local_block_table("a").held().size());
   }
+  EXPECT_LE(max_local_decoding, 2) << "the local layers kept blocks out of the window";
+  EXPECT_GE(max_local_decoding, 1);
   EXPECT_EQ(out, greedy_alone(*m, prompt, 40));
+  ASSERT_EQ(msg(e.add_request("b", prompt, sp)), "");
+  std::vector<int32_t> out2;
+  int64_t cached = -1;
+  while (e.has_unfinished())
+    for (auto& o : e.step()) {
+      out2.insert(out2.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      if (o.finished) cached = o.stats.num_cached_tokens;
+    }
+  EXPECT_EQ(out2, out);
+  EXPECT_EQ(cached, 64);
 }
 
 // Window 8, block size 16: once a decode passes position 64 the sequence holds only the block of its last 8

@@ -406,7 +406,9 @@ void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensor
     rope(&ws_.q[t * c.q_dim()], c.n_heads, b.positions[t], rp);
     rope(&ws_.k[t * c.kv_dim()], c.n_kv_heads, b.positions[t], rp);
   }
-  write_kv(ws_.k.data(), ws_.v.data(), b.slot_mapping.data(), T, c.kv_dim(), cache.k(l), cache.v(l), cache.dtype());
+  const bool own_pool = c.layer_is_local(l) && !b.local_block_tables.empty();  // the local layers' pool
+  const int64_t* slots = own_pool ? b.local_slot_mapping.data() : b.slot_mapping.data();
+  write_kv(ws_.k.data(), ws_.v.data(), slots, T, c.kv_dim(), cache.k(l), cache.v(l), cache.dtype());
 
   PagedAttentionArgs a;
   a.q = ws_.q.data();
@@ -418,7 +420,7 @@ void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensor
   a.query_start_loc = b.query_start_loc.data();
   a.seq_lens = b.seq_lens.data();
   a.positions = b.positions.data();
-  a.block_tables = b.block_tables.data();
+  a.block_tables = own_pool ? b.local_block_tables.data() : b.block_tables.data();
   a.max_blocks_per_seq = b.max_blocks_per_seq;
   a.block_size = cache.block_size();
   a.n_heads = c.n_heads;

@@ -39,6 +39,10 @@ struct ForwardBatch {
   // LoRA adapters (model/lora.h), per token: its request's adapter or nullptr (the base model). Empty when no token
   // of the batch has one: the forward pass then does no extra work.
   std::span<const LoraAdapter* const> loras;  // [T] or empty
+  // The local (sliding-window) layers' own block tables and slots, when they keep their KV in a pool of their own
+  // (KvCacheTensors::local_num_blocks); empty: they use block_tables and slot_mapping like every layer.
+  std::span<const int64_t> local_slot_mapping;  // [T]
+  std::span<const int32_t> local_block_tables;  // [R, max_blocks_per_seq]
 };
 
 struct LayerWeights {

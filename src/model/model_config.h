@@ -66,7 +66,9 @@ struct ModelConfig {
            (sliding_window_pattern <= 1 || l % sliding_window_pattern < sliding_window_pattern - 1);
   }
   // Every layer local (Mistral): the KV blocks out of the window can be freed for the whole sequence.
-  bool all_layers_local() const { return sliding_window > 0 && sliding_window_pattern <= 1; }
+  bool all_layers_local() const {
+    return sliding_window > 0 && (sliding_window_pattern <= 1 || n_layers < sliding_window_pattern);
+  }
   float layer_rope_base(int64_t l) const {
     return layer_is_local(l) && rope_freq_base_local > 0 ? rope_freq_base_local : rope_freq_base;
   }
