@@ -22,6 +22,7 @@
 #include "engine/single_sequence.h"
 #include "formats/gguf.h"
 #include "kernels/cpu/paged_attention.h"
+#include "model/kv_cache.h"
 #include "model/llama.h"
 #include "model/model_config.h"
 #include "model/synth.h"
@@ -305,4 +306,30 @@ TEST(Gemma, SynthModelsMatchLlamaCppTeacherForced) {
     fs::remove(o.out_path);
   }
   fs::remove_all(dir);
+}
+
+// The capacity plan of a Gemma-3-4B shape (34 layers, 29 local with a window of 1024) on a 16 GiB budget: the local
+// layers' pool holds windows for the sequences the budget fits, the rest of the bytes become global blocks, the
+// total stays within the budget, and 32k-token requests fit about 5.7 times as often as in one pool.
+TEST(Gemma, CapacityPlanGivesTheLocalLayersAPoolOfWindows) {
+  ModelConfig c;
+  c.arch = "gemma3", c.n_layers = 34, c.n_heads = 8, c.n_kv_heads = 4, c.head_dim = 256, c.dim = 2560;
+  c.sliding_window = 1024, c.sliding_window_pattern = 6;
+  KvCacheBudget b;
+  b.block_size = 16, b.max_model_len = 32768, b.max_num_seqs = 256, b.kv_cache_memory_gib = 16, b.dtype = DType::F16;
+  const KvCapacity k = plan_kv_capacity(c, b, 0);
+  ModelConfig one = c;
+  one.sliding_window = 0;
+  const KvCapacity k1 = plan_kv_capacity(one, b, 0);
+  const int64_t row = 4 * 256 * 2;
+  EXPECT_EQ(k.bytes_per_token, 2 * 5 * row);
+  EXPECT_EQ(k.local_bytes_per_token, 2 * 29 * row);
+  const int64_t seqs = static_cast<int64_t>(k.max_concurrency);
+  EXPECT_EQ(k.local_num_blocks, seqs * (1024 / 16 + 2) + 2048 / 16);
+  const double used =
+      static_cast<double>(k.num_blocks * 16 * k.bytes_per_token + k.local_num_blocks * 16 * k.local_bytes_per_token);
+  EXPECT_LE(used, 16.0 * (1 << 30));
+  EXPECT_GE(used, 15.9 * (1 << 30));
+  EXPECT_EQ(k1.local_num_blocks, 0);
+  EXPECT_GT(k.max_concurrency, 5 * k1.max_concurrency);
 }

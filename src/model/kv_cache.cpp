@@ -84,10 +84,14 @@ void split_local_pool(const ModelConfig& mc, const KvCacheBudget& c, KvCapacity&
   const int64_t row = kv_row_bytes(c.dtype, mc.kv_dim()), bs = c.block_size;
   k.local_bytes_per_token = 2 * n_local * row;
   const int64_t global_bpt = k.bytes_per_token - k.local_bytes_per_token;
+  // Sized for the sequences of max_model_len the budget holds (at most max_num_seqs): each needs all its blocks in
+  // the global pool and a window's (⌈W/bs⌉ + 2) in the local one; plus a step's tokens.
   const int64_t per_seq = (mc.sliding_window + bs - 1) / bs + 2;
-  const int64_t need = c.max_num_seqs * per_seq + (c.max_num_batched_tokens + bs - 1) / bs;
-  k.local_num_blocks = std::min(k.num_blocks, need);
   const int64_t blocks_per_seq = (c.max_model_len + bs - 1) / bs;
+  const int64_t seq_bytes = (blocks_per_seq * global_bpt + per_seq * k.local_bytes_per_token) * bs;
+  const int64_t seqs = std::clamp<int64_t>(k.num_blocks * bs * k.bytes_per_token / seq_bytes, 1, c.max_num_seqs);
+  const int64_t need = seqs * per_seq + (c.max_num_batched_tokens + bs - 1) / bs;
+  k.local_num_blocks = std::min(k.num_blocks, need);
   if (c.num_kv_blocks <= 0) {
     const int64_t spare_bytes = (k.num_blocks - k.local_num_blocks) * bs * k.local_bytes_per_token;
     int64_t more = k.num_blocks + spare_bytes / (bs * global_bpt);

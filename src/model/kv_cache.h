@@ -78,8 +78,9 @@ struct KvCapacity {
   double gib = 0;
   double max_concurrency = 0;  // tokens / max_model_len
   // A model with local (sliding-window) layers interleaved with global ones: the local layers' own pool, of as many
-  // blocks as max_num_seqs sequences of a window each (⌈W/bs⌉ + 2) and a step's tokens need (at most the pool of
-  // the same budget), and its bytes; the bytes it does not take buy the global layers more blocks (num_blocks).
+  // blocks as the max_model_len sequences the budget holds (at most max_num_seqs) need for a window each (⌈W/bs⌉ +
+  // 2) plus a step's tokens (at most the one pool's count), and its bytes per token; the bytes it does not take buy
+  // the global layers more blocks (num_blocks).
   // 0: one pool for every layer.
   int64_t local_num_blocks = 0;
   int64_t local_bytes_per_token = 0;
