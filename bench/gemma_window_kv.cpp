@@ -71,10 +71,14 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const int64_t v = std::atoll(argv[i + 1]);
-    if (a == "--tokens") tokens = v;
-    else if (a == "--decode") decode = v;
-    else if (a == "--block-size") bs = static_cast<int32_t>(v);
-    else if (a == "--budget-gib") budget_gib = v;
+    if (a == "--tokens")
+      tokens = v;
+    else if (a == "--decode")
+      decode = v;
+    else if (a == "--block-size")
+      bs = static_cast<int32_t>(v);
+    else if (a == "--budget-gib")
+      budget_gib = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -84,13 +88,11 @@ int main(int argc, char** argv) {
                           {"gemma-3-4b", 34, 4, 256, 1024},
                           {"gemma-3-12b", 48, 8, 256, 1024},
                           {"gemma-3-27b", 62, 16, 128, 1024}};
-  nlohmann::ordered_json out = {{"bench", "gemma_window_kv"},
-                                {"source", "KVCacheManager block accounting (no weights), f16 KV cache"},
-                                {"conversation_tokens", tokens},
-                                {"prefill_chunk", 2048},
-                                {"of_which_decoded", decode},
-                                {"block_size", bs},
-                                {"models", nlohmann::json::array()}};
+  nlohmann::ordered_json out = {
+      {"bench", "gemma_window_kv"},       {"source", "KVCacheManager block accounting (no weights), f16 KV cache"},
+      {"conversation_tokens", tokens},    {"prefill_chunk", 2048},
+      {"of_which_decoded", decode},       {"block_size", bs},
+      {"models", nlohmann::json::array()}};
   for (const Shape& s : shapes) {
     const ModelConfig c = gemma3(s);
     int64_t n_local = 0;
