@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "engine/single_sequence.h"
 #include "formats/gguf.h"
+#include "interp/bake.h"
 #include "kernels/cpu/paged_attention.h"
 #include "model/kv_cache.h"
 #include "model/llama.h"
@@ -235,6 +236,20 @@ TEST(Gemma, GgufConfigAndDefaults) {
   EXPECT_EQ(d.attn_softcap, 50.0f);
   EXPECT_EQ(d.final_softcap, 30.0f);
   EXPECT_FLOAT_EQ(d.attention_scale(), 1.0f / std::sqrt(32.0f));
+  // A missing post-MLP norm is named.
+  GgufWriter w2;
+  for (const auto& [k, v] : g->metadata()) w2.set_raw(k, v.raw);
+  for (const auto& t : g->tensors())
+    if (t.name != "blk.1.post_ffw_norm.weight")
+      w2.add_tensor(t.name, t.dtype, t.shape, std::span<const uint8_t>(t.data, t.nbytes));
+  w2.write((dir / "g2_nonorm.gguf").string());
+  std::string err;
+  try {
+    LlamaModel::load((dir / "g2_nonorm.gguf").string());
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find("required tensor 'blk.1.post_ffw_norm.weight' is missing"), std::string::npos) << err;
   fs::remove_all(dir);
 }
 
@@ -332,4 +347,27 @@ TEST(Gemma, CapacityPlanGivesTheLocalLayersAPoolOfWindows) {
   EXPECT_GE(used, 15.9 * (1 << 30));
   EXPECT_EQ(k1.local_num_blocks, 0);
   EXPECT_GT(k.max_concurrency, 5 * k1.max_concurrency);
+}
+
+// Baking an ablation into attn_output / ffn_down does not remove a direction from a Gemma's stream (its post-norms
+// come after them): refused by name.
+TEST(Gemma, BakedAblationIsRefused) {
+  const fs::path dir = temp_dir("bake");
+  SynthOptions o;
+  o.out_path = (dir / "g2.gguf").string();
+  o.arch = "gemma2", o.dim = 64, o.heads = 2, o.kv_heads = 1, o.head_dim = 32, o.ff = 128;
+  synth_llama_gguf(o);
+  interp::BakeOptions b;
+  b.model_path = o.out_path;
+  b.out_path = (dir / "baked.gguf").string();
+  b.direction.vector.assign(64, 0.125f);
+  std::string err;
+  try {
+    interp::bake_ablation(b);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find("a gemma2 model normalizes the attention and MLP outputs"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(b.out_path));
+  fs::remove_all(dir);
 }
