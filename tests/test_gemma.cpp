@@ -260,8 +260,9 @@ TEST(Gemma, GgufConfigAndDefaults) {
 // 0.0995 vs 0.0978 near-tie), gemma2_q8_0 256/256 mean 0.002, gemma3_q4_k 251/256 mean 0.0125 max 0.047 — the
 // quantized-path gap tests/test_kquant_parity.cpp describes (up to 0.05), over six layers. An f16 KV cache or
 // ggml's f16 GELU table in kvik changes none of these materially.
-// Every model has 16-token windows on its local layers, so most of the 256 positions read past a window; two
-// prompts are longer than the window on their own.
+// Every Gemma has 16-token windows on its local layers, so most of the 256 positions read past a window; two
+// prompts are longer than the window on their own. The fixture's Phi-3 models (fused qkv / gate_up, LongRoPE's long
+// factors and attention factor) run the same check: phi3_f32 256/256 mean 3e-4, phi3_q8_0 254/256 mean 0.007.
 TEST(Gemma, SynthModelsMatchLlamaCppTeacherForced) {
   std::ifstream in(kFixture);
   ASSERT_TRUE(in) << kFixture << " missing: tools/make_gemma_ref_fixture.sh writes it";

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Re-creates tests/fixtures/ref_synth_gemma.json: llama.cpp's greedy tokens and top-5 probabilities on random-weight
 # Gemma 2 and Gemma 3 models written by `kvik synth --arch gemma2|gemma3` (local layers with a 16-token window
-# interleaved with global ones, Gemma 2's soft-caps, Gemma 3's q/k norms and local/global rope), which
+# interleaved with global ones, Gemma 2's soft-caps, Gemma 3's q/k norms and local/global rope) and Phi-3 models
+# (`--arch phi3`: fused qkv and gate_up, LongRoPE with the long factors and the attention factor), which
 # tests/test_gemma.cpp compares kvik with, teacher-forced. One prompt is longer than the window. Same recipe as
 # tools/make_moe_ref_fixture.sh (node-llama-cpp, CPU, f16 KV cache).
 # Usage (from the repository root, after building kvik): tools/make_gemma_ref_fixture.sh [KVIK_BINARY]
@@ -23,6 +24,8 @@ MODELS=(
   "gemma2_q8_0|gemma2|q8_0|256|3|8|4|32|512|16|52|The cat sat"
   "gemma3_f32|gemma3|f32|128|7|4|1|64|256|16|53|$LONG"
   "gemma3_q4_k|gemma3|q4_k|256|6|4|2|64|512|16|54|Lily and Tom"
+  "phi3_f32|phi3|f32|128|3|4|2|32|256|0|55|$LONG"
+  "phi3_q8_0|phi3|q8_0|256|2|8|8|32|512|0|56|The cat sat"
 )
 N=256
 {

@@ -38,10 +38,29 @@ std::vector<HfTensorLayout> gemma_layout(const ModelConfig& c) {
   return t;
 }
 
+// Phi-3: q/k/v fused in qkv_proj (attn_qkv), gate and up in gate_up_proj (ffn_up, gate rows first), an untied head.
+std::vector<HfTensorLayout> phi3_layout(const ModelConfig& c) {
+  const int64_t d = c.dim, ff = c.ff_dim;
+  std::vector<HfTensorLayout> t = {{"model.embed_tokens.weight", "token_embd.weight", {c.vocab_size, d}},
+                                   {"model.norm.weight", "output_norm.weight", {d}},
+                                   {"lm_head.weight", "output.weight", {c.vocab_size, d}}};
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l), b = fmt::format("blk.{}.", l);
+    t.push_back({p + "input_layernorm.weight", b + "attn_norm.weight", {d}});
+    t.push_back({p + "self_attn.qkv_proj.weight", b + "attn_qkv.weight", {c.q_dim() + 2 * c.kv_dim(), d}});
+    t.push_back({p + "self_attn.o_proj.weight", b + "attn_output.weight", {d, c.q_dim()}});
+    t.push_back({p + "post_attention_layernorm.weight", b + "ffn_norm.weight", {d}});
+    t.push_back({p + "mlp.gate_up_proj.weight", b + "ffn_up.weight", {2 * ff, d}});
+    t.push_back({p + "mlp.down_proj.weight", b + "ffn_down.weight", {d, ff}});
+  }
+  return t;
+}
+
 }  // namespace
 
 std::vector<HfTensorLayout> hf_tensor_layout(const ModelConfig& c) {
   if (c.is_gemma()) return gemma_layout(c);
+  if (c.arch == "phi3") return phi3_layout(c);
   const bool perm = c.arch == "llama";
   const int64_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), ff = c.ff_dim;
   std::vector<HfTensorLayout> t = {{"model.embed_tokens.weight", "token_embd.weight", {c.vocab_size, d}},
@@ -113,6 +132,11 @@ void write_arch_metadata(const ModelConfig& c, GgufWriter& w) {
     u32("expert_count", c.n_experts);
     u32("expert_used_count", c.n_experts_used);
     if (c.arch == "qwen3moe") u32("expert_feed_forward_length", c.expert_ff_dim);
+  }
+  if (c.arch == "phi3" && (!c.rope_freq_factors.empty() || c.rope_mscale != 1.0f)) {  // LongRoPE (Phi3Model)
+    w.set_string(a + "rope.scaling.type", "longrope");
+    w.set_f32(a + "rope.scaling.attn_factor", c.rope_mscale);
+    u32("rope.scaling.original_context_length", c.context_length / 2);
   }
   if (c.is_gemma()) {  // llama.cpp's gemma2/gemma3 keys (convert_hf_to_gguf.py's Gemma2Model, Gemma3Model)
     u32("attention.sliding_window_pattern", c.sliding_window_pattern);

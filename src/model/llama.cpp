@@ -42,6 +42,11 @@ WeightMatrix matrix(const GgufFile& g, const std::string& name, int64_t rows, in
   return WeightMatrix{t.dtype, rows, cols, t.data, *row_bytes(t.dtype, cols)};
 }
 
+// Rows [first, first + n) of a matrix, as a matrix of its own (Phi-3's fused qkv and gate_up: no copy).
+WeightMatrix rows_of(const WeightMatrix& w, int64_t first, int64_t n) {
+  return WeightMatrix{w.dtype, n, w.cols, w.data + static_cast<size_t>(first) * w.row_bytes, w.row_bytes};
+}
+
 // A stacked expert tensor (GGUF shape [cols, rows, E], llama.cpp's ffn_*_exps): E matrices of rows × cols.
 std::vector<WeightMatrix> expert_matrices(const GgufFile& g, const std::string& name, int64_t E, int64_t rows,
                                           int64_t cols) {
@@ -78,9 +83,16 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const Load
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights w;
     w.attn_norm = norm_vector(g, p + "attn_norm.weight", c.dim);
-    w.wq = matrix(g, p + "attn_q.weight", c.q_dim(), c.dim);
-    w.wk = matrix(g, p + "attn_k.weight", c.kv_dim(), c.dim);
-    w.wv = matrix(g, p + "attn_v.weight", c.kv_dim(), c.dim);
+    if (c.arch == "phi3") {  // fused q/k/v rows: three views of one matrix
+      const WeightMatrix qkv = matrix(g, p + "attn_qkv.weight", c.q_dim() + 2 * c.kv_dim(), c.dim);
+      w.wq = rows_of(qkv, 0, c.q_dim());
+      w.wk = rows_of(qkv, c.q_dim(), c.kv_dim());
+      w.wv = rows_of(qkv, c.q_dim() + c.kv_dim(), c.kv_dim());
+    } else {
+      w.wq = matrix(g, p + "attn_q.weight", c.q_dim(), c.dim);
+      w.wk = matrix(g, p + "attn_k.weight", c.kv_dim(), c.dim);
+      w.wv = matrix(g, p + "attn_v.weight", c.kv_dim(), c.dim);
+    }
     w.wo = matrix(g, p + "attn_output.weight", c.dim, c.q_dim());
     if (c.attn_bias) {
       w.bq = norm_vector(g, p + "attn_q.bias", c.q_dim());
@@ -101,6 +113,11 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const Load
       w.moe.gate = expert_matrices(g, p + "ffn_gate_exps.weight", c.n_experts, c.expert_ff_dim, c.dim);
       w.moe.up = expert_matrices(g, p + "ffn_up_exps.weight", c.n_experts, c.expert_ff_dim, c.dim);
       w.moe.down = expert_matrices(g, p + "ffn_down_exps.weight", c.n_experts, c.dim, c.expert_ff_dim);
+    } else if (c.arch == "phi3") {  // fused gate (first half) and up rows
+      const WeightMatrix gate_up = matrix(g, p + "ffn_up.weight", 2 * c.ff_dim, c.dim);
+      w.w_gate = rows_of(gate_up, 0, c.ff_dim);
+      w.w_up = rows_of(gate_up, c.ff_dim, c.ff_dim);
+      w.w_down = matrix(g, p + "ffn_down.weight", c.dim, c.ff_dim);
     } else {
       w.w_gate = matrix(g, p + "ffn_gate.weight", c.ff_dim, c.dim);
       w.w_up = matrix(g, p + "ffn_up.weight", c.ff_dim, c.dim);
@@ -400,8 +417,9 @@ void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensor
     rmsnorm(ws_.k.data(), w.k_norm, ws_.attn.data(), T * c.n_kv_heads, c.head_dim, c.rms_eps);
     std::copy_n(ws_.attn.data(), T * c.kv_dim(), ws_.k.data());
   }
-  const RopeParams rp{c.head_dim,  c.rope_dim,          c.layer_rope_base(l),
-                      c.rope_type, c.rope_freq_factors, c.layer_rope_scale(l)};
+  const RopeParams rp{c.head_dim,   c.rope_dim,          c.layer_rope_base(l),
+                      c.rope_type,  c.rope_freq_factors, c.layer_rope_scale(l),
+                      c.rope_mscale};
   for (int64_t t = 0; t < T; ++t) {
     rope(&ws_.q[t * c.q_dim()], c.n_heads, b.positions[t], rp);
     rope(&ws_.k[t * c.kv_dim()], c.n_kv_heads, b.positions[t], rp);

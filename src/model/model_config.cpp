@@ -122,15 +122,33 @@ void gemma_from_hf(const nlohmann::json& j, const std::string& f, ModelConfig& c
          j["hidden_activation"].dump());
 }
 
+// Phi-3's LongRoPE (llama.cpp's get_rope_factors at a context of context_length): rope_factors_long.weight when
+// context_length exceeds rope.scaling.original_context_length, else rope_factors_short.weight (both optional: a
+// Phi-3 without them rotates plainly); cos / sin times rope.scaling.attn_factor.
+void longrope_from_gguf(const GgufFile& g, ModelConfig& c) {
+  const int64_t orig = g.get_int("phi3.rope.scaling.original_context_length").value_or(c.context_length);
+  const char* name = c.context_length > orig ? "rope_factors_long.weight" : "rope_factors_short.weight";
+  if (const GgufTensorInfo* t = g.find_tensor(name)) {
+    if (t->dtype != DType::F32 || t->shape != std::vector<int64_t>{c.rope_dim / 2})
+      fail("{}: tensor '{}' must be f32 [{}]", g.path(), name, c.rope_dim / 2);
+    const auto* f = reinterpret_cast<const float*>(t->data);
+    c.rope_freq_factors.assign(f, f + c.rope_dim / 2);
+  }
+  const double m = g.get_float("phi3.rope.scaling.attn_factor").value_or(1.0);
+  if (!(m > 0) || m > 100) fail("{}: metadata key 'phi3.rope.scaling.attn_factor' = {} is out of range", g.path(), m);
+  c.rope_mscale = static_cast<float>(m);
+}
+
 }  // namespace
 
 ModelConfig config_from_gguf(const GgufFile& g) {
   ModelConfig c;
   c.arch = g.require_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe" && !c.is_gemma())
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe" && !c.is_gemma() &&
+      c.arch != "phi3")
     fail(
-        "{}: general.architecture '{}' is not supported (kvik runs llama, qwen2, qwen3, qwen3moe, gemma2 and gemma3 "
-        "GGUF models)",
+        "{}: general.architecture '{}' is not supported (kvik runs llama, qwen2, qwen3, qwen3moe, gemma2, gemma3 "
+        "and phi3 GGUF models)",
         g.path(), c.arch);
   // llama.cpp's converter permutes llama q/k rows to the interleaved rotation; Qwen keeps HF's halves.
   c.rope_type = c.arch == "llama" ? RopeType::kNorm : RopeType::kNeox;
@@ -183,6 +201,7 @@ ModelConfig config_from_gguf(const GgufFile& g) {
     const auto* f = reinterpret_cast<const float*>(rf->data);
     c.rope_freq_factors.assign(f, f + c.rope_dim / 2);
   }
+  if (c.arch == "phi3") longrope_from_gguf(g, c);
   return c;
 }
 

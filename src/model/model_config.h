@@ -52,6 +52,10 @@ struct ModelConfig {
   // scaling; rope_freq_scale (linear rope_scaling: 1 / factor) applies to the global layers. 0: rope_freq_base.
   float rope_freq_base_local = 0.0f;
   float rope_freq_scale = 1.0f;
+  // Phi-3's LongRoPE: rope_freq_factors are its short or long factors (long when context_length exceeds the
+  // original_max_position_embeddings, as llama.cpp picks them at full context), and cos / sin are multiplied by
+  // rope_mscale (the attention factor √(1 + ln(scale) / ln(original))).
+  float rope_mscale = 1.0f;
   // Gemma: attention scores tanh-capped at attn_softcap (Gemma 2: 50) and logits at final_softcap (Gemma 2: 30);
   // 0 = none. attn_scale multiplies q·k (0: 1/√d_h; HF's query_pre_attn_scalar^−½).
   float attn_softcap = 0.0f, final_softcap = 0.0f, attn_scale = 0.0f;

@@ -447,7 +447,7 @@ void synth_write_vocab(GgufWriter& w, const std::string& tokenizer_from, int voc
 }
 
 void synth_llama_gguf(const SynthOptions& opt) {
-  if (opt.arch == "gemma2" || opt.arch == "gemma3") return synth_family_gguf(opt);
+  if (opt.arch == "gemma2" || opt.arch == "gemma3" || opt.arch == "phi3") return synth_family_gguf(opt);
   SynthOptions o = opt;
   const int hd = o.head_dim != 0 ? o.head_dim : (o.heads > 0 ? o.dim / o.heads : 0);
   validate(o, hd);

@@ -94,6 +94,12 @@ ModelConfig synth_config(const SynthOptions& o, int64_t head_dim, int64_t vocab)
   if (o.rope_scaling_llama3)
     c.rope_freq_factors = llama3_rope_freq_factors(o.rope_freq_base, head_dim, 8.0f, 1.0f, 4.0f, 8192.0f);
   if (c.is_gemma()) gemma_synth_config(o, c);
+  if (c.arch == "phi3") {  // LongRoPE with the long factors: context_length is twice the original
+    c.rope_freq_factors.resize(static_cast<size_t>(head_dim / 2));
+    for (size_t i = 0; i < c.rope_freq_factors.size(); ++i)
+      c.rope_freq_factors[i] = 1.0f + 7.0f * static_cast<float>(i) / static_cast<float>(c.rope_freq_factors.size());
+    c.rope_mscale = std::sqrt(1.0f + std::log(2.0f) / std::log(static_cast<float>(o.context / 2)));
+  }
   return c;
 }
 
@@ -303,7 +309,10 @@ void synth_family_gguf(const SynthOptions& o) {
   const ModelConfig c = synth_config(o, hd, o.vocab);
   GgufWriter g;
   g.set_string("general.architecture", c.arch);
-  g.set_string("general.name", fmt::format("kvik-synth {} d{} L{} h{}/{} hd{} ff{} v{} {}", c.arch, o.dim, o.layers,
+  // Not "phi3" in the name: llama.cpp then sets attributes on Phi-3's special tokens by text, and a vocabulary
+  // without <|endoftext|> (--tokenizer-from stories260K) fails to load.
+  const std::string shape = c.arch == "phi3" ? "fused-qkv longrope" : c.arch;
+  g.set_string("general.name", fmt::format("kvik-synth {} d{} L{} h{}/{} hd{} ff{} v{} {}", shape, o.dim, o.layers,
                                            o.heads, o.kv_heads, hd, o.ff, o.vocab, dtype_name(o.type)));
   write_arch_metadata(c, g);
   synth_write_vocab(g, o.tokenizer_from, o.vocab);
@@ -320,6 +329,13 @@ void synth_family_gguf(const SynthOptions& o) {
     std::vector<uint8_t> bytes(rb * static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) quantize_row(type, &v[r * cols], &bytes[rb * r], cols);
     g.add_tensor(t.gguf_name, type, vec ? std::vector<int64_t>{cols} : std::vector<int64_t>{cols, rows}, bytes);
+  }
+  if (c.arch == "phi3") {  // llama.cpp reads the factors the context picks: the long ones here, the short ones all 1
+    const std::vector<float> ones(c.rope_freq_factors.size(), 1.0f);
+    for (const auto& [name, f] :
+         {std::pair{"rope_factors_long.weight", &c.rope_freq_factors}, {"rope_factors_short.weight", &ones}})
+      g.add_tensor(name, DType::F32, {static_cast<int64_t>(f->size())},
+                   std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(f->data()), f->size() * 4));
   }
   g.write(o.out_path);
 }

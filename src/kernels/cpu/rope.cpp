@@ -36,6 +36,8 @@ void rope(float* x, int64_t n_heads, int32_t pos, const RopeParams& p) {
   if (buf.size() < static_cast<size_t>(2 * half)) buf.resize(static_cast<size_t>(2 * half));
   float* cs = buf.data();
   rope_angles(pos, p, cs);
+  if (p.mscale != 1.0f)
+    for (int64_t i = 0; i < 2 * half; ++i) cs[i] *= p.mscale;
   for (int64_t h = 0; h < n_heads; ++h) {
     float* v = x + h * p.head_dim;
     for (int64_t i = 0; i < half; ++i) {
