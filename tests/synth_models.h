@@ -53,6 +53,29 @@ inline std::string write_synth_moe(const std::string& name, const std::string& a
   return o.out_path;
 }
 
+// A small Gemma (arch "gemma2": local and global layers alternating, soft-caps; "gemma3": every 6th layer global, q/k
+// norms, local and global rope) of 7 layers, d 128, 4 query / 2 KV heads of 32, d_ff 256, vocab 512, context
+// 1024, a window of `sliding_window` positions on the local layers.
+inline std::string write_synth_gemma(const std::string& name, const std::string& arch, int sliding_window,
+                                     uint64_t seed, DType type = DType::F32) {
+  SynthOptions o;
+  o.out_path = ::testing::TempDir() + name;
+  o.arch = arch;
+  o.dim = 128;
+  o.layers = 7;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.head_dim = 32;
+  o.ff = 256;
+  o.vocab = 512;
+  o.context = 1024;
+  o.sliding_window = sliding_window;
+  o.type = type;
+  o.seed = seed;
+  synth_llama_gguf(o);
+  return o.out_path;
+}
+
 // stories260K's tokenizer, optionally with a chat template added to its metadata.
 inline std::unique_ptr<Tokenizer> stories_tokenizer(const std::string& chat_template) {
   auto src = GgufFile::open(KVIK_SHARED_DIR "/models/stories260K.gguf");

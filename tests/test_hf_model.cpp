@@ -137,6 +137,33 @@ TEST(HfModel, MistralSlidingWindowMatchesGgufTwin) {
             5);
 }
 
+// Gemma2ForCausalLM / Gemma3ForCausalLM: the directory's norm weights are w (the model multiplies by 1 + w), the
+// twin's are w + 1 as the converter writes them; local layers of window 5 (the prompt is 20 tokens), Gemma 2's
+// soft-caps, Gemma 3's q/k norms, local rope base and linear scaling. The GGUF `kvik synth --arch` writes alone (what
+// the llama.cpp fixture is made from) holds the twin's values: the same logits again.
+TEST(HfModel, GemmaShapedDirectoriesMatchTheirGgufTwins) {
+  for (const char* arch : {"gemma2", "gemma3"}) {
+    SCOPED_TRACE(arch);
+    SynthOptions o = shape(arch);
+    o.layers = 7;  // Gemma 3: layers 0-4 and 6 local, 5 global
+    o.head_dim = 32;
+    o.sliding_window = 5;
+    check_twin(o, arch);
+    const ModelConfig c = config_from_hf((fs::temp_directory_path() / ("kvik_hf_" + std::string(arch))).string());
+    EXPECT_EQ(c.arch, arch);
+    EXPECT_EQ(c.sliding_window, 5);
+    EXPECT_EQ(c.sliding_window_pattern, std::string(arch) == "gemma2" ? 2 : 6);
+    const fs::path alone = temp(std::string(arch) + "_alone.gguf");
+    o.hf_dir.clear();
+    o.out_path = alone.string();
+    synth_llama_gguf(o);
+    const std::vector<int32_t> prompt = {1, 17, 42, 99, 3, 250, 7, 7, 8, 120, 11, 0, 299, 64, 65, 66, 67, 68, 69, 70};
+    EXPECT_EQ(max_logit_diff(alone.string(),
+                             (fs::temp_directory_path() / ("kvik_hf_" + std::string(arch) + ".gguf")).string(), prompt),
+              0.0f);
+  }
+}
+
 TEST(HfModel, Bf16AndF16WeightsMatchTheirGgufTwin) {
   SynthOptions o = shape("llama");
   o.type = DType::BF16;

@@ -123,6 +123,70 @@ TEST(KVCacheManager, ForkSharesBlocksAndCopiesTheLastPartialBlockOnWrite) {
   EXPECT_EQ(kv.num_block_copies_total(), 1);
 }
 
+// A fork with a local group shares both groups' blocks; the write into the shared partial block copies it in
+// each pool, the local pool's copy marked so the runner copies the local layers' KV.
+TEST(KVCacheManager, ForkWithALocalGroupCopiesInBothPools) {
+  KVCacheManager kv(10, 4, true, /*sliding_window=*/8, /*local_num_blocks=*/10);
+  auto p = fake_request("p", 6);
+  prefill(kv, *p);
+  auto c0 = fake_request("c0", 6), c1 = fake_request("c1", 6);
+  for (auto* c : {c0.get(), c1.get()}) {
+    c->num_computed_tokens = 6;
+    kv.fork(*p, *c);
+  }
+  kv.free(*p);
+  c0->append_output_token(1);
+  ASSERT_TRUE(kv.allocate_slots(*c0, 1));
+  const std::vector<BlockCopy> copies = kv.take_block_copies();
+  ASSERT_EQ(copies.size(), 2u);
+  EXPECT_FALSE(copies[0].local);
+  EXPECT_TRUE(copies[1].local);
+  EXPECT_EQ(copies[1].dst, kv.local_block_table("c0").blocks[1]->block_id);
+  EXPECT_EQ(copies[1].num_slots, 2);
+  EXPECT_EQ(kv.num_block_copies_total(), 2);
+}
+
+// A local group (Gemma's sliding-window layers interleaved with global ones): the global pool keeps every block,
+// the local pool frees those out of the window as the request decodes; a request is admitted only when both pools
+// have room, and a refusal leaves neither touched; a repeated prompt hits both groups' caches.
+TEST(KVCacheManager, LocalGroupFreesOutOfWindowBlocksOnlyThere) {
+  KVCacheManager kv(40, 4, true, /*sliding_window=*/4, /*local_num_blocks=*/6);
+  ASSERT_TRUE(kv.has_local_group());
+  auto big = fake_request("big", 30);  // 8 blocks: the local pool of 6 cannot take it in one step
+  EXPECT_FALSE(kv.allocate_slots(*big, 30));
+  EXPECT_EQ(kv.pool().num_free_blocks(), 40);
+  EXPECT_EQ(kv.local_group()->pool().num_free_blocks(), 6);
+  EXPECT_TRUE(kv.block_table("big").empty());
+  auto r = fake_request("a", 10);
+  prefill(kv, *r);
+  for (int step = 0; step < 30; ++step) {  // decode to 40 tokens
+    r->append_output_token(7);
+    ASSERT_TRUE(kv.allocate_slots(*r, 1)) << "step " << step;
+    r->num_computed_tokens += 1;
+    kv.cache_computed_blocks(*r);
+    const int64_t blocks = (r->num_computed_tokens + 3) / 4;
+    EXPECT_EQ(static_cast<int64_t>(kv.block_table("a").held().size()), blocks);
+    EXPECT_LE(kv.local_block_table("a").held().size(), 3u) << "window 4, block 4: at most 3 blocks";
+    EXPECT_EQ(kv.local_block_table("a").size(), blocks);
+  }
+  EXPECT_EQ(kv.local_group()->pool().num_free_blocks(),
+            6 - static_cast<int64_t>(kv.local_block_table("a").held().size()));
+  // The same 40 tokens again: 9 full blocks in the global cache, and the local ones freed but kept hashed.
+  auto b = fake_request("b", 40);
+  for (int64_t i = 0; i < 40; ++i) b->all_token_ids[i] = r->all_token_ids[i];
+  int64_t cached = -1;
+  const KVCacheBlocks hit = kv.get_computed_blocks(*b, &cached);
+  EXPECT_EQ(hit.blocks.size(), hit.local.size());
+  EXPECT_GT(cached, 0);
+  EXPECT_EQ(cached % 4, 0);
+  ASSERT_FALSE(hit.local.empty());
+  EXPECT_EQ(hit.local.front(), nullptr) << "the hit's first local blocks were evicted: only its last window counts";
+  EXPECT_NE(hit.local.back(), nullptr);
+  kv.free(*r);
+  EXPECT_EQ(kv.pool().num_free_blocks(), 40);
+  EXPECT_EQ(kv.local_group()->pool().num_free_blocks(), 6);
+}
+
 TEST(KVCacheManager, WasteIsAtMostOnePartialBlockPerSequence) {
   for (int32_t bs : {1, 4, 16}) {
     KVCacheManager kv(4096, bs, false);

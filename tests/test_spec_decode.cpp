@@ -495,6 +495,13 @@ TEST(SpecDecodeEngine, AModelThatCopiesAcceptsNearlyEveryDraft) {
   EXPECT_GE(a.spec.num_accepted_tokens + a.spec.num_drafts, 95);
 }
 
+// A Gemma 3 whose local layers keep their KV in a pool of their own (window 8): rejected drafts roll back in both
+// pools, and the greedy output stays the plain engine's.
+TEST(SpecDecodeEngine, GreedyOutputIdenticalSynthGemma) {
+  auto m = LlamaModel::load(test_models::write_synth_gemma("kvik_spec_gemma3.gguf", "gemma3", 8, 31));
+  expect_greedy_equality(*m, looping_prompts(m->config().vocab_size));
+}
+
 TEST(SpecDecodeEngine, NeverEmitsPastMaxTokensOrAStop) {
   auto m = LlamaModel::load(synth_path());
   const int64_t V = m->config().vocab_size;

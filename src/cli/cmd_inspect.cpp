@@ -104,9 +104,16 @@ Run add_inspect(CLI::App& app) {
         std::printf("  d_ff  %8lld  MLP width\n", (long long)c.ff_dim);
       }
       std::printf("  V     %8lld  vocabulary\n", (long long)c.vocab_size);
-      if (c.sliding_window > 0)
+      if (c.all_layers_local()) {
         std::printf("  sliding-window attention: each query sees the last %lld positions\n",
                     (long long)c.sliding_window);
+      } else if (c.sliding_window > 0) {
+        int64_t local = 0;
+        for (int64_t l = 0; l < c.n_layers; ++l) local += c.layer_is_local(l);
+        std::printf(
+            "  sliding-window attention on %lld of %lld layers (every %lld-th global): the last %lld positions\n",
+            (long long)local, (long long)c.n_layers, (long long)c.sliding_window_pattern, (long long)c.sliding_window);
+      }
       std::printf("  context %lld, rope base %g over %lld dims, rms eps %g, %s LM head\n\n",
                   (long long)c.context_length, c.rope_freq_base, (long long)c.rope_dim, c.rms_eps,
                   c.tied_embeddings ? "tied" : "separate");

@@ -17,8 +17,8 @@ Run add_synth(CLI::App& app) {
   c->add_option("out", o->out_path, "Output .gguf path (with --hf: optional, the same weights as GGUF)");
   c->add_option("--hf", o->hf_dir, "Write a Hugging Face directory (config.json + model.safetensors) here");
   c->add_option("--arch", o->arch,
-                "llama, mixtral (llama + experts) or qwen3moe (q/k norm + experts); with --hf also qwen2 (attention "
-                "biases) or qwen3 (q/k norm)")
+                "llama, mixtral (llama + experts), qwen3moe (q/k norm + experts), gemma2, gemma3 or phi3; with --hf "
+                "also qwen2 (attention biases) or qwen3 (q/k norm)")
       ->capture_default_str();
   c->add_option("--experts", o->experts, "Experts per block E (mixtral, qwen3moe)");
   c->add_option("--experts-used", o->experts_used, "Experts the router picks per token k");

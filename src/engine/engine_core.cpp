@@ -20,6 +20,7 @@ KvCacheBudget kv_budget(const EngineConfig& c) {
   b.memory_utilization = c.memory_utilization;
   b.num_kv_blocks = c.num_kv_blocks;
   b.dtype = c.kv_cache_dtype;
+  b.max_num_batched_tokens = c.max_num_batched_tokens;
   return b;
 }
 
@@ -79,16 +80,18 @@ EngineCore::EngineCore(LlamaModel& model, const EngineConfig& config, std::vecto
   const int64_t draft_weight_bytes = draft_model_ ? draft_model_->resident_weight_bytes() : 0;
   capacity_ = plan_kv_capacity(mc, budget, model.resident_weight_bytes() + draft_weight_bytes);
   if (config_.log_stats) log_kv_capacity(mc, budget, capacity_);
-  cache_ = std::make_unique<KvCacheTensors>(mc, capacity_.num_blocks, config_.block_size, config_.kv_cache_dtype);
+  cache_ = std::make_unique<KvCacheTensors>(mc, capacity_.num_blocks, config_.block_size, config_.kv_cache_dtype,
+                                            capacity_.local_num_blocks);
   if (draft_model_) {
     draft_cache_ = std::make_unique<KvCacheTensors>(draft_model_->config(), capacity_.num_blocks, config_.block_size,
                                                     config_.kv_cache_dtype);
     draft_runner_ = std::make_unique<DraftRunner>(*draft_model_, *draft_cache_, config_.max_num_batched_tokens,
                                                   config_.max_num_seqs, config_.max_model_len);
   }
-  kv_ = std::make_unique<KVCacheManager>(capacity_.num_blocks, config_.block_size, config_.enable_prefix_caching,
-                                         mc.sliding_window);
-  if (config_.log_stats && mc.sliding_window > 0) {
+  kv_ = std::make_unique<KVCacheManager>(
+      capacity_.num_blocks, config_.block_size, config_.enable_prefix_caching,
+      mc.all_layers_local() || capacity_.local_num_blocks > 0 ? mc.sliding_window : 0, capacity_.local_num_blocks);
+  if (config_.log_stats && mc.all_layers_local()) {
     // A decoding sequence holds the blocks of its last W positions (plus the block being written): ⌈W/bs⌉ + 1.
     const int64_t per_seq = std::min<int64_t>((mc.sliding_window + config_.block_size - 1) / config_.block_size + 1,
                                               (config_.max_model_len + config_.block_size - 1) / config_.block_size);
@@ -96,6 +99,16 @@ EngineCore::EngineCore(LlamaModel& model, const EngineConfig& config, std::vecto
         "Sliding window {}: blocks out of the window are freed; a decoding sequence holds at most {} blocks, "
         "so {:.2f}x concurrency for {} tokens per request",
         mc.sliding_window, per_seq, static_cast<double>(capacity_.num_blocks) / per_seq, config_.max_model_len);
+  } else if (config_.log_stats && mc.sliding_window > 0) {
+    int64_t local = 0;
+    for (int64_t l = 0; l < mc.n_layers; ++l) local += mc.layer_is_local(l);
+    const int64_t per_seq = (mc.sliding_window + config_.block_size - 1) / config_.block_size + 1;
+    log_info(
+        "Sliding window {} on {} of {} layers, interleaved with global ones: the local layers keep their KV in a pool "
+        "of their own, {} blocks ({} bytes per token), from which blocks out of the window are freed (a decoding "
+        "sequence holds at most {}); the global layers' {} blocks hold every position",
+        mc.sliding_window, local, mc.n_layers, capacity_.local_num_blocks, capacity_.local_bytes_per_token, per_seq,
+        capacity_.num_blocks);
   }
   SchedulerConfig sc;
   sc.max_num_seqs = config_.max_num_seqs;

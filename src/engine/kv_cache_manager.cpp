@@ -6,9 +6,16 @@
 
 namespace kvik {
 
-KVCacheManager::KVCacheManager(int64_t num_blocks, int32_t block_size, bool enable_caching, int64_t sliding_window)
-    : block_size_(block_size), sliding_window_(sliding_window), pool_(num_blocks, enable_caching) {
+KVCacheManager::KVCacheManager(int64_t num_blocks, int32_t block_size, bool enable_caching, int64_t sliding_window,
+                               int64_t local_num_blocks)
+    : block_size_(block_size),
+      sliding_window_(local_num_blocks > 0 ? 0 : sliding_window),
+      pool_(num_blocks, enable_caching) {
   if (block_size <= 0) fail("--block-size must be positive, got {}", block_size);
+  if (local_num_blocks > 0) {
+    if (sliding_window <= 0) fail("internal: a local layers' KV group needs a sliding window");
+    local_ = std::make_unique<KVCacheManager>(local_num_blocks, block_size, enable_caching, sliding_window);
+  }
 }
 
 // Every query from now on sits at a position ≥ num_computed_tokens and reads keys from p − W + 1 on: the blocks
@@ -49,12 +56,35 @@ KVCacheBlocks KVCacheManager::get_computed_blocks(Request& req, int64_t* num_com
     r.blocks.push_back(b);
   }
   *num_computed_tokens = static_cast<int64_t>(r.blocks.size()) * block_size_;
+  if (local_) {  // the hit both groups have
+    r.local = local_->windowed_hit(req, static_cast<int64_t>(r.blocks.size()));
+    r.blocks.resize(r.local.size());
+    *num_computed_tokens = static_cast<int64_t>(r.blocks.size()) * block_size_;
+  }
   return r;
 }
 
-std::optional<KVCacheBlocks> KVCacheManager::allocate_slots(Request& req, int64_t num_new_tokens,
-                                                            const KVCacheBlocks* new_computed,
-                                                            int64_t num_reserved_blocks) {
+// The longest hit of at most `limit` blocks whose last window is cached (vLLM's SlidingWindowManager): a prompt
+// resumed after h blocks reads keys from h·bs − W + 1 on, so the blocks before that may be gone (null entries).
+std::vector<KVCacheBlock*> KVCacheManager::windowed_hit(Request& req, int64_t limit) {
+  if (!pool_.enable_caching() || limit <= 0) return {};
+  update_block_hashes(req);
+  std::vector<KVCacheBlock*> cached(static_cast<size_t>(limit));
+  for (int64_t i = 0; i < limit; ++i) cached[i] = pool_.get_cached_block(req.block_hashes[i]);
+  for (int64_t h = limit; h > 0; --h) {
+    const int64_t first = std::max<int64_t>(0, h * block_size_ - sliding_window_ + 1) / block_size_;
+    bool ok = true;
+    for (int64_t i = first; i < h && ok; ++i) ok = cached[i] != nullptr;
+    if (!ok) continue;
+    std::vector<KVCacheBlock*> r(cached.begin(), cached.begin() + h);
+    std::fill(r.begin(), r.begin() + first, nullptr);
+    return r;
+  }
+  return {};
+}
+
+bool KVCacheManager::fits(Request& req, int64_t num_new_tokens, const KVCacheBlocks* new_computed,
+                          int64_t num_reserved_blocks) {
   BlockTable& table = tables_[req.request_id];
   if (sliding_window_ > 0) free_out_of_window(req, table);
   std::vector<KVCacheBlock*>& blocks = table.blocks;
@@ -73,13 +103,42 @@ std::optional<KVCacheBlocks> KVCacheManager::allocate_slots(Request& req, int64_
   // Prefix-cache blocks with no other user sit in the free list: touching them takes them out of it.
   int64_t evictable_hits = 0;
   if (new_computed)
-    for (const KVCacheBlock* b : new_computed->blocks) evictable_hits += b->ref_cnt == 0;
+    for (const KVCacheBlock* b : new_computed->blocks) evictable_hits += b && b->ref_cnt == 0;
   if (num_new_blocks + num_copies + evictable_hits + num_reserved_blocks > pool_.num_free_blocks()) {
     if (blocks.empty()) tables_.erase(req.request_id);
+    return false;
+  }
+  return true;
+}
+
+std::optional<KVCacheBlocks> KVCacheManager::allocate_slots(Request& req, int64_t num_new_tokens,
+                                                            const KVCacheBlocks* new_computed,
+                                                            int64_t num_reserved_blocks) {
+  if (!fits(req, num_new_tokens, new_computed, num_reserved_blocks)) return std::nullopt;
+  KVCacheBlocks local_computed;
+  if (new_computed) local_computed.blocks = new_computed->local;
+  if (local_ && !local_->fits(req, num_new_tokens, new_computed ? &local_computed : nullptr, 0)) {
+    if (tables_[req.request_id].empty()) tables_.erase(req.request_id);
     return std::nullopt;
   }
-  if (new_computed) {
-    pool_.touch(new_computed->blocks);
+  if (local_) local_->allocate_slots(req, num_new_tokens, new_computed ? &local_computed : nullptr, 0);
+  BlockTable& table = tables_[req.request_id];
+  std::vector<KVCacheBlock*>& blocks = table.blocks;
+  const int64_t num_computed_blocks_new = new_computed ? static_cast<int64_t>(new_computed->blocks.size()) : 0;
+  const int64_t num_computed = req.num_computed_tokens + num_computed_blocks_new * block_size_;
+  const int64_t needed = (num_computed + num_new_tokens + block_size_ - 1) / block_size_;
+  const int64_t num_new_blocks =
+      std::max<int64_t>(0, needed - static_cast<int64_t>(blocks.size()) - num_computed_blocks_new);
+  const int64_t first_written = num_computed / block_size_;
+  int64_t num_copies = 0;  // held blocks the new tokens go into that another sequence shares (a fork's)
+  for (int64_t i = first_written; i < std::min<int64_t>(needed, static_cast<int64_t>(blocks.size())); ++i)
+    num_copies += blocks[i]->ref_cnt > 1;
+  if (new_computed) {  // a local group's hit may start with null entries (out of its window)
+    std::vector<KVCacheBlock*> hit;
+    for (KVCacheBlock* b : new_computed->blocks)
+      if (b) hit.push_back(b);
+    table.num_out_of_window += static_cast<int64_t>(new_computed->blocks.size() - hit.size());
+    pool_.touch(hit);
     blocks.insert(blocks.end(), new_computed->blocks.begin(), new_computed->blocks.end());
     table.num_cached = table.size();
   }
@@ -105,6 +164,7 @@ std::optional<KVCacheBlocks> KVCacheManager::allocate_slots(Request& req, int64_
 }
 
 void KVCacheManager::fork(const Request& parent, const Request& child) {
+  if (local_) local_->fork(parent, child);
   auto it = tables_.find(parent.request_id);
   if (it == tables_.end()) fail("internal: fork of '{}', which holds no KV blocks", parent.request_id);
   if (tables_.count(child.request_id)) fail("internal: fork into '{}', which already holds blocks", child.request_id);
@@ -118,10 +178,16 @@ std::vector<BlockCopy> KVCacheManager::take_block_copies() {
   out.reserve(pending_copies_.size());
   for (const PendingCopy& p : pending_copies_) out.push_back(p.copy);
   pending_copies_.clear();
+  if (local_)
+    for (BlockCopy c : local_->take_block_copies()) {
+      c.local = true;
+      out.push_back(c);
+    }
   return out;
 }
 
 void KVCacheManager::cache_computed_blocks(Request& req) {
+  if (local_) local_->cache_computed_blocks(req);
   if (!pool_.enable_caching()) return;
   auto it = tables_.find(req.request_id);
   if (it == tables_.end()) return;
@@ -135,6 +201,7 @@ void KVCacheManager::cache_computed_blocks(Request& req) {
 }
 
 void KVCacheManager::release_rejected(Request& req) {
+  if (local_) local_->release_rejected(req);
   auto it = tables_.find(req.request_id);
   if (it == tables_.end()) return;
   std::vector<KVCacheBlock*>& blocks = it->second.blocks;
@@ -147,6 +214,7 @@ void KVCacheManager::release_rejected(Request& req) {
 }
 
 void KVCacheManager::free(Request& req) {
+  if (local_) local_->free(req);
   auto it = tables_.find(req.request_id);
   if (it == tables_.end()) return;
   std::vector<KVCacheBlock*> ordered = it->second.held();

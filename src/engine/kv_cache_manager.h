@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -17,6 +18,7 @@ namespace kvik {
 
 struct KVCacheBlocks {
   std::vector<KVCacheBlock*> blocks;
+  std::vector<KVCacheBlock*> local;  // the local layers' blocks (a manager with a local group), else empty
 };
 
 // Copy-on-write of a shared block: its first `num_slots` slots (K and V, every layer) go from `src` to `dst`
@@ -25,6 +27,7 @@ struct BlockCopy {
   int32_t src = 0;
   int32_t dst = 0;
   int32_t num_slots = 0;
+  bool local = false;  // a block of the local layers' pool (KVCacheManager with a local group)
 };
 
 struct PrefixCacheStats {
@@ -37,7 +40,13 @@ class KVCacheManager {
   // sliding_window > 0 (Mistral-style attention over the last W positions): blocks that no query of a request can
   // read any more are handed back to the pool as the request advances (vLLM's SlidingWindowManager), so a long
   // sequence holds about W / block_size + 2 blocks. They keep their hash until evicted, so prefix hits still work.
-  KVCacheManager(int64_t num_blocks, int32_t block_size, bool enable_caching, int64_t sliding_window = 0);
+  //
+  // local_num_blocks > 0 (Gemma: sliding-window layers interleaved with global ones): the local layers keep their KV
+  // in a pool of their own (a second group of block tables, vLLM's hybrid KV cache manager), where blocks out of
+  // the window are freed; the global layers' pool of num_blocks keeps every block. Every call below acts on both
+  // groups: a request is admitted or extended only when both have room, its prefix hit is the shorter of the two.
+  KVCacheManager(int64_t num_blocks, int32_t block_size, bool enable_caching, int64_t sliding_window = 0,
+                 int64_t local_num_blocks = 0);
 
   int32_t block_size() const { return block_size_; }
   BlockPool& pool() { return pool_; }
@@ -63,7 +72,9 @@ class KVCacheManager {
   // The copy-on-write copies recorded since the last call, in order (the runner performs them before the
   // step's forward pass).
   std::vector<BlockCopy> take_block_copies();
-  int64_t num_block_copies_total() const { return num_block_copies_total_; }
+  int64_t num_block_copies_total() const {
+    return num_block_copies_total_ + (local_ ? local_->num_block_copies_total() : 0);
+  }
 
   // Registers in the prefix cache the request's blocks that are full of computed tokens (after a step).
   void cache_computed_blocks(Request& req);
@@ -77,6 +88,12 @@ class KVCacheManager {
 
   // The request's block table (empty when it holds no blocks).
   const BlockTable& block_table(const std::string& request_id) const;
+  // The local layers' table (the request's only table when there is no local group).
+  const BlockTable& local_block_table(const std::string& request_id) const {
+    return local_ ? local_->block_table(request_id) : block_table(request_id);
+  }
+  bool has_local_group() const { return local_ != nullptr; }
+  const KVCacheManager* local_group() const { return local_.get(); }
   const std::vector<KVCacheBlock*>& blocks_of(const std::string& request_id) const {
     return block_table(request_id).blocks;
   }
@@ -91,6 +108,9 @@ class KVCacheManager {
 
  private:
   void update_block_hashes(Request& req) const;
+  // Whether the blocks allocate_slots needs are free (after freeing what the window no longer reads).
+  bool fits(Request& req, int64_t num_new_tokens, const KVCacheBlocks* new_computed, int64_t num_reserved_blocks);
+  std::vector<KVCacheBlock*> windowed_hit(Request& req, int64_t limit);
   void free_out_of_window(const Request& req, BlockTable& table);
 
   int32_t block_size_;
@@ -104,6 +124,7 @@ class KVCacheManager {
   std::vector<PendingCopy> pending_copies_;  // dropped with their request when it is freed (preempted)
   int64_t num_block_copies_total_ = 0;
   PrefixCacheStats stats_;
+  std::unique_ptr<KVCacheManager> local_;  // the local layers' group, or null
 };
 
 }  // namespace kvik

@@ -12,6 +12,10 @@ ModelRunner::ModelRunner(LlamaModel& model, KvCacheTensors& cache, int64_t max_n
       cache_(cache),
       batch_(max_num_batched_tokens, max_num_seqs, (max_model_len + cache.block_size() - 1) / cache.block_size(),
              max_logits_rows) {
+  if (cache.local_num_blocks() > 0) {  // the local layers' own tables and slots
+    batch_.local_block_tables.resize(batch_.block_tables.size());
+    batch_.local_slot_mapping.resize(batch_.slot_mapping.size());
+  }
   interventions_.resize(max_num_batched_tokens);
   loras_.resize(max_num_batched_tokens);
   logits_.resize(max_logits_rows * model.config().vocab_size);
@@ -37,6 +41,10 @@ ForwardBatch FlatBatch::view(int64_t T, int64_t R, int64_t num_logits) const {
   b.block_tables = {block_tables.data(), static_cast<size_t>(R * max_blocks_per_seq)};
   b.max_blocks_per_seq = static_cast<int32_t>(max_blocks_per_seq);
   b.logits_indices = {logits_indices.data(), static_cast<size_t>(num_logits)};
+  if (has_local) {
+    b.local_slot_mapping = {local_slot_mapping.data(), static_cast<size_t>(T)};
+    b.local_block_tables = {local_block_tables.data(), static_cast<size_t>(R * max_blocks_per_seq)};
+  }
   return b;
 }
 
@@ -63,6 +71,16 @@ const float* ModelRunner::execute(const SchedulerOutput& out, const KVCacheManag
     if (table.size() > batch_.max_blocks_per_seq)
       fail("internal: request '{}' holds {} blocks, more than max_model_len allows", req.request_id, table.size());
     table.copy_ids(&batch_.block_tables[r * batch_.max_blocks_per_seq]);
+    const BlockTable* local = nullptr;  // the local layers' table, when they have a pool of their own
+    if (kv.has_local_group()) {
+      if (batch_.local_block_tables.empty()) fail("internal: a local KV group, but the KV cache has no local pool");
+      local = &kv.local_block_table(req.request_id);
+      if (local->size() > batch_.max_blocks_per_seq)
+        fail("internal: request '{}' holds {} local blocks, more than max_model_len allows", req.request_id,
+             local->size());
+      local->copy_ids(&batch_.local_block_tables[r * batch_.max_blocks_per_seq]);
+    }
+    batch_.has_local = local != nullptr;
     const InterventionList* iv = req.sampling_params.interventions.get();
     any_interventions |= iv != nullptr;
     std::fill_n(interventions_.begin() + t, n, iv);
@@ -75,6 +93,7 @@ const float* ModelRunner::execute(const SchedulerOutput& out, const KVCacheManag
           pos < req.num_tokens() ? req.all_token_ids[pos] : req.spec_token_ids[pos - req.num_tokens()];
       batch_.positions[t] = static_cast<int32_t>(pos);
       batch_.slot_mapping[t] = table.slot(pos, bs);
+      if (local) batch_.local_slot_mapping[t] = local->slot(pos, bs);
     }
     batch_.query_start_loc[r + 1] = static_cast<int32_t>(t);
     batch_.seq_lens[r] = static_cast<int32_t>(end);
@@ -87,7 +106,7 @@ const float* ModelRunner::execute(const SchedulerOutput& out, const KVCacheManag
     }
   }
   // Copy-on-write copies first: this step's writes go into the copies.
-  for (const BlockCopy& c : out.blocks_to_copy) cache_.copy_block(c.src, c.dst, c.num_slots);
+  for (const BlockCopy& c : out.blocks_to_copy) cache_.copy_block(c.src, c.dst, c.num_slots, c.local);
   ForwardBatch b = batch_.view(t, R, num_rows);
   if (any_interventions) b.interventions = {interventions_.data(), static_cast<size_t>(t)};
   if (any_lora) b.loras = {loras_.data(), static_cast<size_t>(t)};

@@ -32,6 +32,10 @@ struct FlatBatch {
   int64_t max_blocks_per_seq;
   std::vector<int32_t> token_ids, positions, query_start_loc, seq_lens, block_tables, logits_indices;
   std::vector<int64_t> slot_mapping;
+  // The local layers' own tables and slots (KVCacheManager with a local group); view() passes them when has_local.
+  bool has_local = false;
+  std::vector<int32_t> local_block_tables;
+  std::vector<int64_t> local_slot_mapping;
 };
 
 class ModelRunner {

@@ -73,6 +73,11 @@ std::vector<uint8_t> quantize_all(const std::vector<float>& w, int64_t rows, int
 BakeReport bake_ablation(const BakeOptions& opt) {
   auto src = GgufFile::open(opt.model_path);
   const ModelConfig c = config_from_gguf(*src);
+  if (c.is_gemma())
+    fail(
+        "{}: a {} model normalizes the attention and MLP outputs after attn_output / ffn_down, so removing the "
+        "direction from those matrices would not remove it from the stream; ablate at run time (--ablate) instead",
+        opt.model_path, c.arch);
   if (static_cast<int64_t>(opt.direction.vector.size()) != c.dim)
     fail("the direction has d = {}, the model {} has d = {}", opt.direction.vector.size(), opt.model_path, c.dim);
   static const DType quantizable[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,

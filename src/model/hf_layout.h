@@ -24,6 +24,8 @@ struct HfTensorLayout {
   // An expert's matrix (Mixtral's block_sparse_moe.experts.N.w1, Qwen3-MoE's mlp.experts.N.gate_proj): the GGUF
   // stacks the n_experts HF tensors of one kind into gguf_name, shape [in, out, E], expert by expert.
   int64_t expert = -1;
+  // Gemma's RMSNorm weights: HF multiplies by (1 + w), so the GGUF holds w + 1 (the converter adds it).
+  bool norm_shift = false;
 };
 
 // The tensors of a checkpoint with this config, in the order `kvik synth --hf` writes them: embeddings, final

@@ -15,9 +15,13 @@ namespace kvik {
 
 class KvCacheTensors {
  public:
-  KvCacheTensors(const ModelConfig& cfg, int64_t num_blocks, int32_t block_size, DType dtype);
+  // local_num_blocks > 0: the local (sliding-window) layers of a model that interleaves them with global ones get a
+  // pool of their own of that many blocks (the engine's second group of block tables, KVCacheManager).
+  KvCacheTensors(const ModelConfig& cfg, int64_t num_blocks, int32_t block_size, DType dtype,
+                 int64_t local_num_blocks = 0);
 
   int64_t num_blocks() const { return num_blocks_; }
+  int64_t local_num_blocks() const { return local_num_blocks_; }  // 0: no pool of the local layers' own
   int32_t block_size() const { return block_size_; }
   DType dtype() const { return dtype_; }
   void* k(int64_t layer) { return layers_[layer].k.get(); }
@@ -31,8 +35,8 @@ class KvCacheTensors {
   static void check_dtype(const ModelConfig& cfg, DType d);
   int64_t total_bytes() const;
   // Copies the first `num_slots` token slots of block `src` into block `dst`, K and V of every layer (the
-  // engine's copy-on-write of a block shared by forked sequences).
-  void copy_block(int32_t src, int32_t dst, int32_t num_slots);
+  // engine's copy-on-write of a block shared by forked sequences); `local`: a block of the local layers' pool.
+  void copy_block(int32_t src, int32_t dst, int32_t num_slots, bool local = false);
 
  private:
   struct Free {
@@ -41,12 +45,13 @@ class KvCacheTensors {
   };
   struct Layer {
     std::unique_ptr<void, Free> k, v;
+    bool local = false;  // in the local layers' pool
   };
-  int64_t num_blocks_;
+  int64_t num_blocks_, local_num_blocks_ = 0;
   int32_t block_size_;
   DType dtype_;
   int64_t slot_bytes_;  // one token's K (or V) of one layer: n_kv · d_h elements
-  int64_t layer_bytes_;
+  int64_t layer_bytes_, local_layer_bytes_ = 0;
   std::vector<Layer> layers_;
 };
 
@@ -62,6 +67,7 @@ struct KvCacheBudget {
   // Speculative decoding's draft model keeps its KV in the same blocks (a second cache of as many blocks): its
   // bytes per token count in every block.
   int64_t draft_bytes_per_token = 0;
+  int64_t max_num_batched_tokens = 2048;  // sizes the local layers' pool (below)
 };
 
 // What the KV pool can hold, as the course explains it; computed once at start-up.
@@ -71,10 +77,19 @@ struct KvCapacity {
   int64_t tokens = 0;
   double gib = 0;
   double max_concurrency = 0;  // tokens / max_model_len
+  // A model with local (sliding-window) layers interleaved with global ones: the local layers' own pool, of as many
+  // blocks as the max_model_len sequences the budget holds (at most max_num_seqs) need for a window each (⌈W/bs⌉ +
+  // 2) plus a step's tokens (at most the one pool's count), and its bytes per token; the bytes it does not take buy
+  // the global layers more blocks (num_blocks).
+  // 0: one pool for every layer.
+  int64_t local_num_blocks = 0;
+  int64_t local_bytes_per_token = 0;
 };
 
 // Sizes the pool for `budget`; fails with a message naming the flags when not even one sequence of
 // max_model_len fits. `weight_bytes` is what the model holds resident (subtracted from the RAM fraction).
+// With local layers interleaved with global ones, the local layers get their own pool (KvCapacity::local_num_blocks)
+// and bytes_per_token counts the global layers only.
 KvCapacity plan_kv_capacity(const ModelConfig& mc, const KvCacheBudget& budget, int64_t weight_bytes);
 // The start-up lines: bytes per token as 2 x L x n_kv x d_h x bytes, GiB, tokens, max concurrency.
 void log_kv_capacity(const ModelConfig& mc, const KvCacheBudget& budget, const KvCapacity& k);

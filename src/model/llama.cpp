@@ -42,6 +42,11 @@ WeightMatrix matrix(const GgufFile& g, const std::string& name, int64_t rows, in
   return WeightMatrix{t.dtype, rows, cols, t.data, *row_bytes(t.dtype, cols)};
 }
 
+// Rows [first, first + n) of a matrix, as a matrix of its own (Phi-3's fused qkv and gate_up: no copy).
+WeightMatrix rows_of(const WeightMatrix& w, int64_t first, int64_t n) {
+  return WeightMatrix{w.dtype, n, w.cols, w.data + static_cast<size_t>(first) * w.row_bytes, w.row_bytes};
+}
+
 // A stacked expert tensor (GGUF shape [cols, rows, E], llama.cpp's ffn_*_exps): E matrices of rows × cols.
 std::vector<WeightMatrix> expert_matrices(const GgufFile& g, const std::string& name, int64_t E, int64_t rows,
                                           int64_t cols) {
@@ -78,9 +83,16 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const Load
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights w;
     w.attn_norm = norm_vector(g, p + "attn_norm.weight", c.dim);
-    w.wq = matrix(g, p + "attn_q.weight", c.q_dim(), c.dim);
-    w.wk = matrix(g, p + "attn_k.weight", c.kv_dim(), c.dim);
-    w.wv = matrix(g, p + "attn_v.weight", c.kv_dim(), c.dim);
+    if (c.arch == "phi3") {  // fused q/k/v rows: three views of one matrix
+      const WeightMatrix qkv = matrix(g, p + "attn_qkv.weight", c.q_dim() + 2 * c.kv_dim(), c.dim);
+      w.wq = rows_of(qkv, 0, c.q_dim());
+      w.wk = rows_of(qkv, c.q_dim(), c.kv_dim());
+      w.wv = rows_of(qkv, c.q_dim() + c.kv_dim(), c.kv_dim());
+    } else {
+      w.wq = matrix(g, p + "attn_q.weight", c.q_dim(), c.dim);
+      w.wk = matrix(g, p + "attn_k.weight", c.kv_dim(), c.dim);
+      w.wv = matrix(g, p + "attn_v.weight", c.kv_dim(), c.dim);
+    }
     w.wo = matrix(g, p + "attn_output.weight", c.dim, c.q_dim());
     if (c.attn_bias) {
       w.bq = norm_vector(g, p + "attn_q.bias", c.q_dim());
@@ -92,11 +104,20 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const Load
       w.k_norm = norm_vector(g, p + "attn_k_norm.weight", c.head_dim);
     }
     w.ffn_norm = norm_vector(g, p + "ffn_norm.weight", c.dim);
+    if (c.is_gemma()) {
+      w.post_attn_norm = norm_vector(g, p + "post_attention_norm.weight", c.dim);
+      w.post_ffn_norm = norm_vector(g, p + "post_ffw_norm.weight", c.dim);
+    }
     if (c.is_moe()) {
       w.moe.router = matrix(g, p + "ffn_gate_inp.weight", c.n_experts, c.dim);
       w.moe.gate = expert_matrices(g, p + "ffn_gate_exps.weight", c.n_experts, c.expert_ff_dim, c.dim);
       w.moe.up = expert_matrices(g, p + "ffn_up_exps.weight", c.n_experts, c.expert_ff_dim, c.dim);
       w.moe.down = expert_matrices(g, p + "ffn_down_exps.weight", c.n_experts, c.dim, c.expert_ff_dim);
+    } else if (c.arch == "phi3") {  // fused gate (first half) and up rows
+      const WeightMatrix gate_up = matrix(g, p + "ffn_up.weight", 2 * c.ff_dim, c.dim);
+      w.w_gate = rows_of(gate_up, 0, c.ff_dim);
+      w.w_up = rows_of(gate_up, c.ff_dim, c.ff_dim);
+      w.w_down = matrix(g, p + "ffn_down.weight", c.dim, c.ff_dim);
     } else {
       w.w_gate = matrix(g, p + "ffn_gate.weight", c.ff_dim, c.dim);
       w.w_up = matrix(g, p + "ffn_up.weight", c.ff_dim, c.dim);
@@ -137,12 +158,16 @@ std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir, const Lo
     const SafetensorsTensor& t = tensor(name, {rows, cols});
     return WeightMatrix{t.dtype, rows, cols, t.data, *row_bytes(t.dtype, cols)};
   };
-  const auto vec = [&](const std::string& name, int64_t n) {
+  // Gemma's RMSNorm multiplies by (1 + w): its norm weights get the 1 added here, as the GGUF converter adds it.
+  const float norm_offset = c.is_gemma() ? 1.0f : 0.0f;
+  const auto vec = [&](const std::string& name, int64_t n, float offset = 0.0f) {
     const SafetensorsTensor& t = tensor(name, {n});
-    return m->owned_floats(t.data, t.dtype, n);
+    const float* v = m->owned_floats(t.data, t.dtype, n);
+    for (float& x : m->owned_.back()) x += offset;
+    return v;
   };
   m->token_embd_ = mat("model.embed_tokens.weight", c.vocab_size, c.dim);
-  m->output_norm_ = vec("model.norm.weight", c.dim);
+  m->output_norm_ = vec("model.norm.weight", c.dim, norm_offset);
   if (c.tied_embeddings) {
     m->output_ = m->token_embd_;
   } else {
@@ -153,7 +178,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir, const Lo
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerWeights w;
-    w.attn_norm = vec(p + "input_layernorm.weight", c.dim);
+    w.attn_norm = vec(p + "input_layernorm.weight", c.dim, norm_offset);
     w.wq = mat(p + "self_attn.q_proj.weight", c.q_dim(), c.dim);
     w.wk = mat(p + "self_attn.k_proj.weight", c.kv_dim(), c.dim);
     w.wv = mat(p + "self_attn.v_proj.weight", c.kv_dim(), c.dim);
@@ -164,10 +189,16 @@ std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir, const Lo
       w.bv = vec(p + "self_attn.v_proj.bias", c.kv_dim());
     }
     if (c.qk_norm) {
-      w.q_norm = vec(p + "self_attn.q_norm.weight", c.head_dim);
-      w.k_norm = vec(p + "self_attn.k_norm.weight", c.head_dim);
+      w.q_norm = vec(p + "self_attn.q_norm.weight", c.head_dim, norm_offset);
+      w.k_norm = vec(p + "self_attn.k_norm.weight", c.head_dim, norm_offset);
     }
-    w.ffn_norm = vec(p + "post_attention_layernorm.weight", c.dim);
+    if (c.is_gemma()) {  // norms before and after attention and the MLP
+      w.post_attn_norm = vec(p + "post_attention_layernorm.weight", c.dim, norm_offset);
+      w.ffn_norm = vec(p + "pre_feedforward_layernorm.weight", c.dim, norm_offset);
+      w.post_ffn_norm = vec(p + "post_feedforward_layernorm.weight", c.dim, norm_offset);
+    } else {
+      w.ffn_norm = vec(p + "post_attention_layernorm.weight", c.dim);
+    }
     if (c.is_moe()) {
       // Mixtral: block_sparse_moe.gate + experts.N.w1 (gate) / w3 (up) / w2 (down); Qwen3-MoE: mlp.gate +
       // mlp.experts.N.gate_proj / up_proj / down_proj.
@@ -328,6 +359,10 @@ void LlamaModel::forward(const ForwardBatch& b, KvCacheTensors& cache, float* lo
     if (id < 0 || id >= c.vocab_size) fail("token id {} is outside the vocabulary (0..{})", id, c.vocab_size - 1);
     dequantize_row(token_embd_.dtype, token_embd_.row(id), &ws_.x[t * c.dim], c.dim);
   }
+  if (c.is_gemma()) {  // Gemma scales the embedding by √d
+    const float s = std::sqrt(static_cast<float>(c.dim));
+    for (int64_t i = 0; i < T * c.dim; ++i) ws_.x[i] *= s;
+  }
   stream_written(b, 0, true, T);
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
@@ -345,6 +380,8 @@ void LlamaModel::lm_head(const float* x, int64_t N, float* logits) {
   ws_.reserve(config_, N);
   rmsnorm(x, output_norm_, ws_.xn.data(), N, config_.dim, config_.rms_eps);
   matmul(ws_.xn.data(), N, output_, logits);
+  if (const float cap = config_.final_softcap; cap > 0)  // Gemma 2: logits capped at ±cap
+    for (int64_t i = 0; i < N * config_.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
 }
 
 void LlamaModel::stream_written(const ForwardBatch& b, int32_t layer, bool block_end, int64_t T) {
@@ -380,12 +417,16 @@ void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensor
     rmsnorm(ws_.k.data(), w.k_norm, ws_.attn.data(), T * c.n_kv_heads, c.head_dim, c.rms_eps);
     std::copy_n(ws_.attn.data(), T * c.kv_dim(), ws_.k.data());
   }
-  const RopeParams rp{c.head_dim, c.rope_dim, c.rope_freq_base, c.rope_type, c.rope_freq_factors};
+  const RopeParams rp{c.head_dim,   c.rope_dim,          c.layer_rope_base(l),
+                      c.rope_type,  c.rope_freq_factors, c.layer_rope_scale(l),
+                      c.rope_mscale};
   for (int64_t t = 0; t < T; ++t) {
     rope(&ws_.q[t * c.q_dim()], c.n_heads, b.positions[t], rp);
     rope(&ws_.k[t * c.kv_dim()], c.n_kv_heads, b.positions[t], rp);
   }
-  write_kv(ws_.k.data(), ws_.v.data(), b.slot_mapping.data(), T, c.kv_dim(), cache.k(l), cache.v(l), cache.dtype());
+  const bool own_pool = c.layer_is_local(l) && !b.local_block_tables.empty();  // the local layers' pool
+  const int64_t* slots = own_pool ? b.local_slot_mapping.data() : b.slot_mapping.data();
+  write_kv(ws_.k.data(), ws_.v.data(), slots, T, c.kv_dim(), cache.k(l), cache.v(l), cache.dtype());
 
   PagedAttentionArgs a;
   a.q = ws_.q.data();
@@ -397,20 +438,28 @@ void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensor
   a.query_start_loc = b.query_start_loc.data();
   a.seq_lens = b.seq_lens.data();
   a.positions = b.positions.data();
-  a.block_tables = b.block_tables.data();
+  a.block_tables = own_pool ? b.local_block_tables.data() : b.block_tables.data();
   a.max_blocks_per_seq = b.max_blocks_per_seq;
   a.block_size = cache.block_size();
   a.n_heads = c.n_heads;
   a.n_kv_heads = c.n_kv_heads;
   a.head_dim = c.head_dim;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  a.sliding_window = static_cast<int32_t>(c.sliding_window);
+  a.scale = c.attention_scale();
+  a.sliding_window = c.layer_is_local(l) ? static_cast<int32_t>(c.sliding_window) : 0;
+  a.softcap = c.attn_softcap;
   paged_attention(a);
 
   matmul(ws_.attn.data(), T, w.wo, ws_.proj.data());  // [T, d]
   if (lora_.active()) lora_.apply(l, LoraTarget::kO, ws_.attn.data(), c.q_dim(), ws_.proj.data(), c.dim);
+  if (w.post_attn_norm) post_norm(w.post_attn_norm, T);
   for (int64_t i = 0; i < T * c.dim; ++i) ws_.x[i] += ws_.proj[i];
   if (!b.interventions.empty()) stream_written(b, static_cast<int32_t>(l + 1), false, T);
+}
+
+// proj [T, d] = RMSNorm(proj) · g (Gemma's post-attention and post-MLP norms, before the residual add).
+void LlamaModel::post_norm(const float* g, int64_t T) {
+  rmsnorm(ws_.proj.data(), g, ws_.xn.data(), T, config_.dim, config_.rms_eps);
+  std::copy_n(ws_.xn.data(), T * config_.dim, ws_.proj.data());
 }
 
 void LlamaModel::mlp_block(int64_t l, const ForwardBatch& b, int64_t T) {
@@ -428,9 +477,13 @@ void LlamaModel::mlp_block(int64_t l, const ForwardBatch& b, int64_t T) {
     lora_.apply(l, LoraTarget::kGate, ws_.xn.data(), c.dim, ws_.gate.data(), c.ff_dim);
     lora_.apply(l, LoraTarget::kUp, ws_.xn.data(), c.dim, ws_.up.data(), c.ff_dim);
   }
-  silu_mul(ws_.gate.data(), ws_.up.data(), T * c.ff_dim);  // silu(gate) · up
-  matmul(ws_.gate.data(), T, w.w_down, ws_.proj.data());   // [T, d]
+  if (c.is_gemma())
+    gelu_tanh_mul(ws_.gate.data(), ws_.up.data(), T * c.ff_dim);  // GeGLU: gelu_tanh(gate) · up
+  else
+    silu_mul(ws_.gate.data(), ws_.up.data(), T * c.ff_dim);  // silu(gate) · up
+  matmul(ws_.gate.data(), T, w.w_down, ws_.proj.data());     // [T, d]
   if (lora_.active()) lora_.apply(l, LoraTarget::kDown, ws_.gate.data(), c.ff_dim, ws_.proj.data(), c.dim);
+  if (w.post_ffn_norm) post_norm(w.post_ffn_norm, T);
   for (int64_t i = 0; i < T * c.dim; ++i) ws_.x[i] += ws_.proj[i];
   stream_written(b, static_cast<int32_t>(l + 1), true, T);
 }

@@ -39,6 +39,10 @@ struct ForwardBatch {
   // LoRA adapters (model/lora.h), per token: its request's adapter or nullptr (the base model). Empty when no token
   // of the batch has one: the forward pass then does no extra work.
   std::span<const LoraAdapter* const> loras;  // [T] or empty
+  // The local (sliding-window) layers' own block tables and slots, when they keep their KV in a pool of their own
+  // (KvCacheTensors::local_num_blocks); empty: they use block_tables and slot_mapping like every layer.
+  std::span<const int64_t> local_slot_mapping;  // [T]
+  std::span<const int32_t> local_block_tables;  // [R, max_blocks_per_seq]
 };
 
 struct LayerWeights {
@@ -46,9 +50,10 @@ struct LayerWeights {
   WeightMatrix wq, wk, wv, wo;                              // [d → n_h·d_h], [d → n_kv·d_h] ×2, [n_h·d_h → d]
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // attention biases (Qwen2), or null
   const float *q_norm = nullptr, *k_norm = nullptr;         // per-head RMSNorm weights [d_h] (Qwen3), or null
-  const float* ffn_norm = nullptr;                          // [d]
-  WeightMatrix w_gate, w_up, w_down;                        // [d → d_ff] ×2, [d_ff → d]; empty in a MoE model
-  MoeWeights moe;                                           // router and experts (Mixtral, Qwen3-MoE), or empty
+  const float *post_attn_norm = nullptr, *post_ffn_norm = nullptr;  // [d]: Gemma's norms of the two outputs, or null
+  const float* ffn_norm = nullptr;                                  // [d]
+  WeightMatrix w_gate, w_up, w_down;  // [d → d_ff] ×2, [d_ff → d]; empty in a MoE model
+  MoeWeights moe;                     // router and experts (Mixtral, Qwen3-MoE), or empty
 };
 
 struct LoadOptions {
@@ -118,6 +123,7 @@ class LlamaModel {
   void log_moe_summary() const;
   void attention_block(int64_t layer, const ForwardBatch& b, KvCacheTensors& cache, int64_t T);
   void mlp_block(int64_t layer, const ForwardBatch& b, int64_t T);
+  void post_norm(const float* g, int64_t T);
   // The stream at layer `layer` is written (block_end: x_layer is complete): interventions, then the observer.
   void stream_written(const ForwardBatch& b, int32_t layer, bool block_end, int64_t T);
 

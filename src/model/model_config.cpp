@@ -42,14 +42,114 @@ void experts_from_gguf(const GgufFile& g, ModelConfig& c) {
   c.norm_topk_prob = g.get_bool(a + "expert_weights_norm").value_or(true);
 }
 
+// Gemma 2 / 3 keys (llama.cpp's llama_model_gemma2/3::load_arch_hparams, with their defaults): the sliding window
+// of the local layers and their pattern, Gemma 3's local rope base and linear rope scaling, the soft-caps, and the
+// attention scale llama.cpp derives from the layer count (the 27B models scale by (d / n_h)^−½, the others
+// d_h^−½: their query_pre_attn_scalar).
+void gemma_from_gguf(const GgufFile& g, ModelConfig& c) {
+  const std::string a = c.arch + ".";
+  const bool g2 = c.arch == "gemma2";
+  const auto window = g.get_int(a + "attention.sliding_window");
+  c.sliding_window = g2 ? window.value_or(4096) : window.value_or(0);
+  if (c.sliding_window < 0 || c.sliding_window > (1 << 24))
+    fail("{}: metadata key '{}attention.sliding_window' = {} is out of range (0..{})", g.path(), a, c.sliding_window,
+         1 << 24);
+  c.sliding_window_pattern = g.get_int(a + "attention.sliding_window_pattern").value_or(g2 ? 2 : 6);
+  if (c.sliding_window_pattern < 0 || c.sliding_window_pattern > 4096)
+    fail("{}: metadata key '{}attention.sliding_window_pattern' = {} is out of range (0..4096)", g.path(), a,
+         c.sliding_window_pattern);
+  const auto cap = [&](const std::string& key, double dflt) {
+    const double v = g.get_float(a + key).value_or(dflt);
+    if (!(v >= 0) || v > 1e6) fail("{}: metadata key '{}{}' = {} is out of range (0..1e6)", g.path(), a, key, v);
+    return static_cast<float>(v);
+  };
+  c.attn_softcap = g2 ? cap("attn_logit_softcapping", 50.0) : 0.0f;
+  c.final_softcap = cap("final_logit_softcapping", g2 ? 30.0 : 0.0);
+  if (!g2) {
+    c.rope_freq_base_local = static_cast<float>(g.get_float(a + "rope.freq_base_swa").value_or(10000.0));
+    const double factor = g.get_float(a + "rope.scaling.factor").value_or(0.0);
+    if (factor < 0 || factor > 1e6)
+      fail("{}: metadata key '{}rope.scaling.factor' = {} is out of range", g.path(), a, factor);
+    c.rope_freq_scale = factor == 0 ? 1.0f : static_cast<float>(1.0 / factor);
+  }
+  const bool big = c.n_layers == (g2 ? 46 : 62);
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(big ? c.dim / c.n_heads : c.head_dim));
+}
+
+// Gemma2ForCausalLM / Gemma3ForCausalLM (transformers' Gemma2Config / Gemma3TextConfig and their defaults): the
+// local layers' window and pattern (sliding_window_pattern, or a layer_types list of that shape), soft-caps,
+// query_pre_attn_scalar, Gemma 3's local rope base and linear rope scaling.
+void gemma_from_hf(const nlohmann::json& j, const std::string& f, ModelConfig& c) {
+  const bool g2 = c.arch == "gemma2";
+  const auto number = [&](const char* key, double dflt, bool nullable) -> double {
+    if (!j.contains(key)) return dflt;
+    if (j[key].is_null()) {
+      if (nullable) return 0.0;
+      fail("{}: \"{}\" must be a number, found null", f, key);
+    }
+    if (!j[key].is_number() || j[key].get<double>() < 0)
+      fail("{}: \"{}\" must be a non-negative number, found {}", f, key, j[key].dump());
+    return j[key].get<double>();
+  };
+  c.sliding_window = static_cast<int64_t>(number("sliding_window", g2 ? 4096 : 512, true));
+  if (c.sliding_window > (1 << 24)) fail("{}: \"sliding_window\" = {} is out of range", f, c.sliding_window);
+  c.sliding_window_pattern = static_cast<int64_t>(number("sliding_window_pattern", g2 ? 2 : 6, false));
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    const nlohmann::json& lt = j["layer_types"];
+    if (!lt.is_array() || static_cast<int64_t>(lt.size()) != c.n_layers)
+      fail("{}: \"layer_types\" must be a list of {} entries", f, c.n_layers);
+    int64_t first_global = -1;
+    for (int64_t l = 0; l < c.n_layers && first_global < 0; ++l)
+      if (lt[l] == "full_attention") first_global = l;
+    c.sliding_window_pattern = first_global < 0 ? 0 : first_global + 1;
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const bool local = c.sliding_window_pattern == 0 || l % c.sliding_window_pattern < c.sliding_window_pattern - 1;
+      if (lt[l] != (local ? "sliding_attention" : "full_attention"))
+        fail("{}: \"layer_types\" entry {} is {}: kvik runs a repeating pattern of sliding layers then one full one", f,
+             l, lt[l].dump());
+    }
+  }
+  if (c.sliding_window_pattern > 4096) fail("{}: \"sliding_window_pattern\" is out of range", f);
+  if (c.sliding_window == 0) c.sliding_window_pattern = 0;
+  c.attn_softcap = static_cast<float>(number("attn_logit_softcapping", g2 ? 50.0 : 0.0, true));
+  c.final_softcap = static_cast<float>(number("final_logit_softcapping", g2 ? 30.0 : 0.0, true));
+  const double qpas = number("query_pre_attn_scalar", 256, false);
+  if (!(qpas > 0)) fail("{}: \"query_pre_attn_scalar\" must be positive", f);
+  c.attn_scale = static_cast<float>(1.0 / std::sqrt(qpas));
+  if (!g2) c.rope_freq_base_local = static_cast<float>(number("rope_local_base_freq", 10000.0, false));
+  if (j.contains("hidden_activation") && j["hidden_activation"] != "gelu_pytorch_tanh")
+    fail("{}: \"hidden_activation\" {} is not supported (Gemma's is gelu_pytorch_tanh)", f,
+         j["hidden_activation"].dump());
+}
+
+// Phi-3's LongRoPE (llama.cpp's get_rope_factors at a context of context_length): rope_factors_long.weight when
+// context_length exceeds rope.scaling.original_context_length, else rope_factors_short.weight (both optional: a
+// Phi-3 without them rotates plainly); cos / sin times rope.scaling.attn_factor.
+void longrope_from_gguf(const GgufFile& g, ModelConfig& c) {
+  const int64_t orig = g.get_int("phi3.rope.scaling.original_context_length").value_or(c.context_length);
+  const char* name = c.context_length > orig ? "rope_factors_long.weight" : "rope_factors_short.weight";
+  if (const GgufTensorInfo* t = g.find_tensor(name)) {
+    if (t->dtype != DType::F32 || t->shape != std::vector<int64_t>{c.rope_dim / 2})
+      fail("{}: tensor '{}' must be f32 [{}]", g.path(), name, c.rope_dim / 2);
+    const auto* f = reinterpret_cast<const float*>(t->data);
+    c.rope_freq_factors.assign(f, f + c.rope_dim / 2);
+  }
+  const double m = g.get_float("phi3.rope.scaling.attn_factor").value_or(1.0);
+  if (!(m > 0) || m > 100) fail("{}: metadata key 'phi3.rope.scaling.attn_factor' = {} is out of range", g.path(), m);
+  c.rope_mscale = static_cast<float>(m);
+}
+
 }  // namespace
 
 ModelConfig config_from_gguf(const GgufFile& g) {
   ModelConfig c;
   c.arch = g.require_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe")
-    fail("{}: general.architecture '{}' is not supported (kvik runs llama, qwen2, qwen3 and qwen3moe GGUF models)",
-         g.path(), c.arch);
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe" && !c.is_gemma() &&
+      c.arch != "phi3")
+    fail(
+        "{}: general.architecture '{}' is not supported (kvik runs llama, qwen2, qwen3, qwen3moe, gemma2, gemma3 "
+        "and phi3 GGUF models)",
+        g.path(), c.arch);
   // llama.cpp's converter permutes llama q/k rows to the interleaved rotation; Qwen keeps HF's halves.
   c.rope_type = c.arch == "llama" ? RopeType::kNorm : RopeType::kNeox;
   c.name = g.get_string("general.name").value_or("");
@@ -82,6 +182,7 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   if (auto w = g.get_int(a + "attention.sliding_window"); w && *w != 0)
     c.sliding_window = positive(a + "attention.sliding_window", *w, 1 << 24);
   if (!(c.rms_eps > 0.0f)) fail("{}: attention.layer_norm_rms_epsilon must be positive", g.path());
+  if (c.is_gemma()) gemma_from_gguf(g, c);
 
   const GgufTensorInfo* emb = g.find_tensor("token_embd.weight");
   if (!emb) fail("{}: required tensor 'token_embd.weight' is missing", g.path());
@@ -90,7 +191,7 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   c.vocab_size = emb->shape[1];
   if (auto v = g.get_int(a + "vocab_size"); v && *v != c.vocab_size)
     fail("{}: {}vocab_size {} disagrees with token_embd.weight rows {}", g.path(), a, *v, c.vocab_size);
-  c.tied_embeddings = g.find_tensor("output.weight") == nullptr;
+  c.tied_embeddings = c.arch == "gemma2" || g.find_tensor("output.weight") == nullptr;  // llama.cpp's gemma2 ties
   c.attn_bias = g.find_tensor("blk.0.attn_q.bias") != nullptr;
   c.qk_norm = g.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
   if (const GgufTensorInfo* rf = g.find_tensor("rope_freqs.weight")) {
@@ -100,6 +201,7 @@ ModelConfig config_from_gguf(const GgufFile& g) {
     const auto* f = reinterpret_cast<const float*>(rf->data);
     c.rope_freq_factors.assign(f, f + c.rope_dim / 2);
   }
+  if (c.arch == "phi3") longrope_from_gguf(g, c);
   return c;
 }
 
@@ -144,10 +246,14 @@ ModelConfig config_from_hf(const std::string& dir) {
     c.arch = "llama";  // llama.cpp's arch for Mixtral: llama with experts
   else if (arch == "Qwen3MoeForCausalLM")
     c.arch = "qwen3moe";
+  else if (arch == "Gemma2ForCausalLM")
+    c.arch = "gemma2";
+  else if (arch == "Gemma3ForCausalLM")
+    c.arch = "gemma3";
   else
     fail(
         "{}: architectures '{}' is not supported (kvik runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-        "Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM)",
+        "Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)",
         f, arch);
   c.name = j.value("_name_or_path", std::string());
   const auto integer = [&](const char* key, std::optional<int64_t> dflt, int64_t max) -> int64_t {
@@ -199,13 +305,16 @@ ModelConfig config_from_hf(const std::string& dir) {
   if (arch == "MistralForCausalLM" || arch == "MixtralForCausalLM") {  // null or absent: full attention
     if (j.contains("sliding_window") && !j["sliding_window"].is_null())
       c.sliding_window = integer("sliding_window", std::nullopt, 1 << 24);
+  } else if (c.is_gemma()) {
+    gemma_from_hf(j, f, c);
   } else if (j.contains("use_sliding_window") && j["use_sliding_window"].is_boolean() &&
              j["use_sliding_window"].get<bool>()) {
     fail("{}: use_sliding_window (Qwen's per-layer sliding window) is not supported", f);
   }
-  c.tied_embeddings = j.value("tie_word_embeddings", false);
+  c.tied_embeddings = j.value("tie_word_embeddings", c.is_gemma());  // Gemma's configs tie by default
   c.attn_bias = c.arch == "qwen2" ? true : j.value("attention_bias", false);
-  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
+  if (c.is_gemma() && c.attn_bias) fail("{}: \"attention_bias\" true is not supported for Gemma", f);
+  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "gemma3";
   c.torch_dtype = j.value("torch_dtype", std::string());
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     const nlohmann::json& rs = j["rope_scaling"];
@@ -218,8 +327,12 @@ ModelConfig config_from_hf(const std::string& dir) {
       c.rope_freq_factors =
           llama3_rope_freq_factors(c.rope_freq_base, c.rope_dim, field("factor"), field("low_freq_factor"),
                                    field("high_freq_factor"), field("original_max_position_embeddings"));
+    } else if (type == "linear") {  // positions divided by factor (Gemma 3's global layers)
+      if (!rs.contains("factor") || !rs["factor"].is_number() || !(rs["factor"].get<double>() > 0))
+        fail("{}: rope_scaling \"factor\" is missing or not a positive number", f);
+      c.rope_freq_scale = static_cast<float>(1.0 / rs["factor"].get<double>());
     } else if (type != "default") {
-      fail("{}: rope_scaling type '{}' is not supported (kvik knows llama3)", f, type);
+      fail("{}: rope_scaling type '{}' is not supported (kvik knows llama3 and linear)", f, type);
     }
   }
   return c;

@@ -1,6 +1,7 @@
 // The shape of a model in the course's notation: d, L, n_h, n_kv, d_h, d_ff, V.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -43,8 +44,40 @@ struct ModelConfig {
   // Sliding-window attention (Mistral's sliding_window; GGUF {arch}.attention.sliding_window): a query at position
   // p sees keys p − W + 1..p in every layer. 0: full causal attention.
   int64_t sliding_window = 0;
+  // Interleaved local (sliding-window) and global layers (Gemma 2: 2, Gemma 3: 6; llama.cpp's swa pattern): layer
+  // l is local when l % P < P − 1, so every P-th layer attends to all positions. 0: every layer uses
+  // sliding_window (Mistral).
+  int64_t sliding_window_pattern = 0;
+  // Gemma 3's local layers rotate with their own base (rope_local_base_freq, GGUF rope.freq_base_swa) and no
+  // scaling; rope_freq_scale (linear rope_scaling: 1 / factor) applies to the global layers. 0: rope_freq_base.
+  float rope_freq_base_local = 0.0f;
+  float rope_freq_scale = 1.0f;
+  // Phi-3's LongRoPE: rope_freq_factors are its short or long factors (long when context_length exceeds the
+  // original_max_position_embeddings, as llama.cpp picks them at full context), and cos / sin are multiplied by
+  // rope_mscale (the attention factor √(1 + ln(scale) / ln(original))).
+  float rope_mscale = 1.0f;
+  // Gemma: attention scores tanh-capped at attn_softcap (Gemma 2: 50) and logits at final_softcap (Gemma 2: 30);
+  // 0 = none. attn_scale multiplies q·k (0: 1/√d_h; HF's query_pre_attn_scalar^−½).
+  float attn_softcap = 0.0f, final_softcap = 0.0f, attn_scale = 0.0f;
 
   int64_t q_dim() const { return n_heads * head_dim; }
+  // Gemma 2 / 3: the embedding scaled by √d, GeGLU (gelu-tanh gate), RMSNorm after attention and after the MLP
+  // too, tied embeddings.
+  bool is_gemma() const { return arch == "gemma2" || arch == "gemma3"; }
+  // Whether layer l attends to the last sliding_window positions only.
+  bool layer_is_local(int64_t l) const {
+    return sliding_window > 0 &&
+           (sliding_window_pattern <= 1 || l % sliding_window_pattern < sliding_window_pattern - 1);
+  }
+  // Every layer local (Mistral): the KV blocks out of the window can be freed for the whole sequence.
+  bool all_layers_local() const {
+    return sliding_window > 0 && (sliding_window_pattern <= 1 || n_layers < sliding_window_pattern);
+  }
+  float layer_rope_base(int64_t l) const {
+    return layer_is_local(l) && rope_freq_base_local > 0 ? rope_freq_base_local : rope_freq_base;
+  }
+  float layer_rope_scale(int64_t l) const { return arch == "gemma3" && layer_is_local(l) ? 1.0f : rope_freq_scale; }
+  float attention_scale() const { return attn_scale > 0 ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim)); }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   // KV cache bytes per token: 2 (K and V) × L × n_kv × d_h × bytes per element.
   int64_t kv_bytes_per_token(int64_t elem_bytes) const { return 2 * n_layers * n_kv_heads * head_dim * elem_bytes; }

@@ -78,6 +78,11 @@ class HfInput final : public QuantizeInput {
  public:
   explicit HfInput(const std::string& dir) : config_(config_from_hf(dir)), st_(SafetensorsModel::open_dir(dir)) {
     path_ = dir;
+    if (config_.is_gemma())
+      fail(
+          "{}: kvik quantize does not read Gemma Hugging Face directories (convert with llama.cpp's "
+          "convert_hf_to_gguf.py first, or quantize the GGUF)",
+          dir);
     if (config_.is_moe())
       fail(
           "{}: kvik quantize does not read mixture-of-experts Hugging Face directories (convert with llama.cpp's "

@@ -542,7 +542,15 @@ std::vector<RandomTensor> synth_tensors(const SynthOptions& o, int hd) {
 
 }  // namespace
 
+void synth_write_vocab(GgufWriter& w, const std::string& tokenizer_from, int vocab) {
+  if (tokenizer_from.empty())
+    write_byte_vocab(w, vocab);
+  else
+    copy_vocab(w, tokenizer_from, vocab);
+}
+
 void synth_llama_gguf(const SynthOptions& opt) {
+  if (opt.arch == "gemma2" || opt.arch == "gemma3" || opt.arch == "phi3") return synth_family_gguf(opt);
   SynthOptions o = opt;
   if (o.induction) {
     if (!o.embed_from.empty() || o.arch != "llama" || o.experts > 0 || o.sliding_window > 0)

@@ -10,6 +10,8 @@
 
 namespace kvik {
 
+class GgufWriter;
+
 struct SynthOptions {
   std::string out_path;
   int dim = 64, layers = 2, heads = 4, kv_heads = 2, ff = 128, vocab = 512, context = 2048;
@@ -42,8 +44,8 @@ struct SynthOptions {
 
   // Hugging Face directory output (synth_hf): config.json + model.safetensors (+ tokenizer files).
   std::string hf_dir;
-  // llama | qwen2 (q/k/v biases) | qwen3 (q/k RMSNorm) | mixtral (llama + experts) | qwen3moe (qwen3 + experts).
-  // The GGUF writer (synth_llama_gguf) takes llama, mixtral and qwen3moe.
+  // llama | qwen2 (q/k/v biases) | qwen3 (q/k RMSNorm) | mixtral (llama + experts) | qwen3moe (qwen3 + experts) |
+  // gemma2 | gemma3 | phi3. The GGUF writer (synth_llama_gguf) takes all but qwen2 and qwen3; synth_hf all but phi3.
   std::string arch = "llama";
   bool tied = false;                 // tie_word_embeddings: no lm_head.weight
   bool rope_scaling_llama3 = false;  // Llama 3.1 rope_scaling (factor 8, low 1, high 4, original 8192)
@@ -59,5 +61,13 @@ void synth_llama_gguf(const SynthOptions& opt);
 // q/k rows permuted to the interleaved rotation; rope_freqs.weight for llama3 scaling). Both load in kvik
 // and give the same logits.
 void synth_hf(const SynthOptions& opt);
+
+// A random-weight GGUF of a family laid out by model/hf_layout.h (gemma2, gemma3): the tensors synth_hf would write
+// for its GGUF twin (the same values), in any --type, with the vocabulary of --tokenizer-from (or the byte
+// vocabulary). synth_llama_gguf hands these archs to it.
+void synth_family_gguf(const SynthOptions& opt);
+
+// The tokenizer.ggml.* keys synth writes: those of `tokenizer_from` padded to `vocab`, or the byte vocabulary.
+void synth_write_vocab(GgufWriter& w, const std::string& tokenizer_from, int vocab);
 
 }  // namespace kvik

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/log.h"
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "model/hf_layout.h"
@@ -62,6 +63,21 @@ std::vector<uint8_t> permute_rows(const std::vector<uint8_t>& data, int64_t rows
   return out;
 }
 
+// Gemma 2 / 3 as released: local layers of window W (Gemma 2: 4096, Gemma 3: 512 unless --sliding-window) every
+// layer but each 2nd (Gemma 3: 6th), Gemma 2's soft-caps (50 on scores, 30 on logits), Gemma 3's q/k norms, global
+// rope base 10⁶ with linear scaling by 8 and local base 10⁴; queries scaled by d_h^−½; tied embeddings.
+void gemma_synth_config(const SynthOptions& o, ModelConfig& c) {
+  const bool g2 = c.arch == "gemma2";
+  c.sliding_window = o.sliding_window > 0 ? o.sliding_window : g2 ? 4096 : 512;
+  c.sliding_window_pattern = g2 ? 2 : 6;
+  c.attn_softcap = g2 ? 50.0f : 0.0f;
+  c.final_softcap = g2 ? 30.0f : 0.0f;
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  c.tied_embeddings = true;
+  c.qk_norm = !g2;
+  if (!g2) c.rope_freq_base = 1e6f, c.rope_freq_base_local = 1e4f, c.rope_freq_scale = 0.125f;
+}
+
 // The config.json synth_hf writes, as config_from_hf reads it back.
 ModelConfig synth_config(const SynthOptions& o, int64_t head_dim, int64_t vocab) {
   ModelConfig c;
@@ -77,12 +93,27 @@ ModelConfig synth_config(const SynthOptions& o, int64_t head_dim, int64_t vocab)
   }
   if (o.rope_scaling_llama3)
     c.rope_freq_factors = llama3_rope_freq_factors(o.rope_freq_base, head_dim, 8.0f, 1.0f, 4.0f, 8192.0f);
+  if (c.is_gemma()) gemma_synth_config(o, c);
+  if (c.arch == "phi3") {  // LongRoPE with the long factors: context_length is twice the original
+    c.rope_freq_factors.resize(static_cast<size_t>(head_dim / 2));
+    for (size_t i = 0; i < c.rope_freq_factors.size(); ++i)
+      c.rope_freq_factors[i] = 1.0f + 7.0f * static_cast<float>(i) / static_cast<float>(c.rope_freq_factors.size());
+    c.rope_mscale = std::sqrt(1.0f + std::log(2.0f) / std::log(static_cast<float>(o.context / 2)));
+  }
   return c;
 }
 
 // Same scales as synth_llama_gguf: projections std 1/sqrt(fan_in), embedding std 1, output 3/sqrt(d); norm
 // weights around 1 and biases around 0, both F32.
 void synth_values(const HfTensorLayout& t, const SynthOptions& o, float* mean, float* std) {
+  // Gemma's (1 + w) norms: w around 0, but the final norm's around 5 (times the tied embedding's std 0.5/√d below:
+  // logits of std ≈ 3). The embedding is scaled by √d into a stream of RMS 0.5 that the layers' outputs (RMS ≈ 1
+  // each, normed) outweigh, so the next token is not the current one's own embedding row (what a tied random model
+  // with a large embedding predicts).
+  if (t.norm_shift) {
+    *mean = t.gguf_name == "output_norm.weight" ? 5.0f * o.output_scale : 0.0f, *std = 0.1f;
+    return;
+  }
   if (t.shape.size() == 1) {
     const bool bias = t.hf_name.ends_with(".bias");
     *mean = bias ? 0.0f : 1.0f, *std = bias ? 0.5f : 0.1f;
@@ -90,11 +121,41 @@ void synth_values(const HfTensorLayout& t, const SynthOptions& o, float* mean, f
   }
   const float s = 1.0f / std::sqrt(static_cast<float>(t.shape[1]));  // 1 / sqrt(fan_in)
   *mean = 0.0f;
-  *std = t.gguf_name == "token_embd.weight" ? 1.0f : t.gguf_name == "output.weight" ? 3.0f * s * o.output_scale : s;
+  const float emb = o.arch == "gemma2" || o.arch == "gemma3" ? 0.5f * s : 1.0f;
+  *std = t.gguf_name == "token_embd.weight" ? emb : t.gguf_name == "output.weight" ? 3.0f * s * o.output_scale : s;
 }
 
 // config.json (and, with a tokenizer, its files and generation_config.json) as a Hugging Face export has them.
-void write_config_files(const SynthOptions& o, int64_t hd, int64_t vocab, const Tokenizer* tok) {
+// Gemma2Config / Gemma3TextConfig fields of `c` (Gemma 2 names its layers in layer_types, Gemma 3 by
+// sliding_window_pattern, as the two generations of transformers' configs do).
+void add_gemma_config(const ModelConfig& c, nlohmann::ordered_json& config) {
+  const bool g2 = c.arch == "gemma2";
+  config["architectures"] = {g2 ? "Gemma2ForCausalLM" : "Gemma3ForCausalLM"};
+  config["model_type"] = g2 ? "gemma2" : "gemma3_text";
+  config.erase("hidden_act");
+  config["hidden_activation"] = "gelu_pytorch_tanh";
+  config["query_pre_attn_scalar"] = c.head_dim;
+  config["sliding_window"] = c.sliding_window;
+  config["rope_theta"] = c.rope_freq_base;
+  config["tie_word_embeddings"] = true;
+  config["attention_bias"] = false;
+  if (g2) {
+    config["attn_logit_softcapping"] = c.attn_softcap;
+    config["final_logit_softcapping"] = c.final_softcap;
+    nlohmann::json types = nlohmann::json::array();
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      types.push_back(c.layer_is_local(l) ? "sliding_attention" : "full_attention");
+    config["layer_types"] = types;
+  } else {
+    config["attn_logit_softcapping"] = nullptr;
+    config["final_logit_softcapping"] = nullptr;
+    config["sliding_window_pattern"] = c.sliding_window_pattern;
+    config["rope_local_base_freq"] = c.rope_freq_base_local;
+    config["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 1.0f / c.rope_freq_scale}};
+  }
+}
+
+void write_config_files(const SynthOptions& o, const ModelConfig& c, int64_t hd, int64_t vocab, const Tokenizer* tok) {
   const char* hf_arch = o.arch == "llama"     ? (o.sliding_window > 0 ? "MistralForCausalLM" : "LlamaForCausalLM")
                         : o.arch == "qwen2"   ? "Qwen2ForCausalLM"
                         : o.arch == "qwen3"   ? "Qwen3ForCausalLM"
@@ -120,7 +181,7 @@ void write_config_files(const SynthOptions& o, int64_t hd, int64_t vocab, const 
       {"hidden_act", "silu"},
   };
   if (o.arch == "llama") config["attention_bias"] = false;
-  if (o.sliding_window > 0) {
+  if (o.sliding_window > 0 && !c.is_gemma()) {
     if (o.arch != "llama" && o.arch != "mixtral")
       fail("synth: --sliding-window is for --arch llama (Mistral) or mixtral");
     config["model_type"] = o.arch == "llama" ? "mistral" : "mixtral";
@@ -142,6 +203,7 @@ void write_config_files(const SynthOptions& o, int64_t hd, int64_t vocab, const 
                               {"low_freq_factor", 1.0},
                               {"high_freq_factor", 4.0},
                               {"original_max_position_embeddings", 8192}};
+  if (c.is_gemma()) add_gemma_config(c, config);
   if (tok) {
     if (tok->bos_id() >= 0) config["bos_token_id"] = tok->bos_id();
     if (tok->eos_id() >= 0) config["eos_token_id"] = tok->eos_id();
@@ -163,8 +225,9 @@ void synth_hf(const SynthOptions& o) {
   namespace fs = std::filesystem;
   if (o.hf_dir.empty()) fail("synth: --hf needs a directory");
   const bool moe = o.arch == "mixtral" || o.arch == "qwen3moe";
-  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && !moe)
-    fail("synth: --arch '{}' is not one of llama, qwen2, qwen3, mixtral, qwen3moe", o.arch);
+  const bool gemma = o.arch == "gemma2" || o.arch == "gemma3";
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && !moe && !gemma)
+    fail("synth: --arch '{}' is not one of llama, qwen2, qwen3, mixtral, qwen3moe, gemma2, gemma3", o.arch);
   if (moe != (o.experts > 0) || (moe && (o.experts_used <= 0 || o.experts_used > o.experts)))
     fail("synth: --arch {} needs --experts E and --experts-used k in 1..E (and only a MoE arch takes them)", o.arch);
   if (o.type != DType::F32 && o.type != DType::F16 && o.type != DType::BF16)
@@ -180,9 +243,9 @@ void synth_hf(const SynthOptions& o) {
     vocab = std::max<int64_t>(vocab, tok->vocab_size());
   }
   fs::create_directories(o.hf_dir);
-  write_config_files(o, hd, vocab, tok.get());
-
   const ModelConfig c = synth_config(o, hd, vocab);
+  write_config_files(o, c, hd, vocab, tok.get());
+
   std::vector<SafetensorsWriteTensor> hf;
   GgufWriter g;
   const bool want_gguf = !o.out_path.empty();
@@ -203,7 +266,13 @@ void synth_hf(const SynthOptions& o) {
       }
     } else if (want_gguf) {
       std::vector<int64_t> shape = vec ? std::vector<int64_t>{rows} : std::vector<int64_t>{t.shape[1], rows};
-      g.add_tensor(t.gguf_name, type, std::move(shape), t.permute ? permute_rows(bytes, rows, hd) : bytes);
+      if (t.norm_shift) {  // the converter's w + 1 (an F32 vector)
+        std::vector<float> v = normal(t.hf_name, o.seed, static_cast<size_t>(n), mean, std);
+        for (float& x : v) x += 1.0f;
+        g.add_tensor(t.gguf_name, type, std::move(shape), encode(v, DType::F32));
+      } else {
+        g.add_tensor(t.gguf_name, type, std::move(shape), t.permute ? permute_rows(bytes, rows, hd) : bytes);
+      }
     }
     hf.push_back({t.hf_name, type, t.shape, std::move(bytes)});
   }
@@ -222,6 +291,51 @@ void synth_hf(const SynthOptions& o) {
     const std::vector<float>& f = c.rope_freq_factors;
     g.add_tensor("rope_freqs.weight", DType::F32, {static_cast<int64_t>(f.size())},
                  std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(f.data()), f.size() * 4));
+  }
+  g.write(o.out_path);
+}
+
+void synth_family_gguf(const SynthOptions& o) {
+  if (o.out_path.empty()) fail("synth: no output path given");
+  const int64_t hd = o.head_dim != 0 ? o.head_dim : (o.heads > 0 ? o.dim / o.heads : 0);
+  if (o.dim <= 0 || o.layers <= 0 || o.heads <= 0 || o.kv_heads <= 0 || o.ff <= 0 || o.vocab <= 0 || hd <= 0 ||
+      hd % 2 != 0 || o.heads % o.kv_heads != 0)
+    fail("synth: inconsistent shape (dim {}, heads {}/{}, head_dim {}, ff {})", o.dim, o.heads, o.kv_heads, hd, o.ff);
+  if (o.experts > 0 || !o.embed_from.empty() || o.q4_k_m || o.sliding_window < 0)
+    fail("synth: --arch {} takes no --experts, --embed-from, q4_k_m mix or negative --sliding-window", o.arch);
+  const int64_t block = traits(o.type).block_size;
+  for (const auto& [v, flag] : {std::pair{int64_t{o.dim}, "--dim"}, {int64_t{o.ff}, "--ff"}, {o.heads * hd, "q_dim"}})
+    if (v % block != 0) fail("synth: {} {} must be a multiple of {} for {}", flag, v, block, dtype_name(o.type));
+  const ModelConfig c = synth_config(o, hd, o.vocab);
+  GgufWriter g;
+  g.set_string("general.architecture", c.arch);
+  // Not "phi3" in the name: llama.cpp then sets attributes on Phi-3's special tokens by text, and a vocabulary
+  // without <|endoftext|> (--tokenizer-from stories260K) fails to load.
+  const std::string shape = c.arch == "phi3" ? "fused-qkv longrope" : c.arch;
+  g.set_string("general.name", fmt::format("kvik-synth {} d{} L{} h{}/{} hd{} ff{} v{} {}", shape, o.dim, o.layers,
+                                           o.heads, o.kv_heads, hd, o.ff, o.vocab, dtype_name(o.type)));
+  write_arch_metadata(c, g);
+  synth_write_vocab(g, o.tokenizer_from, o.vocab);
+  for (const HfTensorLayout& t : hf_tensor_layout(c)) {
+    const bool vec = t.shape.size() == 1;
+    float mean = 0, std = 0;
+    synth_values(t, o, &mean, &std);
+    const int64_t rows = vec ? 1 : t.shape[0], cols = vec ? t.shape[0] : t.shape[1];
+    std::vector<float> v = normal(t.hf_name, o.seed, static_cast<size_t>(rows * cols), mean, std);
+    if (t.norm_shift)
+      for (float& x : v) x += 1.0f;
+    const DType type = vec ? DType::F32 : o.type;
+    const size_t rb = *row_bytes(type, cols);
+    std::vector<uint8_t> bytes(rb * static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) quantize_row(type, &v[r * cols], &bytes[rb * r], cols);
+    g.add_tensor(t.gguf_name, type, vec ? std::vector<int64_t>{cols} : std::vector<int64_t>{cols, rows}, bytes);
+  }
+  if (c.arch == "phi3") {  // llama.cpp reads the factors the context picks: the long ones here, the short ones all 1
+    const std::vector<float> ones(c.rope_freq_factors.size(), 1.0f);
+    for (const auto& [name, f] :
+         {std::pair{"rope_factors_long.weight", &c.rope_freq_factors}, {"rope_factors_short.weight", &ones}})
+      g.add_tensor(name, DType::F32, {static_cast<int64_t>(f->size())},
+                   std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(f->data()), f->size() * 4));
   }
   g.write(o.out_path);
 }

@@ -377,4 +377,15 @@ void silu_mul(float* gate, const float* up, int64_t n) {
   });
 }
 
+void gelu_tanh_mul(float* gate, const float* up, int64_t n) {
+  constexpr int64_t kChunk = 4096;
+  constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+  split((n + kChunk - 1) / kChunk, n * 32, [&](int64_t c0, int64_t c1) {
+    for (int64_t i = c0 * kChunk; i < std::min(n, c1 * kChunk); ++i) {
+      const float x = gate[i];
+      gate[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + 0.044715f * x * x))) * up[i];
+    }
+  });
+}
+
 }  // namespace kvik

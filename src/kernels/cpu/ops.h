@@ -39,5 +39,8 @@ void rmsnorm(const float* x, const float* g, float* y, int64_t T, int64_t n, flo
 
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, int64_t n);
+// gate[i] = gelu_tanh(gate[i]) * up[i], gelu_tanh(x) = x/2 · (1 + tanh(√(2/π) (x + 0.044715 x³))) (Gemma's GeGLU,
+// transformers' gelu_pytorch_tanh).
+void gelu_tanh_mul(float* gate, const float* up, int64_t n);
 
 }  // namespace kvik

@@ -1,7 +1,7 @@
 #include "kernels/cpu/paged_attention.h"
 
 #include <algorithm>
-
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -103,7 +103,11 @@ class AttentionTile {
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t h = 0; h < group_; ++h) {
         const int32_t t = task_.t0 + static_cast<int32_t>(i);
-        cpu_kernels().softmax(row_scores(t, h), a_.positions[t] + 1 - first_key(t));
+        float* s = row_scores(t, h);
+        const int32_t n = a_.positions[t] + 1 - first_key(t);
+        if (a_.softcap > 0)  // Gemma 2: cap · tanh(s / cap) on each scaled score
+          for (int32_t x = 0; x < n; ++x) s[x] = a_.softcap * std::tanh(s[x] / a_.softcap);
+        cpu_kernels().softmax(s, n);
         std::fill_n(out(t, h), d, 0.0f);
       }
     prefetch(a_.v_cache, lo_, std::min(lo_ - lo_ % kKeyChunk + kKeyChunk - 1, hi));

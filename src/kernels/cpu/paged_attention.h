@@ -32,6 +32,7 @@ struct PagedAttentionArgs {
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   float scale = 1.0f;
   int32_t sliding_window = 0;  // W, or 0: all keys
+  float softcap = 0.0f;        // Gemma 2: each scaled score s becomes softcap · tanh(s / softcap); 0: none
 };
 void paged_attention(const PagedAttentionArgs& a);
 

@@ -14,14 +14,15 @@ void rope_angles(int32_t pos, const RopeParams& p, float* cs) {
     const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.rope_dim));
     float theta = static_cast<float>(pos);
     for (int64_t i = 0; i < half; ++i) {
-      cs[i] = std::cos(theta);
-      cs[half + i] = std::sin(theta);
+      cs[i] = std::cos(theta * p.freq_scale);
+      cs[half + i] = std::sin(theta * p.freq_scale);
       theta *= theta_scale;
     }
     return;
   }
   for (int64_t i = 0; i < half; ++i) {
-    const double theta = pos * std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.rope_dim) / p.freq_factors[i];
+    const double theta =
+        pos * std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.rope_dim) / p.freq_factors[i] * p.freq_scale;
     cs[i] = static_cast<float>(std::cos(theta));
     cs[half + i] = static_cast<float>(std::sin(theta));
   }
@@ -35,6 +36,8 @@ void rope(float* x, int64_t n_heads, int32_t pos, const RopeParams& p) {
   if (buf.size() < static_cast<size_t>(2 * half)) buf.resize(static_cast<size_t>(2 * half));
   float* cs = buf.data();
   rope_angles(pos, p, cs);
+  if (p.mscale != 1.0f)
+    for (int64_t i = 0; i < 2 * half; ++i) cs[i] *= p.mscale;
   for (int64_t h = 0; h < n_heads; ++h) {
     float* v = x + h * p.head_dim;
     for (int64_t i = 0; i < half; ++i) {

@@ -15,6 +15,8 @@ struct RopeParams {
   float freq_base = 10000.0f;
   RopeType type = RopeType::kNorm;
   std::span<const float> freq_factors;  // [rope_dim / 2] divisors, or empty
+  float freq_scale = 1.0f;              // linear scaling: every angle times this (1 / rope_scaling factor)
+  float mscale = 1.0f;                  // cos and sin times this (LongRoPE's attention factor)
 };
 
 // Rotates n_heads heads of one token at position pos, in place. Without freq factors the angles are built by
