@@ -40,7 +40,7 @@ inline std::string sha256_file(const std::string& path) {
 
 // The synth options a fixture entry records, writing to `out_path`, the tokenizer from stories260K. The type may be
 // q4_k_m (the Q4_K mix) or "f32>MIX" (synth writes F32, the test quantizes: only the part before '>' is used here);
-// arch, experts, expert width and output scale are optional.
+// arch, experts, expert width, sliding window and output scale are optional.
 inline SynthOptions synth_options(const nlohmann::json& so, const std::string& out_path) {
   SynthOptions o;
   o.out_path = out_path;
@@ -53,6 +53,7 @@ inline SynthOptions synth_options(const nlohmann::json& so, const std::string& o
   o.head_dim = so.at("head_dim"), o.ff = so.at("ff"), o.vocab = so.at("vocab"), o.seed = so.at("seed");
   o.experts = so.value("experts", 0), o.experts_used = so.value("experts_used", 0);
   o.expert_ff = so.value("expert_ff", 0);
+  o.sliding_window = so.value("sliding_window", 0);
   o.output_scale = so.value("output_scale", 1.0f);
   EXPECT_EQ(so.at("tokenizer_from").get<std::string>(), "stories260K.gguf");
   o.tokenizer_from = KVIK_SHARED_DIR "/models/stories260K.gguf";

@@ -23,6 +23,7 @@
 #include "formats/gguf.h"
 #include "interp/bake.h"
 #include "kernels/cpu/paged_attention.h"
+#include "llamacpp_fixture.h"
 #include "model/kv_cache.h"
 #include "model/llama.h"
 #include "model/model_config.h"
@@ -40,15 +41,6 @@ fs::path temp_dir(const std::string& tag) {
   const fs::path d = fs::temp_directory_path() / ("kvik_gemma_" + tag + "_" + std::to_string(::getpid()));
   fs::create_directories(d);
   return d;
-}
-
-std::vector<double> softmax(std::span<const float> v) {
-  const float mx = *std::max_element(v.begin(), v.end());
-  std::vector<double> p(v.size());
-  double sum = 0;
-  for (size_t i = 0; i < v.size(); ++i) sum += p[i] = std::exp(static_cast<double>(v[i]) - mx);
-  for (auto& x : p) x /= sum;
-  return p;
 }
 
 std::string config_error(const fs::path& dir, const nlohmann::json& config) {
@@ -264,46 +256,32 @@ TEST(Gemma, GgufConfigAndDefaults) {
 // prompts are longer than the window on their own. The fixture's Phi-3 models (fused qkv / gate_up, LongRoPE's long
 // factors and attention factor) run the same check: phi3_f32 256/256 mean 3e-4, phi3_q8_0 254/256 mean 0.007.
 TEST(Gemma, SynthModelsMatchLlamaCppTeacherForced) {
-  std::ifstream in(kFixture);
-  ASSERT_TRUE(in) << kFixture << " missing: tools/make_gemma_ref_fixture.sh writes it";
-  const auto fx = nlohmann::json::parse(in);
+  const auto fx = test::read_fixture(kFixture, "tools/make_gemma_ref_fixture.sh");
   const fs::path dir = temp_dir("parity");
   ASSERT_GE(fx.at("models").size(), 4u);
   for (const auto& m : fx.at("models")) {
     const std::string name = m.at("name");
     SCOPED_TRACE("model " + name);
-    const auto& so = m.at("synth");
-    SynthOptions o;
-    o.out_path = (dir / (name + ".gguf")).string();
-    o.arch = so.at("arch"), o.type = *dtype_from_name(so.at("type").get<std::string>());
-    o.dim = so.at("dim"), o.layers = so.at("layers"), o.heads = so.at("heads"), o.kv_heads = so.at("kv_heads");
-    o.head_dim = so.at("head_dim"), o.ff = so.at("ff"), o.vocab = so.at("vocab"), o.seed = so.at("seed");
-    o.sliding_window = so.at("sliding_window");
-    o.tokenizer_from = kStories;
+    const SynthOptions o = test::synth_options(m.at("synth"), (dir / (name + ".gguf")).string());
     synth_llama_gguf(o);
     ASSERT_EQ(static_cast<int64_t>(fs::file_size(o.out_path)), m.at("size").get<int64_t>())
         << "synth no longer writes the model the fixture was made with: rerun tools/make_gemma_ref_fixture.sh";
     auto model = LlamaModel::load(o.out_path);
-    const auto prompt = m.at("prompt_ids").get<std::vector<int32_t>>();
     const auto gen = m.at("generated").get<std::vector<int32_t>>();
     const auto& top = m.at("top");
     const int64_t N = static_cast<int64_t>(gen.size()), V = model->config().vocab_size;
     ASSERT_EQ(N, 256);
-    std::vector<int32_t> all = prompt;
-    all.insert(all.end(), gen.begin(), gen.end() - 1);
-    SingleSequence seq(*model, static_cast<int64_t>(all.size()), std::getenv("GEMMA_F16") ? DType::F16 : DType::F32);
-    const auto logits = seq.append(all, N);
+    const auto logits = test::teacher_forced_logits(*model, m, std::getenv("GEMMA_F16") ? DType::F16 : DType::F32);
     const bool f32 = o.type == DType::F32;
     const double bound = f32 ? 0.99 : 0.97, mean_dev_bound = f32 ? 1e-3 : 0.015;
     int64_t agree = 0, far_misses = 0;
     double max_dev = 0, sum_dev = 0;
     for (int64_t i = 0; i < N; ++i) {
       const std::span<const float> row(&logits[i * V], V);
-      const auto p = softmax(row);
+      const auto p = test::probabilities(row);
       const int32_t tok = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
       agree += tok == gen[i];
-      double dev = 0;
-      for (const auto& e : top.at(i)) dev = std::max(dev, std::fabs(p[e.at(0).get<int32_t>()] - e.at(1).get<double>()));
+      const double dev = test::top_deviation(p, top.at(i));
       max_dev = std::max(max_dev, dev), sum_dev += dev;
       if (tok != gen[i]) {
         bool in_top3 = false;
