@@ -34,7 +34,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kStories = KVIK_SHARED_DIR "/models/stories260K.gguf";
 constexpr const char* kFixture = KVIK_SOURCE_DIR "/tests/fixtures/ref_synth_gemma.json";
 
 fs::path temp_dir(const std::string& tag) {

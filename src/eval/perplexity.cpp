@@ -50,7 +50,8 @@ struct PassBatch {
     }
   }
   ForwardBatch view(const PerplexityOptions& opt) const {
-    return ForwardBatch{ids, pos, slots, qsl, seq_lens, tables, blocks_per_window, logits_rows, {}, opt.observe, {}, {}, {}};
+    return ForwardBatch{ids,         pos, slots,       qsl, seq_lens, tables, blocks_per_window,
+                        logits_rows, {},  opt.observe, {},  {},       {}};
   }
 };
 
