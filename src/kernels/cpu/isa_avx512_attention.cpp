@@ -113,6 +113,10 @@ inline void transpose16(__m512* r) {
 template <bool kF16, typename KV>
 void scores_multi(const float* q, int64_t q_stride, int64_t nq, const KV* k, const int64_t* off, int64_t n, int64_t d,
                   float scale, float* out, int64_t out_stride) {
+  if (d % 16 != 0 || d > 256) {  // no whole vectors to transpose (or more than kt holds): one query at a time
+    for (int64_t i = 0; i < nq; ++i) scores<kF16>(q + i * q_stride, k, off, n, d, scale, out + i * out_stride);
+    return;
+  }
   alignas(64) float kt[256 * 16];
   const __m512 sv = _mm512_set1_ps(scale);
   for (int64_t j0 = 0; j0 < n; j0 += 16) {
@@ -182,9 +186,15 @@ void wsum_multi_cols(const float* p, int64_t p_stride, const KV* v, const int64_
   for (int u = 0; u < NQ; ++u)
     for (int c = 0; c < 4; ++c) _mm512_storeu_ps(out + u * out_stride + c0 + 16 * c, all[u][c]);
 }
+template <bool kF16>
+void wsum(const float* p, const void* v, const int64_t* off, int64_t n, int64_t d, float* out);  // below
 template <bool kF16, typename KV>
 void wsum_multi(const float* p, int64_t p_stride, int64_t nq, const KV* v, const int64_t* off, int64_t n, int64_t d,
                 float* out, int64_t out_stride) {
+  if (d % 64 != 0) {  // the column blocks are 64 wide: one query at a time
+    for (int64_t i = 0; i < nq; ++i) wsum<kF16>(p + i * p_stride, v, off, n, d, out + i * out_stride);
+    return;
+  }
   for (int64_t c0 = 0; c0 < d; c0 += 64) {
     int64_t i = 0;
     for (; i + 4 <= nq; i += 4)
@@ -195,34 +205,18 @@ void wsum_multi(const float* p, int64_t p_stride, int64_t nq, const KV* v, const
 }
 void wsum_multi_f32(const float* p, int64_t p_stride, int64_t nq, const float* v, const int64_t* off, int64_t n,
                     int64_t d, float* out, int64_t out_stride) {
-  if (d % 64 != 0) {
-    for (int64_t i = 0; i < nq; ++i) wsum_f32(p + i * p_stride, v, off, n, d, out + i * out_stride);
-    return;
-  }
   wsum_multi<false>(p, p_stride, nq, v, off, n, d, out, out_stride);
 }
 void wsum_multi_f16(const float* p, int64_t p_stride, int64_t nq, const uint16_t* v, const int64_t* off, int64_t n,
                     int64_t d, float* out, int64_t out_stride) {
-  if (d % 64 != 0) {
-    for (int64_t i = 0; i < nq; ++i) wsum_f16(p + i * p_stride, v, off, n, d, out + i * out_stride);
-    return;
-  }
   wsum_multi<true>(p, p_stride, nq, v, off, n, d, out, out_stride);
 }
 void scores_multi_f32(const float* q, int64_t q_stride, int64_t nq, const float* k, const int64_t* off, int64_t n,
                       int64_t d, float scale, float* out, int64_t out_stride) {
-  if (d % 16 != 0 || d > 256) {
-    for (int64_t i = 0; i < nq; ++i) scores_f32(q + i * q_stride, k, off, n, d, scale, out + i * out_stride);
-    return;
-  }
   scores_multi<false>(q, q_stride, nq, k, off, n, d, scale, out, out_stride);
 }
 void scores_multi_f16(const float* q, int64_t q_stride, int64_t nq, const uint16_t* k, const int64_t* off, int64_t n,
                       int64_t d, float scale, float* out, int64_t out_stride) {
-  if (d % 16 != 0 || d > 256) {
-    for (int64_t i = 0; i < nq; ++i) scores_f16(q + i * q_stride, k, off, n, d, scale, out + i * out_stride);
-    return;
-  }
   scores_multi<true>(q, q_stride, nq, k, off, n, d, scale, out, out_stride);
 }
 
