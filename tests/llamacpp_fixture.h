@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -85,6 +86,44 @@ inline double top_deviation(const std::vector<double>& p, const nlohmann::json& 
   double dev = 0;
   for (const auto& e : top) dev = std::max(dev, std::fabs(p[e.at(0).get<int32_t>()] - e.at(1).get<double>()));
   return dev;
+}
+
+// kvik's teacher-forced logits (teacher_forced_logits) held against a fixture entry, position by position: how
+// often kvik's argmax is llama.cpp's token, how far the probabilities of llama.cpp's top ids are off (max and mean of
+// the per-position max), and how many misses fall outside llama.cpp's top 3. Misses, and positions that deviate by
+// more than print_dev, are printed; so is a summary line under `name`.
+struct Agreement {
+  int64_t agree = 0, far_misses = 0, n = 0;
+  double max_dev = 0, mean_dev = 0;
+  double rate() const { return static_cast<double>(agree) / static_cast<double>(n); }
+};
+inline Agreement agreement(const std::string& name, const std::vector<float>& logits, int64_t V,
+                           const nlohmann::json& entry, double print_dev = INFINITY) {
+  const auto gen = entry.at("generated").get<std::vector<int32_t>>();
+  const auto& top = entry.at("top");
+  Agreement a;
+  a.n = static_cast<int64_t>(gen.size());
+  double sum_dev = 0;
+  for (int64_t i = 0; i < a.n; ++i) {
+    const std::span<const float> row(&logits[i * V], V);
+    const auto p = probabilities(row);
+    const int32_t tok = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+    a.agree += tok == gen[i];
+    const double dev = top_deviation(p, top.at(i));
+    a.max_dev = std::max(a.max_dev, dev), sum_dev += dev;
+    if (tok != gen[i] || dev > print_dev)
+      std::printf("  pos %lld: kvik %d (p %.4f), llama.cpp %d (kvik p %.4f), |dp| %.3g, llama.cpp top %s\n",
+                  static_cast<long long>(i), tok, p[tok], gen[i], p[gen[i]], dev, top.at(i).dump().c_str());
+    if (tok != gen[i]) {
+      bool in_top3 = false;
+      for (size_t j = 0; j < 3 && j < top.at(i).size(); ++j) in_top3 |= tok == top.at(i).at(j).at(0).get<int32_t>();
+      a.far_misses += !in_top3;
+    }
+  }
+  a.mean_dev = sum_dev / static_cast<double>(a.n);
+  std::printf("%-14s agreement with llama.cpp %lld/%lld = %.2f%%, top |dp| max %.3g mean %.3g\n", name.c_str(),
+              static_cast<long long>(a.agree), static_cast<long long>(a.n), 100 * a.rate(), a.max_dev, a.mean_dev);
+  return a;
 }
 
 }  // namespace kvik::test

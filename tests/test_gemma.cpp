@@ -266,36 +266,15 @@ TEST(Gemma, SynthModelsMatchLlamaCppTeacherForced) {
     ASSERT_EQ(static_cast<int64_t>(fs::file_size(o.out_path)), m.at("size").get<int64_t>())
         << "synth no longer writes the model the fixture was made with: rerun tools/make_gemma_ref_fixture.sh";
     auto model = LlamaModel::load(o.out_path);
-    const auto gen = m.at("generated").get<std::vector<int32_t>>();
-    const auto& top = m.at("top");
-    const int64_t N = static_cast<int64_t>(gen.size()), V = model->config().vocab_size;
+    const int64_t N = static_cast<int64_t>(m.at("generated").size()), V = model->config().vocab_size;
     ASSERT_EQ(N, 256);
     const auto logits = test::teacher_forced_logits(*model, m, std::getenv("GEMMA_F16") ? DType::F16 : DType::F32);
     const bool f32 = o.type == DType::F32;
     const double bound = f32 ? 0.99 : 0.97, mean_dev_bound = f32 ? 1e-3 : 0.015;
-    int64_t agree = 0, far_misses = 0;
-    double max_dev = 0, sum_dev = 0;
-    for (int64_t i = 0; i < N; ++i) {
-      const std::span<const float> row(&logits[i * V], V);
-      const auto p = test::probabilities(row);
-      const int32_t tok = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
-      agree += tok == gen[i];
-      const double dev = test::top_deviation(p, top.at(i));
-      max_dev = std::max(max_dev, dev), sum_dev += dev;
-      if (tok != gen[i]) {
-        bool in_top3 = false;
-        for (int j = 0; j < 3; ++j) in_top3 |= tok == top.at(i).at(j).at(0).get<int32_t>();
-        far_misses += !in_top3;
-        std::printf("  pos %lld: kvik %d, llama.cpp %d, llama.cpp top-5 %s\n", static_cast<long long>(i), tok, gen[i],
-                    top.at(i).dump().c_str());
-      }
-    }
-    const double rate = static_cast<double>(agree) / static_cast<double>(N), mean_dev = sum_dev / N;
-    std::printf("%-12s agreement with llama.cpp %lld/%lld = %.2f%%, top-5 |dp| max %.3g mean %.3g\n", name.c_str(),
-                static_cast<long long>(agree), static_cast<long long>(N), 100 * rate, max_dev, mean_dev);
-    EXPECT_GE(rate, bound);
-    EXPECT_LE(mean_dev, mean_dev_bound);
-    EXPECT_EQ(far_misses, 0) << "misses outside llama.cpp's top 3";
+    const test::Agreement a = test::agreement(name, logits, V, m);
+    EXPECT_GE(a.rate(), bound);
+    EXPECT_LE(a.mean_dev, mean_dev_bound);
+    EXPECT_EQ(a.far_misses, 0) << "misses outside llama.cpp's top 3";
     fs::remove(o.out_path);
   }
   fs::remove_all(dir);

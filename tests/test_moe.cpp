@@ -258,37 +258,15 @@ TEST(Moe, SynthModelsMatchLlamaCppTeacherForced) {
         << "synth no longer writes the model the fixture was made with: rerun tools/make_moe_ref_fixture.sh";
 
     auto model = LlamaModel::load(o.out_path);
-    const auto gen = m.at("generated").get<std::vector<int32_t>>();
-    const auto& top = m.at("top");
-    const int64_t N = static_cast<int64_t>(gen.size()), V = model->config().vocab_size;
+    const int64_t N = static_cast<int64_t>(m.at("generated").size()), V = model->config().vocab_size;
     ASSERT_EQ(N, 256);
     const auto logits = test::teacher_forced_logits(*model, m, std::getenv("MOE_F16") ? DType::F16 : DType::F32);
     const bool f32 = o.type == DType::F32;
     const double bound = f32 ? 0.99 : o.type == DType::Q8_0 ? 0.97 : 0.94, mean_dev_bound = f32 ? 1e-3 : 0.01;
-    int64_t agree = 0, n_dev = 0, far_misses = 0;
-    double max_dev = 0, sum_dev = 0;
-    for (int64_t i = 0; i < N; ++i) {
-      const std::span<const float> row(&logits[i * V], V);
-      const auto p = test::probabilities(row);
-      const int32_t tok = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
-      agree += tok == gen[i];
-      const double dev = test::top_deviation(p, top.at(i));
-      max_dev = std::max(max_dev, dev), sum_dev += dev, ++n_dev;
-      if (tok != gen[i] || dev > 0.02)
-        std::printf("  pos %lld: kvik %d (p %.4f), llama.cpp %d (kvik p %.4f), |dp| %.3g, llama.cpp top-5 %s\n",
-                    static_cast<long long>(i), tok, p[tok], gen[i], p[gen[i]], dev, top.at(i).dump().c_str());
-      if (tok != gen[i]) {
-        bool in_top3 = false;
-        for (int j = 0; j < 3; ++j) in_top3 |= tok == top.at(i).at(j).at(0).get<int32_t>();
-        far_misses += !in_top3;
-      }
-    }
-    const double rate = static_cast<double>(agree) / static_cast<double>(N), mean_dev = sum_dev / n_dev;
-    std::printf("%-14s agreement with llama.cpp %lld/%lld = %.2f%%, top-5 |dp| max %.3g mean %.3g\n", name.c_str(),
-                static_cast<long long>(agree), static_cast<long long>(N), 100 * rate, max_dev, mean_dev);
-    EXPECT_GE(rate, bound);
-    EXPECT_LE(mean_dev, mean_dev_bound);
-    EXPECT_LE(far_misses, f32 ? 0 : 1) << "misses outside llama.cpp's top 3";
+    const test::Agreement a = test::agreement(name, logits, V, m, 0.02);
+    EXPECT_GE(a.rate(), bound);
+    EXPECT_LE(a.mean_dev, mean_dev_bound);
+    EXPECT_LE(a.far_misses, f32 ? 0 : 1) << "misses outside llama.cpp's top 3";
     fs::remove(o.out_path);
   }
   fs::remove_all(dir);
