@@ -37,6 +37,20 @@ std::vector<std::vector<int32_t>> make_prompts(int n, int64_t vocab, uint32_t se
   return ps;
 }
 
+// Adds request `id` to an idle engine and steps until it finishes: its tokens and its prefix-cache hit.
+std::pair<std::vector<int32_t>, int64_t> run_alone(EngineCore& e, const std::string& id,
+                                                   const std::vector<int32_t>& prompt, const SamplingParams& sp) {
+  EXPECT_EQ(msg(e.add_request(id, prompt, sp)), "");
+  std::vector<int32_t> out;
+  int64_t cached = -1;
+  while (e.has_unfinished())
+    for (auto& o : e.step()) {
+      out.insert(out.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      if (o.finished) cached = o.stats.num_cached_tokens;
+    }
+  return {out, cached};
+}
+
 std::vector<int32_t> greedy_alone(LlamaModel& m, const std::vector<int32_t>& prompt, int max_tokens,
                                   DType kv = DType::F32) {
   SingleSequence s(m, 1024, kv);
@@ -247,14 +261,7 @@ TEST(Engine, InterleavedWindowFreesOnlyTheLocalLayersBlocks) {
   EXPECT_LE(max_local_decoding, 2) << "the local layers kept blocks out of the window";
   EXPECT_GE(max_local_decoding, 1);
   EXPECT_EQ(out, greedy_alone(*m, prompt, 40));
-  ASSERT_EQ(msg(e.add_request("b", prompt, sp)), "");
-  std::vector<int32_t> out2;
-  int64_t cached = -1;
-  while (e.has_unfinished())
-    for (auto& o : e.step()) {
-      out2.insert(out2.end(), o.new_token_ids.begin(), o.new_token_ids.end());
-      if (o.finished) cached = o.stats.num_cached_tokens;
-    }
+  const auto [out2, cached] = run_alone(e, "b", prompt, sp);
   EXPECT_EQ(out2, out);
   EXPECT_EQ(cached, 64);
 }
@@ -288,14 +295,7 @@ TEST(Engine, SlidingWindowFreesBlocksOutOfTheWindow) {
   EXPECT_GE(max_held_decoding, 1);
   EXPECT_EQ(out, greedy_alone(*m, prompt, 40));
   // The same prompt again: its blocks were freed but kept their hashes, so the prefix cache still has them.
-  ASSERT_EQ(msg(e.add_request("b", prompt, sp)), "");
-  std::vector<int32_t> out2;
-  int64_t cached = -1;
-  while (e.has_unfinished())
-    for (auto& o : e.step()) {
-      out2.insert(out2.end(), o.new_token_ids.begin(), o.new_token_ids.end());
-      if (o.finished) cached = o.stats.num_cached_tokens;
-    }
+  const auto [out2, cached] = run_alone(e, "b", prompt, sp);
   EXPECT_EQ(out2, out);
   EXPECT_EQ(cached, 64);
 }
