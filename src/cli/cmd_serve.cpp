@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "engine/async_engine.h"
 #include "engine/engine_core.h"
+#include "engine/parallel_engine.h"
 #include "engine/structured/vocab_trie.h"
 #include "model/llama.h"
 #include "server/generation_config.h"
@@ -187,6 +188,7 @@ void serve_model(const ServeOpts& o, server::HttpServer& http, std::atomic<bool>
 
 int run(ServeOpts& o) {
   if (o.model.empty()) o.model = default_model_path();
+  if (auto rc = run_parallel_worker(o.model, o.engine.resolve())) return *rc;  // ranks > 0 of mpirun
   if (o.server.served_model_name.empty()) o.server.served_model_name = std::filesystem::path(o.model).stem().string();
   if (!o.chat_template_file.empty()) o.chat_template = read_text_file(o.chat_template_file);
   if (!o.lora.modules.empty() && !o.lora.enable) fail("--lora-modules needs --enable-lora");
