@@ -23,6 +23,9 @@ class Communicator {
   // out [size · n] ← every rank's in [n], in rank order (the start-up memory table).
   virtual void all_gather(const int64_t* in, int64_t n, int64_t* out) = 0;
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
+  // A broadcast that may be long in coming (an idle server's next step): polls, sleeping between polls, where
+  // broadcast() would spin a core at 100% (MPI's busy wait) for as long as the job is idle.
+  virtual void broadcast_idle(void* data, int64_t bytes, int root) { broadcast(data, bytes, root); }
   // Point to point. isend() returns at once; `data` must stay valid until wait_sends().
   virtual void isend(const void* data, int64_t bytes, int peer, int tag) = 0;
   virtual void wait_sends() = 0;

@@ -2,6 +2,8 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include <cstdio>
 #include <cstdlib>
@@ -46,6 +48,20 @@ class MpiCommunicator final : public Communicator {
     for (int64_t i = 0; i < bytes; i += kMaxChunk)
       MPI_Bcast(p + i, static_cast<int>(std::min(bytes - i, kMaxChunk)), MPI_BYTE, root, comm_);
   }
+  void broadcast_idle(void* data, int64_t bytes, int root) override {
+    MPI_Request r;
+    MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_, &r);
+    // Spin ~0.2 ms (a busy server's next step is that close), then sleep 20 µs more per poll, up to 1 ms.
+    const auto start = std::chrono::steady_clock::now();
+    auto nap = std::chrono::microseconds(0);
+    for (int done = 0;;) {
+      MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+      if (done) return;
+      if (std::chrono::steady_clock::now() - start < std::chrono::microseconds(200)) continue;
+      nap = std::min(nap + std::chrono::microseconds(20), std::chrono::microseconds(1000));
+      std::this_thread::sleep_for(nap);
+    }
+  }
   void isend(const void* data, int64_t bytes, int peer, int tag) override {
     const auto* p = static_cast<const char*>(data);
     for (int64_t i = 0; i < bytes; i += kMaxChunk) {
@@ -62,8 +78,7 @@ class MpiCommunicator final : public Communicator {
   void recv(void* data, int64_t bytes, int peer, int tag) override {
     auto* p = static_cast<char*>(data);
     for (int64_t i = 0; i < bytes; i += kMaxChunk)
-      MPI_Recv(p + i, static_cast<int>(std::min(bytes - i, kMaxChunk)), MPI_BYTE, peer, tag, comm_,
-               MPI_STATUS_IGNORE);
+      MPI_Recv(p + i, static_cast<int>(std::min(bytes - i, kMaxChunk)), MPI_BYTE, peer, tag, comm_, MPI_STATUS_IGNORE);
   }
   void barrier() override { MPI_Barrier(comm_); }
   [[noreturn]] void abort(const std::string& message) override {

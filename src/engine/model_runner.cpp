@@ -128,7 +128,7 @@ bool ModelRunner::broadcast_step(int64_t kind, int64_t& T, int64_t& R, int64_t& 
   dist::Communicator& world = model_.world();
   const bool root = world.rank() == 0;
   int64_t header[6] = {kind, T, R, N, batch_.has_local, static_cast<int64_t>(copies.size())};
-  world.broadcast(header, sizeof(header), 0);
+  world.broadcast_idle(header, sizeof(header), 0);  // the other ranks wait here between steps
   if (header[0] == 0) return false;
   T = header[1], R = header[2], N = header[3];
   const int64_t num_copies = header[5];

@@ -1,5 +1,6 @@
 #include "engine/parallel_engine.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -35,6 +36,10 @@ std::optional<int> run_parallel_worker(const std::string& model_path, const Engi
          config.parallel.tensor_parallel_size, config.parallel.pipeline_parallel_size, config.parallel.world_size(),
          config.parallel.world_size());
   if (dist::world()->rank() == 0) return std::nullopt;
+  // mpirun forwards SIGINT / SIGTERM to every rank: rank 0 shuts down (its server drains, then tells the others to
+  // stop); the other ranks wait for that instead of dying under a step.
+  ::signal(SIGINT, SIG_IGN);
+  ::signal(SIGTERM, SIG_IGN);
   auto model = load_model(model_path, config);
   EngineCore engine(*model, config, {});
   engine.run_worker_steps();
@@ -68,13 +73,18 @@ KvCapacity plan_parallel_kv_capacity(const LlamaModel& model, const KvCacheBudge
   k.max_concurrency = static_cast<double>(k.tokens) / static_cast<double>(b.max_model_len);
 
   // The memory table: per rank, its weights (computed and resident), its KV bytes per token and pool.
-  const int64_t row[6] = {model.resident_weight_bytes(), resident_bytes(), k.bytes_per_token,
-                          k.num_blocks * b.block_size * k.bytes_per_token, mine_blocks, s.end_layer - s.first_layer};
+  const int64_t row[6] = {model.resident_weight_bytes(),
+                          resident_bytes(),
+                          k.bytes_per_token,
+                          k.num_blocks * b.block_size * k.bytes_per_token,
+                          mine_blocks,
+                          s.end_layer - s.first_layer};
   std::vector<int64_t> all(6 * static_cast<size_t>(world.size()));
   world.all_gather(row, 6, all.data());
   if (!log || world.rank() != 0) return k;
-  log_info("parallel job: {} ranks = tensor parallel {} x pipeline parallel {}; KV pool of {} blocks of {} on every rank",
-           world.size(), s.tp_size, s.pp_size, k.num_blocks, b.block_size);
+  log_info(
+      "parallel job: {} ranks = tensor parallel {} x pipeline parallel {}; KV pool of {} blocks of {} on every rank",
+      world.size(), s.tp_size, s.pp_size, k.num_blocks, b.block_size);
   int64_t total_weights = 0, total_kv = 0;
   for (int r = 0; r < world.size(); ++r) {
     const int64_t* x = &all[6 * r];

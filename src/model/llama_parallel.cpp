@@ -33,8 +33,7 @@ void LlamaModel::check_parallel_config(const ParallelConfig& p) const {
         "choose a divisor or a multiple of {}",
         T, c.n_kv_heads, T, c.n_kv_heads);
   if (T > 1 && c.is_moe())
-    fail("--tensor-parallel-size {}: mixture-of-experts models run with tensor parallelism 1 (use pipeline stages)",
-         T);
+    fail("--tensor-parallel-size {}: mixture-of-experts models run with tensor parallelism 1 (use pipeline stages)", T);
   if (c.ff_dim % T != 0) fail("--tensor-parallel-size {}: d_ff {} does not divide by {}", T, c.ff_dim, T);
   if (c.n_layers < P)
     fail("--pipeline-parallel-size {}: the model has only {} layers (a stage needs at least one)", P, c.n_layers);
