@@ -192,6 +192,8 @@ int run(ServeOpts& o) {
   if (o.server.served_model_name.empty()) o.server.served_model_name = std::filesystem::path(o.model).stem().string();
   if (!o.chat_template_file.empty()) o.chat_template = read_text_file(o.chat_template_file);
   if (!o.lora.modules.empty() && !o.lora.enable) fail("--lora-modules needs --enable-lora");
+  if (o.lora.enable && o.engine.config.parallel.enabled())
+    fail("--enable-lora does not run with --tensor-parallel-size / --pipeline-parallel-size yet");
   o.server.generation_defaults = server::load_generation_defaults(o.generation_config, o.model);
   if (!o.server.generation_defaults.empty())
     log_info("Default sampling parameters from generation_config.json: {}",

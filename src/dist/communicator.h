@@ -22,6 +22,8 @@ class Communicator {
   virtual void all_reduce_min(int64_t* x, int64_t n) = 0;
   // out [size · n] ← every rank's in [n], in rank order (the start-up memory table).
   virtual void all_gather(const int64_t* in, int64_t n, int64_t* out) = 0;
+  // out [size · n] on `root` ← every rank's in [n], in rank order (the vocab-parallel LM head's logits).
+  virtual void gather(const float* in, int64_t n, float* out, int root) = 0;
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
   // A broadcast that may be long in coming (an idle server's next step): polls, sleeping between polls, where
   // broadcast() would spin a core at 100% (MPI's busy wait) for as long as the job is idle.
@@ -45,6 +47,7 @@ class LocalCommunicator final : public Communicator {
   void all_reduce_sum(float*, int64_t) override {}
   void all_reduce_min(int64_t*, int64_t) override {}
   void all_gather(const int64_t* in, int64_t n, int64_t* out) override;
+  void gather(const float* in, int64_t n, float* out, int) override;
   void broadcast(void*, int64_t, int) override {}
   void isend(const void*, int64_t, int peer, int) override;
   void wait_sends() override {}

@@ -43,6 +43,9 @@ class MpiCommunicator final : public Communicator {
   void all_gather(const int64_t* in, int64_t n, int64_t* out) override {
     MPI_Allgather(in, static_cast<int>(n), MPI_INT64_T, out, static_cast<int>(n), MPI_INT64_T, comm_);
   }
+  void gather(const float* in, int64_t n, float* out, int root) override {
+    MPI_Gather(in, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n), MPI_FLOAT, root, comm_);
+  }
   void broadcast(void* data, int64_t bytes, int root) override {
     auto* p = static_cast<char*>(data);
     for (int64_t i = 0; i < bytes; i += kMaxChunk)
@@ -138,6 +141,8 @@ std::shared_ptr<Communicator> world() {
 }
 
 void LocalCommunicator::all_gather(const int64_t* in, int64_t n, int64_t* out) { std::copy_n(in, n, out); }
+
+void LocalCommunicator::gather(const float* in, int64_t n, float* out, int) { std::copy_n(in, n, out); }
 
 void LocalCommunicator::isend(const void*, int64_t, int peer, int) {
   fail("internal: send to rank {} in a one-process job", peer);

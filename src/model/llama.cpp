@@ -377,11 +377,12 @@ void LlamaModel::run_stage(const ForwardBatch& b, KvCacheTensors& cache, float* 
     attention_block(l, b, cache, T);
     mlp_block(l, b, T);
   }
-  if (!logits || !shard_.last_stage()) return;
+  if (!shard_.last_stage() || output_.rows == 0) return;
 
   // Final norm and LM head, only for the rows asked for: logits [N, V]
   const int64_t N = static_cast<int64_t>(b.logits_indices.size());
   for (int64_t i = 0; i < N; ++i) std::copy_n(&ws_.x[b.logits_indices[i] * c.dim], c.dim, &ws_.rows[i * c.dim]);
+  if (output_.rows < c.vocab_size) return vocab_parallel_lm_head(N, logits);
   lm_head(ws_.rows.data(), N, logits);
 }
 
@@ -390,7 +391,7 @@ void LlamaModel::lm_head(const float* x, int64_t N, float* logits) {
   rmsnorm(x, output_norm_, ws_.xn.data(), N, config_.dim, config_.rms_eps);
   matmul(ws_.xn.data(), N, output_, logits);
   if (const float cap = config_.final_softcap; cap > 0)  // Gemma 2: logits capped at ±cap
-    for (int64_t i = 0; i < N * config_.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+    for (int64_t i = 0; i < N * output_.rows; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
 }
 
 void LlamaModel::stream_written(const ForwardBatch& b, int32_t layer, bool block_end, int64_t T) {

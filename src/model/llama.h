@@ -148,6 +148,9 @@ class LlamaModel {
   int64_t release_pages(const uint8_t* data, size_t bytes);  // madvise(DONTNEED) of the whole pages inside
   // One stage's layers on one (micro-)batch: embedding or the received stream, the layers, the LM head.
   void run_stage(const ForwardBatch& b, KvCacheTensors& cache, float* logits);
+  // The last stage's tensor ranks each compute V/T of the logits of ws_.rows [N, d]; tensor rank 0 gathers them
+  // into logits [N, V].
+  void vocab_parallel_lm_head(int64_t N, float* logits);
   // Pipeline parallelism: the batch in micro-batches, each sent on to the next stage as soon as it is done.
   void forward_pipelined(const ForwardBatch& b, KvCacheTensors& cache, float* logits);
   ForwardBatch micro_batch(const ForwardBatch& b, int64_t r0, int64_t r1);
@@ -182,7 +185,9 @@ class LlamaModel {
   };
   std::vector<std::unique_ptr<uint8_t, FreeSlice>> slices_;  // row-parallel column slices (columns_of)
   std::vector<float> pp_stream_;                             // [T, d] micro-batches' streams being sent on
+  std::vector<float> vocab_part_, vocab_gathered_;           // [N, V/T] and [T, N, V/T] (vocab-parallel LM head)
   std::vector<int32_t> mb_query_start_loc_, mb_logits_indices_;
+  std::vector<int64_t> mb_bounds_, mb_rows_;  // micro-batch k: requests [bounds[k], bounds[k + 1]), rows[k] logits
 };
 
 }  // namespace kvik

@@ -93,7 +93,12 @@ void LlamaModel::shard_weights(const LoadOptions& o) {
     w.w_up = rows_of(w.w_up, ff0, ff);
     w.w_down = columns_of(w.w_down, ff0, ff);
   }
-  if (!s.computes_logits()) output_ = WeightMatrix{};
+  // LM head: the last stage's tensor ranks each take V/T vocabulary rows (vocab parallel); when V does not divide
+  // by T, tensor rank 0 keeps the whole head.
+  if (!s.last_stage() || (c.vocab_size % T != 0 && !s.computes_logits()))
+    output_ = WeightMatrix{};
+  else if (c.vocab_size % T == 0)
+    output_ = rows_of(output_, s.tp_rank * (c.vocab_size / T), c.vocab_size / T);
   config_.n_heads = nh;
   config_.n_kv_heads = nkv;
   config_.ff_dim = ff;
@@ -114,6 +119,17 @@ WeightMatrix LlamaModel::columns_of(const WeightMatrix& w, int64_t first, int64_
   for (int64_t r = 0; r < w.rows; ++r) std::memcpy(p + r * *bytes, w.row(r) + *skip, *bytes);
   if (w.data != token_embd_.data) release_pages(w.data, w.rows * w.row_bytes);
   return WeightMatrix{w.dtype, w.rows, n, p, *bytes};
+}
+
+void LlamaModel::vocab_parallel_lm_head(int64_t N, float* logits) {
+  const int64_t Vt = output_.rows, T = shard_.tp_size, V = config_.vocab_size;
+  if (static_cast<int64_t>(vocab_part_.size()) < N * Vt) vocab_part_.resize(N * Vt);
+  if (static_cast<int64_t>(vocab_gathered_.size()) < N * V) vocab_gathered_.resize(N * V);
+  lm_head(ws_.rows.data(), N, vocab_part_.data());  // [N, V/T]: this rank's vocabulary rows
+  tp_->gather(vocab_part_.data(), N * Vt, vocab_gathered_.data(), 0);
+  if (shard_.tp_rank != 0) return;
+  for (int64_t t = 0; t < T; ++t)  // [T, N, V/T] → [N, V]
+    for (int64_t i = 0; i < N; ++i) std::copy_n(&vocab_gathered_[(t * N + i) * Vt], Vt, &logits[i * V + t * Vt]);
 }
 
 int64_t LlamaModel::shard_weight_bytes() const {
@@ -164,7 +180,10 @@ void LlamaModel::forward_pipelined(const ForwardBatch& b, KvCacheTensors& cache,
   const int64_t M = std::min<int64_t>(s.pp_size, R);
   const int prev = s.rank_of(s.stage - 1, s.tp_rank), next = s.rank_of(s.stage + 1, s.tp_rank);
   const int last = s.rank_of(s.pp_size - 1, 0);
-  std::vector<int64_t> bounds(M + 1, 0);  // micro-batch k: requests [bounds[k], bounds[k + 1])
+  std::vector<int64_t>& bounds = mb_bounds_;  // micro-batch k: requests [bounds[k], bounds[k + 1])
+  std::vector<int64_t>& rows = mb_rows_;
+  bounds.assign(M + 1, 0);  // grows to P + 1 once: no allocation after the first steps
+  rows.assign(M, 0);
   for (int64_t k = 1; k < M; ++k) {
     int64_t r = bounds[k - 1] + 1;
     while (r < R - (M - k) && b.query_start_loc[r] < k * T / M) ++r;
@@ -172,7 +191,6 @@ void LlamaModel::forward_pipelined(const ForwardBatch& b, KvCacheTensors& cache,
   }
   bounds[M] = R;
   int64_t row = 0;  // the micro-batch's first logits row
-  std::vector<int64_t> rows(M);
   for (int64_t k = 0; k < M; ++k) {
     const ForwardBatch m = micro_batch(b, bounds[k], bounds[k + 1]);
     const int64_t Tm = static_cast<int64_t>(m.token_ids.size()), Nm = static_cast<int64_t>(m.logits_indices.size());
