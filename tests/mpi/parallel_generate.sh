@@ -2,7 +2,8 @@
 # Tensor / pipeline parallelism through `kvik generate` under mpirun on loopback: the parallel run's greedy tokens
 # must equal one process's, token for token, for every prompt.
 # Usage: parallel_generate.sh KVIK MODEL TP PP [EXTRA ENGINE FLAGS...]
-#   MODEL "synth-gqa": a random GQA model (d 128, 8 query / 2 KV heads, stories260K's tokenizer) written here.
+#   MODEL "synth-gqa": a random GQA model (d 128, 8 query / 2 KV heads, stories260K's tokenizer) written here;
+#   "synth-gqa-q8_0": the same in Q8_0.
 # KVIK_MPI_CHECK=preempt: a KV pool of a few blocks (preemption on every rank); the log must show preemptions and
 # every block free at the end.
 set -euo pipefail
@@ -12,10 +13,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 stories="$here/../../../shared/models/stories260K.gguf"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-if [ "$model" = synth-gqa ]; then
+if [ "${model%%-*}" = synth ]; then  # synth-gqa (f32) or synth-gqa-q8_0: row-parallel slices of Q8_0 blocks
+  type=${model#synth-gqa}
+  type=${type#-}
   model="$tmp/gqa.gguf"
   "$kvik" synth --dim 128 --layers 4 --heads 8 --kv-heads 2 --ff 256 --vocab 512 --context 1024 --seed 7 \
-    --tokenizer-from "$stories" "$model" >/dev/null
+    --type "${type:-f32}" --tokenizer-from "$stories" "$model" >/dev/null
 fi
 prompts="$tmp/prompts.jsonl"
 for p in "Once upon a time" "The little dog" "Lily and Tom went to the park" "One day, a big bird" \
