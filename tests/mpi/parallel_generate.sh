@@ -26,10 +26,13 @@ for p in "Once upon a time" "The little dog" "Lily and Tom went to the park" "On
   printf '{"prompt": "%s", "max_tokens": 40, "temperature": 0, "ignore_eos": true}\n' "$p"
 done >"$prompts"
 flags=(--prompts "$prompts" --json --threads 1 "$@")
-"$kvik" generate -m "$model" "${flags[@]}" 2>"$tmp/one.log" | grep -o '"token_ids":\[[^]]*\]' >"$tmp/one.txt"
+"$kvik" generate -m "$model" "${flags[@]}" 2>"$tmp/one.log" >"$tmp/one.json" ||
+  { echo "FAIL: the one-process run failed"; cat "$tmp/one.log"; exit 1; }
+grep -o '"token_ids":\[[^]]*\]' "$tmp/one.json" >"$tmp/one.txt" || true
 mpirun --allow-run-as-root --oversubscribe -np $((tp * pp)) "$kvik" generate -m "$model" "${flags[@]}" \
-  --tensor-parallel-size "$tp" --pipeline-parallel-size "$pp" 2>"$tmp/par.log" |
-  grep -o '"token_ids":\[[^]]*\]' >"$tmp/par.txt"
+  --tensor-parallel-size "$tp" --pipeline-parallel-size "$pp" 2>"$tmp/par.log" >"$tmp/par.json" ||
+  { echo "FAIL: the mpirun job failed"; cat "$tmp/par.log"; exit 1; }
+grep -o '"token_ids":\[[^]]*\]' "$tmp/par.json" >"$tmp/par.txt" || true
 n=$(wc -l <"$tmp/one.txt")
 [ "$n" -eq 8 ] || { echo "FAIL: one process produced $n outputs"; cat "$tmp/one.log"; exit 1; }
 if ! diff "$tmp/one.txt" "$tmp/par.txt"; then
