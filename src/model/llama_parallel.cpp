@@ -41,18 +41,21 @@ void LlamaModel::check_parallel_config(const ParallelConfig& p) const {
     fail("--pipeline-parallel-size {}: sliding-window models run with one pipeline stage", P);
 }
 
-// Every rank must read the same model: rank 0's shape and byte count against each rank's.
+// Every rank must read the same model: each rank's file size and shape against rank 0's.
 void LlamaModel::check_same_model() const {
   const ModelConfig& c = config_;
-  const int64_t mine[4] = {weight_bytes(), c.n_layers * 1000003 + c.dim, c.vocab_size, c.n_heads * 1009 + c.ff_dim};
-  std::vector<int64_t> all(4 * static_cast<size_t>(world_->size()));
-  world_->all_gather(mine, 4, all.data());
-  for (int r = 1; r < world_->size(); ++r)
-    if (!std::equal(mine, mine + 4, &all[4 * r]) || !std::equal(&all[0], &all[4], &all[4 * r]))
+  constexpr int kN = 5;
+  const int64_t mine[kN] = {weight_bytes(), c.n_layers, c.dim, c.n_heads, c.vocab_size};
+  std::vector<int64_t> all(kN * static_cast<size_t>(world_->size()));
+  world_->all_gather(mine, kN, all.data());
+  for (int r = 1; r < world_->size(); ++r) {
+    const int64_t* o = &all[kN * r];
+    if (!std::equal(o, o + kN, all.data()))
       fail(
-          "rank {} read a different model than rank 0 ({} bytes, d {}, vocab {} vs {} bytes, d {}, vocab {}): every "
-          "rank needs the same file at {}",
-          r, all[4 * r], all[4 * r + 1] % 1000003, all[4 * r + 2], all[0], all[1] % 1000003, all[2], path_);
+          "rank {} read a different model than rank 0 ({} bytes, L {}, d {}, n_h {}, V {} vs {} bytes, L {}, d {}, n_h "
+          "{}, V {}): every rank needs the same file at {}",
+          r, o[0], o[1], o[2], o[3], o[4], all[0], all[1], all[2], all[3], all[4], path_);
+  }
 }
 
 void LlamaModel::shard_weights(const LoadOptions& o) {
