@@ -164,6 +164,67 @@ TEST(HfModel, GemmaShapedDirectoriesMatchTheirGgufTwins) {
   }
 }
 
+// Phi3ForCausalLM: q/k/v fused in qkv_proj and gate/up in gate_up_proj (views of one matrix, as in the GGUF), LongRoPE
+// from config.json's rope_scaling (the long factors, since max_position_embeddings is twice the original, and the
+// attention factor from the formula), its sliding_window read and not applied (the prompt is longer than it). The
+// GGUF `kvik synth --arch phi3` writes alone (what the llama.cpp fixture is made from) gives the same logits again.
+TEST(HfModel, Phi3ShapedDirectoryMatchesItsGgufTwins) {
+  SynthOptions o = shape("phi3");
+  o.context = 16;  // original 8: a sliding_window of 7, shorter than the prompt
+  check_twin(o, "phi3");
+  const ModelConfig c = config_from_hf((fs::temp_directory_path() / "kvik_hf_phi3").string());
+  EXPECT_EQ(c.arch, "phi3");
+  EXPECT_EQ(c.sliding_window, 0);
+  ASSERT_EQ(c.rope_freq_factors.size(), 8u);
+  EXPECT_FLOAT_EQ(c.rope_freq_factors[0], 1.0f);
+  EXPECT_GT(c.rope_freq_factors[7], 7.0f);
+  EXPECT_FLOAT_EQ(c.rope_mscale, std::sqrt(1.0f + std::log(2.0f) / std::log(8.0f)));
+  const fs::path alone = temp("phi3_alone.gguf");
+  o.hf_dir.clear();
+  o.out_path = alone.string();
+  synth_llama_gguf(o);
+  const std::vector<int32_t> prompt = {1, 17, 42, 99, 3, 250, 7, 7, 8, 120, 11, 0, 299, 64, 65, 66, 67, 68, 69, 70};
+  EXPECT_EQ(max_logit_diff(alone.string(), (fs::temp_directory_path() / "kvik_hf_phi3.gguf").string(), prompt), 0.0f);
+}
+
+// Phi-3's config variants: the short factors below the original context, an explicit attention factor, Phi-4-mini's
+// partial rotary factor; a factor list of the wrong length names the field.
+TEST(HfModel, Phi3LongRopeConfigVariants) {
+  SynthOptions o = shape("phi3");
+  o.context = 16;
+  o.hf_dir = temp("phi3_cfg").string();
+  synth_hf(o);
+  const fs::path cfg = fs::path(o.hf_dir) / "config.json";
+  nlohmann::json j;
+  std::ifstream(cfg) >> j;
+  const auto rewrite = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json k = j;
+    edit(k);
+    std::ofstream(cfg) << k.dump();
+  };
+  rewrite([](nlohmann::json& k) { k["original_max_position_embeddings"] = 16; });
+  ModelConfig c = config_from_hf(o.hf_dir);
+  EXPECT_EQ(c.rope_freq_factors, std::vector<float>(8, 1.0f));  // the short factors
+  EXPECT_EQ(c.rope_mscale, 1.0f);
+  rewrite([](nlohmann::json& k) { k["rope_scaling"]["attention_factor"] = 1.25; });
+  EXPECT_FLOAT_EQ(config_from_hf(o.hf_dir).rope_mscale, 1.25f);
+  rewrite([](nlohmann::json& k) {
+    k["partial_rotary_factor"] = 0.5;
+    k["rope_scaling"]["short_factor"] = std::vector<float>(4, 1.0f);
+    k["rope_scaling"]["long_factor"] = std::vector<float>(4, 2.0f);
+  });
+  c = config_from_hf(o.hf_dir);
+  EXPECT_EQ(c.rope_dim, 8);
+  EXPECT_EQ(c.rope_freq_factors, std::vector<float>(4, 2.0f));
+  rewrite([](nlohmann::json& k) { k["rope_scaling"]["long_factor"] = {1.0, 2.0}; });
+  try {
+    config_from_hf(o.hf_dir);
+    ADD_FAILURE() << "a long_factor of 2 entries for 8 pairs was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("long_factor"), std::string::npos) << e.what();
+  }
+}
+
 TEST(HfModel, Bf16AndF16WeightsMatchTheirGgufTwin) {
   SynthOptions o = shape("llama");
   o.type = DType::BF16;
