@@ -225,6 +225,56 @@ TEST(HfModel, Phi3LongRopeConfigVariants) {
   }
 }
 
+// Gemma3ForConditionalGeneration (Gemma 3 4B and up): the text part's fields in text_config, Gemma3TextConfig's
+// defaults for those it leaves out, the decoder's tensors under language_model.model. (the hub's files) or
+// model.language_model. (newer transformers), and vision tensors that are not read: the same logits as the
+// Gemma3ForCausalLM directory they were made from.
+TEST(HfModel, Gemma3MultimodalCheckpointRunsItsTextPart) {
+  SynthOptions o = shape("gemma3");
+  o.layers = 7, o.head_dim = 32, o.sliding_window = 5;
+  o.hf_dir = temp("g3_text").string();
+  synth_hf(o);
+  nlohmann::json text;
+  std::ifstream(fs::path(o.hf_dir) / "config.json") >> text;
+  text.erase("architectures");
+  ASSERT_TRUE(text.erase("sliding_window_pattern"));  // left to Gemma3TextConfig's default, 6 (as written)
+  const nlohmann::json mm = {{"architectures", {"Gemma3ForConditionalGeneration"}},
+                             {"model_type", "gemma3"},
+                             {"text_config", text},
+                             {"vision_config", {{"hidden_size", 8}, {"model_type", "siglip_vision_model"}}},
+                             {"eos_token_id", {1, 106}}};
+  const auto st = SafetensorsFile::open(o.hf_dir + "/model.safetensors");
+  const std::vector<int32_t> prompt = {1, 17, 42, 99, 3, 250, 7, 7, 8, 120, 11, 0, 299, 64, 65, 66, 67, 68, 69, 70};
+  for (const std::string prefix : {"language_model.model.", "model.language_model."}) {
+    SCOPED_TRACE(prefix);
+    const fs::path dir = temp("g3_mm");
+    fs::create_directories(dir);
+    std::ofstream(dir / "config.json") << mm.dump(2);
+    std::vector<SafetensorsWriteTensor> out = {
+        {"vision_tower.vision_model.embeddings.patch_embedding.weight", DType::F32, {2, 2}, std::vector<uint8_t>(16)},
+        {"multi_modal_projector.mm_soft_emb_norm.weight", DType::F32, {2}, std::vector<uint8_t>(8)}};
+    for (const auto& [name, t] : st->tensors()) {
+      ASSERT_EQ(name.rfind("model.", 0), 0u) << name;
+      out.push_back({prefix + name.substr(6), t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes)});
+    }
+    write_safetensors((dir / "model.safetensors").string(), out);
+    const ModelConfig c = config_from_hf(dir.string());
+    EXPECT_EQ(c.arch, "gemma3");
+    EXPECT_EQ(c.sliding_window_pattern, 6);
+    EXPECT_EQ(max_logit_diff(dir.string(), o.hf_dir, prompt), 0.0f);
+  }
+  // Without text_config the error names it.
+  const fs::path bad = temp("g3_mm_bad");
+  fs::create_directories(bad);
+  std::ofstream(bad / "config.json") << nlohmann::json{{"architectures", {"Gemma3ForConditionalGeneration"}}}.dump();
+  try {
+    config_from_hf(bad.string());
+    ADD_FAILURE() << "a Gemma3ForConditionalGeneration config without text_config was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("text_config"), std::string::npos) << e.what();
+  }
+}
+
 TEST(HfModel, Bf16AndF16WeightsMatchTheirGgufTwin) {
   SynthOptions o = shape("llama");
   o.type = DType::BF16;
@@ -281,6 +331,32 @@ TEST(HfModel, DirectoryWithRealTokenizerLoadsBoth) {
   const GenerationConfig g = generation_config_from_hf(o.hf_dir);
   ASSERT_EQ(g.eos_token_ids.size(), 1u);
   EXPECT_EQ(g.eos_token_ids[0], t->eos_id());
+
+  // A chat template in a file of its own (chat_template.jinja, or a processor's chat_template.json) is read when
+  // tokenizer_config.json has none; tokenizer_config.json's wins when it has one.
+  nlohmann::json cfg;
+  std::ifstream(fs::path(o.hf_dir) / "tokenizer_config.json") >> cfg;
+  const std::string own = cfg["chat_template"];
+  cfg.erase("chat_template");
+  std::ofstream(fs::path(o.hf_dir) / "tokenizer_config.json") << cfg.dump();
+  EXPECT_TRUE(load_tokenizer(o.hf_dir)->chat_template().empty());
+  std::ofstream(fs::path(o.hf_dir) / "chat_template.json") << nlohmann::json{{"chat_template", "{{ 'json' }}"}}.dump();
+  EXPECT_EQ(load_tokenizer(o.hf_dir)->chat_template(), "{{ 'json' }}");
+  std::ofstream(fs::path(o.hf_dir) / "chat_template.jinja") << "{{ 'jinja' }}";
+  EXPECT_EQ(load_tokenizer(o.hf_dir)->chat_template(), "{{ 'jinja' }}");
+  cfg["chat_template"] = own;
+  std::ofstream(fs::path(o.hf_dir) / "tokenizer_config.json") << cfg.dump();
+  EXPECT_EQ(load_tokenizer(o.hf_dir)->chat_template(), own);
+  fs::remove(fs::path(o.hf_dir) / "chat_template.jinja");
+  std::ofstream(fs::path(o.hf_dir) / "chat_template.json") << "[1]";
+  cfg.erase("chat_template");
+  std::ofstream(fs::path(o.hf_dir) / "tokenizer_config.json") << cfg.dump();
+  try {
+    load_tokenizer(o.hf_dir);
+    ADD_FAILURE() << "a chat_template.json without a chat_template string was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("chat_template.json"), std::string::npos) << e.what();
+  }
 }
 
 TEST(HfModel, ShardedIndexLoadsLikeOneFile) {

@@ -166,8 +166,13 @@ std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir, const Lo
     for (float& x : m->owned_.back()) x += offset;
     return v;
   };
-  m->token_embd_ = mat("model.embed_tokens.weight", c.vocab_size, c.dim);
-  m->output_norm_ = vec("model.norm.weight", c.dim, norm_offset);
+  // The decoder's tensors sit under "model." — or, in a multimodal checkpoint's language model (Gemma 3 4B and up),
+  // under "language_model.model." (as the hub's files name them) or "model.language_model." (newer transformers).
+  std::string base = "model.";
+  for (const char* alt : {"language_model.model.", "model.language_model."})
+    if (!st.find(base + "embed_tokens.weight") && st.find(std::string(alt) + "embed_tokens.weight")) base = alt;
+  m->token_embd_ = mat(base + "embed_tokens.weight", c.vocab_size, c.dim);
+  m->output_norm_ = vec(base + "norm.weight", c.dim, norm_offset);
   if (c.tied_embeddings) {
     m->output_ = m->token_embd_;
   } else {
@@ -176,7 +181,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir, const Lo
     m->output_ = mat("lm_head.weight", c.vocab_size, c.dim);
   }
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string p = base + "layers." + std::to_string(l) + ".";
     LayerWeights w;
     w.attn_norm = vec(p + "input_layernorm.weight", c.dim, norm_offset);
     if (c.arch == "phi3") {  // Phi3ForCausalLM: q/k/v rows fused in qkv_proj, three views of it

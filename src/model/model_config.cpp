@@ -146,6 +146,36 @@ void longrope_from_gguf(const GgufFile& g, ModelConfig& c) {
   c.rope_mscale = static_cast<float>(m);
 }
 
+// Gemma3ForConditionalGeneration's config.json: the language model's fields in text_config, with Gemma3TextConfig's
+// defaults for those a release leaves out (the 4B's text_config names only what differs from them), and the
+// top-level fields the text part shares (special token ids).
+nlohmann::json gemma3_text_config(const nlohmann::json& j, const std::string& f) {
+  if (!j.contains("text_config") || !j["text_config"].is_object())
+    fail("{}: Gemma3ForConditionalGeneration without a \"text_config\" object", f);
+  nlohmann::json t = {{"vocab_size", 262208},
+                      {"hidden_size", 2304},
+                      {"intermediate_size", 9216},
+                      {"num_hidden_layers", 26},
+                      {"num_attention_heads", 8},
+                      {"num_key_value_heads", 4},
+                      {"head_dim", 256},
+                      {"max_position_embeddings", 131072},
+                      {"rms_norm_eps", 1e-6},
+                      {"rope_theta", 1000000.0},
+                      {"rope_local_base_freq", 10000.0},
+                      {"sliding_window", 4096},
+                      {"sliding_window_pattern", 6},
+                      {"query_pre_attn_scalar", 256},
+                      {"final_logit_softcapping", nullptr},
+                      {"attn_logit_softcapping", nullptr},
+                      {"tie_word_embeddings", true}};
+  t.update(j["text_config"]);
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype"})
+    if (j.contains(key) && !t.contains(key)) t[key] = j[key];
+  t["architectures"] = {"Gemma3ForCausalLM"};
+  return t;
+}
+
 // Phi3Config's LongRoPE (rope_scaling type "longrope", or "su" in the first releases): short_factor and long_factor
 // lists of rope_dim / 2 divisors, the long ones when max_position_embeddings exceeds original_max_position_embeddings
 // (the choice llama.cpp makes at that context, and what its GGUF then holds); the attention factor given, else
@@ -282,13 +312,17 @@ std::vector<float> llama3_rope_freq_factors(float base, int64_t rope_dim, float 
 ModelConfig config_from_hf(const std::string& dir) {
   const std::filesystem::path path = std::filesystem::path(dir) / "config.json";
   if (!std::filesystem::exists(path)) fail("{}: no config.json in this directory", dir);
-  const nlohmann::json j = read_json_file(path);
+  nlohmann::json j = read_json_file(path);
   const std::string f = path.string();
   if (!j.is_object()) fail("{}: not a JSON object", f);
   std::string arch;
   if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
       j["architectures"][0].is_string())
     arch = j["architectures"][0].get<std::string>();
+  if (arch == "Gemma3ForConditionalGeneration") {  // Gemma 3 4B and up: the text part (the vision tower is not run)
+    j = gemma3_text_config(j, f);
+    arch = "Gemma3ForCausalLM";
+  }
   ModelConfig c;
   if (arch == "LlamaForCausalLM" || arch == "MistralForCausalLM")
     c.arch = "llama";
@@ -310,7 +344,7 @@ ModelConfig config_from_hf(const std::string& dir) {
     fail(
         "{}: architectures '{}' is not supported (kvik runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
         "Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "
-        "Phi3ForCausalLM)",
+        "Gemma3ForConditionalGeneration's text part, Phi3ForCausalLM)",
         f, arch);
   c.name = j.value("_name_or_path", std::string());
   const auto integer = [&](const char* key, std::optional<int64_t> dflt, int64_t max) -> int64_t {
