@@ -1,0 +1,183 @@
+#include "server/dp_upstream.h"
+
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <fmt/format.h>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <limits>
+#include <thread>
+
+#include "core/error.h"
+#include "server/api_error.h"
+#include "server/openai_responses.h"
+
+namespace kvik::server {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+// Connects to the replica and sends `req` (its body, content type and Authorization unchanged).
+void send_request(tcp::socket& s, int port, const HttpRequest& req) {
+  s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
+  http::request<http::string_body> r{http::string_to_verb(req.method), req.target, 11};
+  r.set(http::field::host, fmt::format("127.0.0.1:{}", port));
+  if (!req.authorization.empty()) r.set(http::field::authorization, req.authorization);
+  if (!req.body.empty()) r.set(http::field::content_type, "application/json");
+  r.keep_alive(false);
+  r.body() = req.body;
+  r.prepare_payload();
+  http::write(s, r);
+}
+
+void set_timeout(tcp::socket& s, double seconds) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(seconds);
+  tv.tv_usec = static_cast<suseconds_t>((seconds - static_cast<double>(tv.tv_sec)) * 1e6);
+  ::setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(s.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+}  // namespace
+
+UpstreamReply upstream_get(int port, const std::string& target, const std::string& authorization, double timeout_s) {
+  try {
+    asio::io_context ioc;
+    tcp::socket s(ioc);
+    s.open(tcp::v4());
+    set_timeout(s, timeout_s);
+    HttpRequest req;
+    req.method = "GET";
+    req.target = target;
+    req.authorization = authorization;
+    send_request(s, port, req);
+    beast::flat_buffer buf;
+    http::response_parser<http::string_body> p;
+    p.body_limit(std::numeric_limits<std::uint64_t>::max());  // not boost::none: Boost 1.74 compares a Content-Length against it as "greater"
+    http::read(s, buf, p);
+    const auto& res = p.get();
+    return {static_cast<int>(res.result_int()), std::string(res[http::field::content_type]), res.body()};
+  } catch (const std::exception& e) {
+    fail("GET 127.0.0.1:{}{}: {}", port, target, e.what());
+  }
+}
+
+ProxyBody::ProxyBody(std::string replica_name, std::function<void()> wake, std::function<void(bool)> on_done)
+    : replica_name_(std::move(replica_name)), wake_(std::move(wake)), on_done_(std::move(on_done)) {}
+
+void ProxyBody::start(int port, HttpRequest req) {
+  std::thread([self = shared_from_this(), port, req = std::move(req)] { self->run(port, req); }).detach();
+}
+
+void ProxyBody::run(int port, const HttpRequest& req) {
+  asio::io_context ioc;
+  tcp::socket s(ioc);
+  boost::system::error_code ec;
+  s.open(tcp::v4(), ec);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_) return finish(false);
+    fd_ = s.native_handle();
+  }
+  try {
+    send_request(s, port, req);
+    beast::flat_buffer buf;
+    http::response_parser<http::string_body> p;
+    p.body_limit(std::numeric_limits<std::uint64_t>::max());  // not boost::none: Boost 1.74 compares a Content-Length against it as "greater"
+    http::read_header(s, buf, p);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto& res = p.get();
+      status_ = static_cast<int>(res.result_int());
+      content_type_ = std::string(res[http::field::content_type]);
+      streaming_ = p.chunked() && content_type_.rfind("text/event-stream", 0) == 0;
+      head_ = true;
+    }
+    wake_();
+    while (!p.is_done()) {
+      http::read_some(s, buf, p);
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_ += p.get().body();  // the string body appends: take what came, leave it empty for the next read
+      p.get().body().clear();
+      if (streaming_) wake_();
+    }
+  } catch (const std::exception& e) {
+    std::unique_lock<std::mutex> lock(mu_);
+    fd_ = -1;
+    const bool aborted = aborted_;
+    lock.unlock();
+    if (!aborted) end_with_error(fmt::format("{} did not complete the request ({})", replica_name_, e.what()));
+    return finish(false);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fd_ = -1;
+    complete_ = true;
+  }
+  wake_();
+  finish(true);
+}
+
+void ProxyBody::end_with_error(const std::string& what) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const ApiError e{502, what + ": retry it, another replica serves it", "", "BadGatewayError"};
+    if (streaming_) {
+      pending_ += "data: " + dump(e.to_json()) + "\n\n";
+    } else {
+      status_ = 502;
+      content_type_ = "application/json";
+      pending_ = dump(e.to_json());
+    }
+    head_ = true;
+    complete_ = true;
+  }
+  wake_();
+}
+
+void ProxyBody::finish(bool ok) {
+  if (auto f = std::move(on_done_)) f(ok);
+}
+
+bool ProxyBody::drain(std::string& out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!head_) return false;
+  if (!streaming_ && !complete_) return false;  // a whole body goes out at once, with its status
+  out += pending_;
+  pending_.clear();
+  return complete_;
+}
+
+void ProxyBody::abort() {
+  std::lock_guard<std::mutex> lock(mu_);
+  aborted_ = true;
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
+bool ProxyBody::streaming() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return streaming_;
+}
+
+int ProxyBody::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+std::string ProxyBody::content_type() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return content_type_;
+}
+
+}  // namespace kvik::server
