@@ -39,8 +39,8 @@ std::vector<std::string> replica_args(int port, int32_t threads) {
     at = end == std::string::npos ? all.size() : end + 1;
   }
   // TLS ends at the front; the replicas' own headers (CORS) are not forwarded.
-  const std::vector<std::string> replaced = {"--data-parallel-size", "--dp", "--host", "--port", "--threads",
-                                             "-t", "--ssl-keyfile", "--ssl-certfile"};
+  const std::vector<std::string> replaced = {
+      "--data-parallel-size", "--dp", "--host", "--port", "--threads", "-t", "--ssl-keyfile", "--ssl-certfile"};
   std::vector<std::string> out;
   for (size_t i = 1; i < argv.size(); ++i) {
     const std::string& a = argv[i];
@@ -52,9 +52,9 @@ std::vector<std::string> replica_args(int port, int32_t threads) {
     if (!drop) out.push_back(a);
     if (with_value) ++i;
   }
-  for (const std::string& a : {std::string("--host"), std::string("127.0.0.1"), std::string("--port"),
-                               std::to_string(port), std::string("--threads"), std::to_string(threads),
-                               std::string("--disable-log-requests")})
+  for (const std::string& a :
+       {std::string("--host"), std::string("127.0.0.1"), std::string("--port"), std::to_string(port),
+        std::string("--threads"), std::to_string(threads), std::string("--disable-log-requests")})
     out.push_back(a);
   return out;
 }

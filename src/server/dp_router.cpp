@@ -59,9 +59,8 @@ RouteChoice choose_replica(const std::vector<ReplicaLoad>& replicas, int64_t bal
     const ReplicaLoad& r = replicas[i];
     if (!r.up) continue;
     if (least < 0 || less_loaded(i, least)) least = i;
-    if (r.matched_blocks > 0 &&
-        (best < 0 || r.matched_blocks > replicas[best].matched_blocks ||
-         (r.matched_blocks == replicas[best].matched_blocks && less_loaded(i, best))))
+    if (r.matched_blocks > 0 && (best < 0 || r.matched_blocks > replicas[best].matched_blocks ||
+                                 (r.matched_blocks == replicas[best].matched_blocks && less_loaded(i, best))))
       best = i;
   }
   if (best >= 0 && replicas[best].in_flight - replicas[least].in_flight <= balance_threshold) return {best, true};
@@ -148,8 +147,7 @@ bool DataParallelRouter::authorized(const HttpRequest& req) const {
   const std::string expected = "Bearer " + config_.api_key;
   if (req.authorization.size() != expected.size()) return false;
   unsigned char diff = 0;  // constant time
-  for (size_t i = 0; i < expected.size(); ++i)
-    diff |= static_cast<unsigned char>(req.authorization[i] ^ expected[i]);
+  for (size_t i = 0; i < expected.size(); ++i) diff |= static_cast<unsigned char>(req.authorization[i] ^ expected[i]);
   return diff == 0;
 }
 
@@ -169,6 +167,12 @@ HttpReply DataParallelRouter::handle(const HttpRequest& req, std::function<void(
     if (!authorized(req)) return Router::error({401, "missing or invalid API key", "", ""});
     return replicas_json();
   }
+  if (post && path == "/v1/dp/route") {
+    if (!authorized(req)) return Router::error({401, "missing or invalid API key", "", ""});
+    auto parsed = parse_json_object(req.body);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return Router::error(*e);
+    return explain_route(req, std::get<json>(parsed).contains("messages"));  // a chat request, else a completion
+  }
   if (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter")
     return Router::error(ApiError::bad_request(
         "loading adapters at run time is not supported with --data-parallel-size: give them with --lora-modules"));
@@ -187,23 +191,45 @@ std::vector<uint64_t> DataParallelRouter::prompt_hashes(const HttpRequest& req, 
   return lo;
 }
 
-int64_t DataParallelRouter::matched_blocks(const Replica& r, const std::vector<uint64_t>& hashes) const {
+int64_t DataParallelRouter::matched_blocks(const Replica& r, const std::vector<uint64_t>& hashes, bool summary_only) {
   int64_t n = 0;
   for (uint64_t h : hashes) {
-    if (!r.cached.count(h) && !r.recent.count(h)) break;
+    if (!r.cached.count(h) && (summary_only || !r.recent.count(h))) break;
     ++n;
   }
   return n;
+}
+
+std::vector<ReplicaLoad> DataParallelRouter::loads(const std::vector<uint64_t>& hashes) const {
+  std::vector<ReplicaLoad> v;
+  for (const Replica& r : replicas_)
+    v.push_back({r.up, r.in_flight, r.routed_prefix + r.routed_load, matched_blocks(r, hashes)});
+  return v;
+}
+
+HttpReply DataParallelRouter::explain_route(const HttpRequest& req, bool chat) const {
+  const std::vector<uint64_t> hashes = prompt_hashes(req, chat);
+  std::lock_guard<std::mutex> lock(mu_);
+  const RouteChoice choice = choose_replica(loads(hashes));
+  json per = json::array();
+  for (size_t i = 0; i < replicas_.size(); ++i)
+    per.push_back({{"replica", i},
+                   {"up", replicas_[i].up},
+                   {"in_flight", replicas_[i].in_flight},
+                   {"matched_blocks", matched_blocks(replicas_[i], hashes)},
+                   {"matched_summary_blocks", matched_blocks(replicas_[i], hashes, true)}});
+  return json_reply(200, {{"replica", choice.replica},
+                          {"by_prefix", choice.by_prefix},
+                          {"prompt_blocks", hashes.size()},
+                          {"block_size", block_size_.load()},
+                          {"replicas", per}});
 }
 
 HttpReply DataParallelRouter::proxy(const HttpRequest& req, std::function<void()> wake, bool generation) {
   const std::vector<uint64_t> hashes =
       generation ? prompt_hashes(req, path_of(req.target) == "/v1/chat/completions") : std::vector<uint64_t>{};
   std::unique_lock<std::mutex> lock(mu_);
-  std::vector<ReplicaLoad> loads;
-  for (const Replica& r : replicas_)
-    loads.push_back({r.up, r.in_flight, r.routed_prefix + r.routed_load, matched_blocks(r, hashes)});
-  const RouteChoice choice = choose_replica(loads);
+  const RouteChoice choice = choose_replica(loads(hashes));
   if (choice.replica < 0) return Router::error({503, "no data-parallel replica is running", "", ""});
   Replica& r = replicas_[static_cast<size_t>(choice.replica)];
   ++(choice.by_prefix ? r.routed_prefix : r.routed_load);
@@ -215,15 +241,15 @@ HttpReply DataParallelRouter::proxy(const HttpRequest& req, std::function<void()
   const size_t index = static_cast<size_t>(choice.replica);
   lock.unlock();
 
-  auto body = std::make_shared<ProxyBody>(
-      fmt::format("data-parallel replica {} (pid {}, port {})", index, r.process.pid, port), std::move(wake),
-      [this, index](bool ok) {
-        std::lock_guard<std::mutex> guard(mu_);
-        Replica& done = replicas_[index];
-        --done.in_flight;
-        if (!ok) ++done.failed;
-        if (--in_flight_total_ == 0) idle_cv_.notify_all();
-      });
+  auto body =
+      std::make_shared<ProxyBody>(fmt::format("data-parallel replica {} (pid {}, port {})", index, r.process.pid, port),
+                                  std::move(wake), [this, index](bool ok) {
+                                    std::lock_guard<std::mutex> guard(mu_);
+                                    Replica& done = replicas_[index];
+                                    --done.in_flight;
+                                    if (!ok) ++done.failed;
+                                    if (--in_flight_total_ == 0) idle_cv_.notify_all();
+                                  });
   body->start(port, req);
   HttpReply reply;
   reply.stream = body;
@@ -279,9 +305,10 @@ void DataParallelRouter::reap() {
                                                               ::strsignal(WTERMSIG(status)))
                                                 : fmt::format("exited with status {}", WEXITSTATUS(status));
     --alive;
-    log_warn("data parallel: replica {} (pid {}, port {}) {}: its requests in flight end in errors; {} of {} replicas "
-             "serve on",
-             i, r.process.pid, r.process.port, how, alive, replicas_.size());
+    log_warn(
+        "data parallel: replica {} (pid {}, port {}) {}: its requests in flight end in errors; {} of {} replicas "
+        "serve on",
+        i, r.process.pid, r.process.port, how, alive, replicas_.size());
   }
 }
 

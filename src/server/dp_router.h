@@ -92,7 +92,11 @@ class DataParallelRouter {
   HttpReply proxy(const HttpRequest& req, std::function<void()> wake, bool generation);
   // The prompt's block hashes (low 64 bits), or none when the request is not routed by prefix.
   std::vector<uint64_t> prompt_hashes(const HttpRequest& req, bool chat) const;
-  int64_t matched_blocks(const Replica& r, const std::vector<uint64_t>& hashes) const;
+  // Leading blocks of `hashes` the replica holds: in its summary or routed there lately (`summary_only`: the former).
+  static int64_t matched_blocks(const Replica& r, const std::vector<uint64_t>& hashes, bool summary_only = false);
+  std::vector<ReplicaLoad> loads(const std::vector<uint64_t>& hashes) const;  // under mu_
+  // POST /v1/dp/route {a completion or chat request ("messages")}: where it would go and why, without sending it.
+  HttpReply explain_route(const HttpRequest& req, bool chat) const;
   void poll_loop();
   void poll_summary(size_t i);
   void reap();

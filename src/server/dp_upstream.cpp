@@ -64,7 +64,8 @@ UpstreamReply upstream_get(int port, const std::string& target, const std::strin
     send_request(s, port, req);
     beast::flat_buffer buf;
     http::response_parser<http::string_body> p;
-    p.body_limit(std::numeric_limits<std::uint64_t>::max());  // not boost::none: Boost 1.74 compares a Content-Length against it as "greater"
+    p.body_limit(std::numeric_limits<std::uint64_t>::max());  // not boost::none: Boost 1.74 compares a Content-Length
+                                                              // against it as "greater"
     http::read(s, buf, p);
     const auto& res = p.get();
     return {static_cast<int>(res.result_int()), std::string(res[http::field::content_type]), res.body()};
@@ -94,7 +95,8 @@ void ProxyBody::run(int port, const HttpRequest& req) {
     send_request(s, port, req);
     beast::flat_buffer buf;
     http::response_parser<http::string_body> p;
-    p.body_limit(std::numeric_limits<std::uint64_t>::max());  // not boost::none: Boost 1.74 compares a Content-Length against it as "greater"
+    p.body_limit(std::numeric_limits<std::uint64_t>::max());  // not boost::none: Boost 1.74 compares a Content-Length
+                                                              // against it as "greater"
     http::read_header(s, buf, p);
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -55,6 +55,25 @@ test('a repeated long prompt goes to the replica that cached it and hits its pre
   assert.equal(routed((await metrics(dp.url)).values) - routed(before), 1);
 });
 
+test("the front's block hashes of a prompt are those in its replica's prefix-cache summary (one shared seed)", async () => {
+  const messages = [{ role: 'user', content: story('On a cold winter night,') }];
+  const r = await post(`${dp.url}/v1/chat/completions`, { model: 'stories260K', messages, max_tokens: 4, temperature: 0 }, auth);
+  assert.equal(r.status, 200, r.text);
+  const replica = Number(r.headers.get('x-kvik-replica'));
+  let route;
+  for (let t = 0; t < 100; t++) {
+    route = (await post(`${dp.url}/v1/dp/route`, { model: 'stories260K', messages }, auth)).body;
+    if (route.replicas[replica].matched_summary_blocks === route.prompt_blocks) break;
+    await sleep(20);
+  }
+  assert.ok(route.prompt_blocks >= 5, JSON.stringify(route));
+  assert.equal(route.replicas[replica].matched_summary_blocks, route.prompt_blocks, JSON.stringify(route));
+  assert.equal(route.replicas[1 - replica].matched_summary_blocks, 0);
+  assert.deepEqual([route.replica, route.by_prefix], [replica, true]);
+  assert.equal((await post(`${dp.url}/v1/dp/route`, '{"messages": [', auth)).status, 400);
+  assert.equal((await post(`${dp.url}/v1/dp/route`, { messages }, {})).status, 401);
+});
+
 test('64 concurrent streams spread over both replicas and all complete', async () => {
   const before = await replicas();
   const streams = await Promise.all(
