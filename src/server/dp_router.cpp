@@ -45,6 +45,13 @@ std::string with_replica_label(const std::string& sample, size_t replica) {
   return sample.substr(0, space) + "{" + label + "}" + sample.substr(space);
 }
 
+// Whether a sample named `name` belongs to the family `family` (a histogram's _bucket, _sum and _count do).
+bool in_family(const std::string& name, const std::string& family) {
+  if (family.empty() || name.rfind(family, 0) != 0) return false;
+  const std::string suffix = name.substr(family.size());
+  return suffix.empty() || suffix == "_bucket" || suffix == "_sum" || suffix == "_count";
+}
+
 std::string word_after(const std::string& line, size_t at) { return line.substr(at, line.find(' ', at) - at); }
 
 }  // namespace
@@ -91,7 +98,8 @@ std::string merge_replica_metrics(const std::vector<std::string>& texts) {
         Family& f = family(current);
         (line[2] == 'H' ? f.help : f.type) = line + "\n";
       } else if (!line.empty() && line[0] != '#') {
-        family(current.empty() ? word_after(line, 0) : current).samples += with_replica_label(line, i) + "\n";
+        const std::string name = line.substr(0, line.find_first_of("{ "));
+        family(in_family(name, current) ? current : name).samples += with_replica_label(line, i) + "\n";
       }
     }
   }

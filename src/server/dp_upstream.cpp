@@ -97,6 +97,7 @@ void ProxyBody::run(int port, const HttpRequest& req) {
     http::response_parser<http::string_body> p;
     p.body_limit(std::numeric_limits<std::uint64_t>::max());  // not boost::none: Boost 1.74 compares a Content-Length
                                                               // against it as "greater"
+    p.skip(req.method == "HEAD");  // a HEAD reply's Content-Length announces a body that does not follow
     http::read_header(s, buf, p);
     {
       std::lock_guard<std::mutex> lock(mu_);
