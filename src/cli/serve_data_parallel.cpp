@@ -163,7 +163,11 @@ void serve_front(const DataParallelOptions& o, server::DataParallelRouter& route
 void adopt_block_hash_seed() {
   const char* s = std::getenv(kBlockHashSeedEnv);
   if (!s) return;
-  set_block_hash_seed(std::stoull(s));
+  try {
+    set_block_hash_seed(std::stoull(s));
+  } catch (const std::exception&) {
+    fail("{}='{}': not a number (it is set by kvik serve --data-parallel-size for its replicas)", kBlockHashSeedEnv, s);
+  }
   ::unsetenv(kBlockHashSeedEnv);
 }
 

@@ -13,6 +13,7 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 #include <limits>
+#include <system_error>
 #include <thread>
 
 #include "core/error.h"
@@ -78,7 +79,12 @@ ProxyBody::ProxyBody(std::string replica_name, std::function<void()> wake, std::
     : replica_name_(std::move(replica_name)), wake_(std::move(wake)), on_done_(std::move(on_done)) {}
 
 void ProxyBody::start(int port, HttpRequest req) {
-  std::thread([self = shared_from_this(), port, req = std::move(req)] { self->run(port, req); }).detach();
+  try {
+    std::thread([self = shared_from_this(), port, req = std::move(req)] { self->run(port, req); }).detach();
+  } catch (const std::system_error& e) {  // out of threads: the request fails, its accounting still ends
+    end_with_error(fmt::format("{} was not reached: no thread to proxy the request ({})", replica_name_, e.what()));
+    finish(false);
+  }
 }
 
 void ProxyBody::run(int port, const HttpRequest& req) {
