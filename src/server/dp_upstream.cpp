@@ -13,6 +13,7 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 #include <limits>
+#include <stdexcept>
 #include <system_error>
 #include <thread>
 
@@ -65,8 +66,8 @@ UpstreamReply upstream_get(int port, const std::string& target, const std::strin
     send_request(s, port, req);
     beast::flat_buffer buf;
     http::response_parser<http::string_body> p;
-    p.body_limit(std::numeric_limits<std::uint64_t>::max());  // not boost::none: Boost 1.74 compares a Content-Length
-                                                              // against it as "greater"
+    // Not boost::none: Boost 1.74 compares a Content-Length against an empty limit as "greater".
+    p.body_limit(std::numeric_limits<std::uint64_t>::max());
     http::read(s, buf, p);
     const auto& res = p.get();
     return {static_cast<int>(res.result_int()), std::string(res[http::field::content_type]), res.body()};
@@ -99,10 +100,14 @@ void ProxyBody::run(int port, const HttpRequest& req) {
   }
   try {
     send_request(s, port, req);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (aborted_) throw std::runtime_error("aborted");  // the client left while we connected: close at once
+    }
     beast::flat_buffer buf;
     http::response_parser<http::string_body> p;
-    p.body_limit(std::numeric_limits<std::uint64_t>::max());  // not boost::none: Boost 1.74 compares a Content-Length
-                                                              // against it as "greater"
+    // Not boost::none: Boost 1.74 compares a Content-Length against an empty limit as "greater".
+    p.body_limit(std::numeric_limits<std::uint64_t>::max());
     p.skip(req.method == "HEAD");  // a HEAD reply's Content-Length announces a body that does not follow
     http::read_header(s, buf, p);
     {
@@ -116,10 +121,14 @@ void ProxyBody::run(int port, const HttpRequest& req) {
     wake_();
     while (!p.is_done()) {
       http::read_some(s, buf, p);
-      std::lock_guard<std::mutex> lock(mu_);
-      pending_ += p.get().body();  // the string body appends: take what came, leave it empty for the next read
-      p.get().body().clear();
-      if (streaming_) wake_();
+      bool streaming = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        pending_ += p.get().body();  // the string body appends: take what came, leave it empty for the next read
+        p.get().body().clear();
+        streaming = streaming_;
+      }
+      if (streaming) wake_();
     }
   } catch (const std::exception& e) {
     std::unique_lock<std::mutex> lock(mu_);
