@@ -148,6 +148,30 @@ test('the merged metrics pass promtool (but for its colon naming rule) and carry
   assert.equal(values['kvik_dp_replica_up{replica="1"}'], 1);
 });
 
+test('other routes pass through the front unchanged: errors, tokenize, models, web pages', async () => {
+  const bad = await post(`${dp.url}/v1/completions`, '{"prompt": ', auth);
+  assert.equal(bad.status, 400);
+  assert.equal(bad.headers.get('content-type'), 'application/json');
+  assert.match(bad.body.error.message, /not valid JSON/);
+  const field = await post(`${dp.url}/v1/chat/completions`, { model: 'stories260K', messages: 'hi' }, auth);
+  assert.equal(field.status, 400);
+  assert.equal(field.body.error.param, 'messages');
+  assert.equal((await post(`${dp.url}/v1/completions`, { prompt: 'x' }, { Authorization: 'Bearer wrong' })).status, 401);
+  assert.equal((await post(`${dp.url}/v1/nothing`, {}, auth)).status, 404);
+  const tok = await post(`${dp.url}/tokenize`, { prompt: 'Hello world' }, auth);
+  const direct = await post(`${plain.url}/tokenize`, { prompt: 'Hello world' }, auth);
+  assert.deepEqual(tok.body.tokens, direct.body.tokens);
+  const models = await (await fetch(`${dp.url}/v1/models`, { headers: auth })).json();
+  assert.equal(models.data[0].id, 'stories260K');
+  const page = await fetch(`${dp.url}/`);
+  assert.equal(page.status, 200);
+  assert.match(page.headers.get('content-type'), /text\/html/);
+  assert.equal((await fetch(`${dp.url}/v1/models`, { method: 'HEAD', headers: auth })).status, 200);
+  const lora = await post(`${dp.url}/v1/load_lora_adapter`, { lora_name: 'a', lora_path: '/x' }, auth);
+  assert.equal(lora.status, 400);
+  assert.match(lora.body.error.message, /--lora-modules/);
+});
+
 test('killing one replica fails its requests in flight; the endpoint serves on with the other', async () => {
   const victim = (await replicas())[1];
   const started = [];
