@@ -47,14 +47,16 @@ TEST(DpRouter, MergedMetricsHaveEachFamilyOnceAndAReplicaLabelOnEverySample) {
       "# HELP kvik:x_total X.\n# TYPE kvik:x_total counter\nkvik:x_total{model_name=\"m\"} 3\n"
       "# HELP kvik:h Histogram.\n# TYPE kvik:h histogram\nkvik:h_bucket{model_name=\"m\",le=\"+Inf\"} 1\n"
       "kvik:h_sum{model_name=\"m\"} 0.5\nkvik:h_count{model_name=\"m\"} 1\n";
-  const std::string b = "# HELP kvik:x_total X.\n# TYPE kvik:x_total counter\nkvik:x_total{model_name=\"m\"} 4\nplain 7\n";
-  EXPECT_EQ(merge_replica_metrics({a, "", b}),
-            "# HELP kvik:x_total X.\n# TYPE kvik:x_total counter\n"
-            "kvik:x_total{replica=\"0\",model_name=\"m\"} 3\nkvik:x_total{replica=\"2\",model_name=\"m\"} 4\n"
-            "# HELP kvik:h Histogram.\n# TYPE kvik:h histogram\n"
-            "kvik:h_bucket{replica=\"0\",model_name=\"m\",le=\"+Inf\"} 1\nkvik:h_sum{replica=\"0\",model_name=\"m\"} 0.5\n"
-            "kvik:h_count{replica=\"0\",model_name=\"m\"} 1\n"
-            "plain{replica=\"2\"} 7\n");
+  const std::string b =
+      "# HELP kvik:x_total X.\n# TYPE kvik:x_total counter\nkvik:x_total{model_name=\"m\"} 4\nplain 7\n";
+  EXPECT_EQ(
+      merge_replica_metrics({a, "", b}),
+      "# HELP kvik:x_total X.\n# TYPE kvik:x_total counter\n"
+      "kvik:x_total{replica=\"0\",model_name=\"m\"} 3\nkvik:x_total{replica=\"2\",model_name=\"m\"} 4\n"
+      "# HELP kvik:h Histogram.\n# TYPE kvik:h histogram\n"
+      "kvik:h_bucket{replica=\"0\",model_name=\"m\",le=\"+Inf\"} 1\nkvik:h_sum{replica=\"0\",model_name=\"m\"} 0.5\n"
+      "kvik:h_count{replica=\"0\",model_name=\"m\"} 1\n"
+      "plain{replica=\"2\"} 7\n");
 }
 
 TEST(DpRouter, AnEmptyLabelSetGetsTheReplicaLabelAlone) {

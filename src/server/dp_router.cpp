@@ -211,7 +211,7 @@ int64_t DataParallelRouter::matched_blocks(const Replica& r, const std::vector<u
 std::vector<ReplicaLoad> DataParallelRouter::loads(const std::vector<uint64_t>& hashes) const {
   std::vector<ReplicaLoad> v;
   for (const Replica& r : replicas_)
-    v.push_back({r.up, r.in_flight, r.routed_prefix + r.routed_load, matched_blocks(r, hashes)});
+    v.push_back({r.up && r.reachable, r.in_flight, r.routed_prefix + r.routed_load, matched_blocks(r, hashes)});
   return v;
 }
 
@@ -239,30 +239,53 @@ HttpReply DataParallelRouter::proxy(const HttpRequest& req, std::function<void()
   std::unique_lock<std::mutex> lock(mu_);
   const RouteChoice choice = choose_replica(loads(hashes));
   if (choice.replica < 0) return Router::error({503, "no data-parallel replica is running", "", ""});
-  Replica& r = replicas_[static_cast<size_t>(choice.replica)];
+  const auto index = static_cast<size_t>(choice.replica);
+  Replica& r = replicas_[index];
   ++(choice.by_prefix ? r.routed_prefix : r.routed_load);
   ++r.in_flight;
   ++in_flight_total_;
   const auto now = std::chrono::steady_clock::now();
   for (uint64_t h : hashes) r.recent[h] = now;
-  const int port = r.process.port;
-  const size_t index = static_cast<size_t>(choice.replica);
+  ProxyTarget first = target(index);
   lock.unlock();
 
-  auto body =
-      std::make_shared<ProxyBody>(fmt::format("data-parallel replica {} (pid {}, port {})", index, r.process.pid, port),
-                                  std::move(wake), [this, index](bool ok) {
-                                    std::lock_guard<std::mutex> guard(mu_);
-                                    Replica& done = replicas_[index];
-                                    --done.in_flight;
-                                    if (!ok) ++done.failed;
-                                    if (--in_flight_total_ == 0) idle_cv_.notify_all();
-                                  });
-  body->start(port, req);
+  ProxyHooks hooks;
+  hooks.retarget = [this](size_t refused) { return retarget(refused); };
+  hooks.done = [this](size_t replica, bool ok) { proxy_done(replica, ok); };
+  auto body = std::make_shared<ProxyBody>(std::move(first), std::move(wake), std::move(hooks));
+  body->start(req);
   HttpReply reply;
   reply.stream = body;
-  reply.headers.emplace_back("X-Kvik-Replica", std::to_string(index));
   return reply;
+}
+
+ProxyTarget DataParallelRouter::target(size_t replica) const {
+  const ReplicaProcess& p = replicas_[replica].process;
+  return {replica, p.port, fmt::format("data-parallel replica {} (pid {}, port {})", replica, p.pid, p.port)};
+}
+
+std::optional<ProxyTarget> DataParallelRouter::retarget(size_t refused) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Replica& from = replicas_[refused];
+  from.reachable = false;
+  const RouteChoice choice = choose_replica(loads({}));
+  if (choice.replica < 0) return std::nullopt;
+  const auto index = static_cast<size_t>(choice.replica);
+  --from.in_flight;
+  ++from.rerouted;
+  ++replicas_[index].in_flight;
+  ++replicas_[index].routed_load;
+  log_warn("data parallel: replica {} (pid {}, port {}) refused a connection: request moved to replica {}", refused,
+           from.process.pid, from.process.port, index);
+  return target(index);
+}
+
+void DataParallelRouter::proxy_done(size_t replica, bool ok) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Replica& r = replicas_[replica];
+  --r.in_flight;
+  if (!ok) ++r.failed;
+  if (--in_flight_total_ == 0) idle_cv_.notify_all();
 }
 
 void DataParallelRouter::poll_loop() {
@@ -294,6 +317,7 @@ void DataParallelRouter::poll_summary(size_t i) {
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   Replica& r = replicas_[i];
+  r.reachable = true;
   r.cached = std::move(cached);
   std::erase_if(r.recent, [&](const auto& e) { return r.cached.count(e.first) || now - e.second > kRecentTtl; });
 }
@@ -354,6 +378,10 @@ HttpReply DataParallelRouter::metrics() const {
   header("kvik_dp_requests_in_flight", "gauge", "Requests proxied to each replica and not finished.");
   for (size_t i = 0; i < replicas_.size(); ++i)
     out += fmt::format("kvik_dp_requests_in_flight{{replica=\"{}\"}} {}\n", i, replicas_[i].in_flight);
+  header("kvik_dp_requests_rerouted_total", "counter",
+         "Requests moved from each replica to another because it refused the connection (nothing had been sent).");
+  for (size_t i = 0; i < replicas_.size(); ++i)
+    out += fmt::format("kvik_dp_requests_rerouted_total{{replica=\"{}\"}} {}\n", i, replicas_[i].rerouted);
   header("kvik_dp_requests_failed_total", "counter",
          "Requests whose replica refused or dropped the connection (its process ended).");
   for (size_t i = 0; i < replicas_.size(); ++i)
@@ -373,10 +401,12 @@ HttpReply DataParallelRouter::replicas_json() const {
                     {"pid", r.process.pid},
                     {"port", r.process.port},
                     {"up", r.up},
+                    {"reachable", r.reachable},
                     {"in_flight", r.in_flight},
                     {"routed_prefix", r.routed_prefix},
                     {"routed_load", r.routed_load},
                     {"failed", r.failed},
+                    {"rerouted", r.rerouted},
                     {"cached_blocks", r.cached.size()}});
   }
   return json_reply(200, {{"object", "list"}, {"data", data}});

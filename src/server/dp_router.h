@@ -19,12 +19,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "server/dp_upstream.h"
 #include "server/routes.h"
 #include "tokenizer/tokenizer.h"
 
@@ -82,14 +84,19 @@ class DataParallelRouter {
  private:
   struct Replica {
     ReplicaProcess process;
-    bool up = true;
+    bool up = true;         // its process runs
+    bool reachable = true;  // false from a refused connection until its next summary arrives
     int64_t in_flight = 0;
-    int64_t routed_prefix = 0, routed_load = 0, failed = 0;
+    int64_t routed_prefix = 0, routed_load = 0, failed = 0, rerouted = 0;
     std::unordered_set<uint64_t> cached;  // its last summary: low 64 bits of each cached block's hash
     std::unordered_map<uint64_t, std::chrono::steady_clock::time_point> recent;  // routed there, maybe not cached yet
   };
 
   HttpReply proxy(const HttpRequest& req, std::function<void()> wake, bool generation);
+  ProxyTarget target(size_t replica) const;  // under mu_
+  // ProxyHooks: a request replica `refused` did not take moves to the least loaded other one.
+  std::optional<ProxyTarget> retarget(size_t refused);
+  void proxy_done(size_t replica, bool ok);
   // The prompt's block hashes (low 64 bits), or none when the request is not routed by prefix.
   std::vector<uint64_t> prompt_hashes(const HttpRequest& req, bool chat) const;
   // Leading blocks of `hashes` the replica holds: in its summary or routed there lately (`summary_only`: the former).

@@ -30,9 +30,8 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-// Connects to the replica and sends `req` (its body, content type and Authorization unchanged).
-void send_request(tcp::socket& s, int port, const HttpRequest& req) {
-  s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
+// Sends `req` to the replica on `port` (its body, content type and Authorization unchanged).
+void write_request(tcp::socket& s, int port, const HttpRequest& req) {
   http::request<http::string_body> r{http::string_to_verb(req.method), req.target, 11};
   r.set(http::field::host, fmt::format("127.0.0.1:{}", port));
   if (!req.authorization.empty()) r.set(http::field::authorization, req.authorization);
@@ -63,7 +62,8 @@ UpstreamReply upstream_get(int port, const std::string& target, const std::strin
     req.method = "GET";
     req.target = target;
     req.authorization = authorization;
-    send_request(s, port, req);
+    s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
+    write_request(s, port, req);
     beast::flat_buffer buf;
     http::response_parser<http::string_body> p;
     // Not boost::none: Boost 1.74 compares a Content-Length against an empty limit as "greater".
@@ -76,34 +76,47 @@ UpstreamReply upstream_get(int port, const std::string& target, const std::strin
   }
 }
 
-ProxyBody::ProxyBody(std::string replica_name, std::function<void()> wake, std::function<void(bool)> on_done)
-    : replica_name_(std::move(replica_name)), wake_(std::move(wake)), on_done_(std::move(on_done)) {}
+ProxyBody::ProxyBody(ProxyTarget target, std::function<void()> wake, ProxyHooks hooks)
+    : wake_(std::move(wake)), hooks_(std::move(hooks)), target_(std::move(target)) {}
 
-void ProxyBody::start(int port, HttpRequest req) {
+void ProxyBody::start(HttpRequest req) {
   try {
-    std::thread([self = shared_from_this(), port, req = std::move(req)] { self->run(port, req); }).detach();
+    std::thread([self = shared_from_this(), req = std::move(req)] { self->run(req); }).detach();
   } catch (const std::system_error& e) {  // out of threads: the request fails, its accounting still ends
-    end_with_error(fmt::format("{} was not reached: no thread to proxy the request ({})", replica_name_, e.what()));
+    end_with_error(fmt::format("{} was not reached: no thread to proxy the request ({})", target_.name, e.what()));
     finish(false);
   }
 }
 
-void ProxyBody::run(int port, const HttpRequest& req) {
+template <class Socket>
+bool ProxyBody::connect(Socket& s) {
+  for (;;) {
+    boost::system::error_code ec;
+    if (s.is_open()) s.close(ec);
+    s.open(tcp::v4(), ec);
+    s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(target_.port)), ec);
+    if (!ec) break;
+    if (ec != asio::error::connection_refused) throw boost::system::system_error(ec);
+    std::optional<ProxyTarget> next = hooks_.retarget(target_.replica);
+    if (!next) return false;
+    std::lock_guard<std::mutex> lock(mu_);
+    target_ = std::move(*next);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_) throw std::runtime_error("aborted");  // the client left while we connected: close at once
+  fd_ = s.native_handle();
+  return true;
+}
+
+void ProxyBody::run(const HttpRequest& req) {
   asio::io_context ioc;
   tcp::socket s(ioc);
-  boost::system::error_code ec;
-  s.open(tcp::v4(), ec);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (aborted_) return finish(false);
-    fd_ = s.native_handle();
-  }
   try {
-    send_request(s, port, req);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (aborted_) throw std::runtime_error("aborted");  // the client left while we connected: close at once
+    if (!connect(s)) {
+      end_with_error(fmt::format("{} refused the connection and no other replica is up", target_.name));
+      return finish(false);
     }
+    write_request(s, target_.port, req);
     beast::flat_buffer buf;
     http::response_parser<http::string_body> p;
     // Not boost::none: Boost 1.74 compares a Content-Length against an empty limit as "greater".
@@ -115,6 +128,7 @@ void ProxyBody::run(int port, const HttpRequest& req) {
       const auto& res = p.get();
       status_ = static_cast<int>(res.result_int());
       content_type_ = std::string(res[http::field::content_type]);
+      retry_after_ = std::string(res[http::field::retry_after]);
       streaming_ = p.chunked() && content_type_.rfind("text/event-stream", 0) == 0;
       head_ = true;
     }
@@ -135,7 +149,7 @@ void ProxyBody::run(int port, const HttpRequest& req) {
     fd_ = -1;
     const bool aborted = aborted_;
     lock.unlock();
-    if (!aborted) end_with_error(fmt::format("{} did not complete the request ({})", replica_name_, e.what()));
+    if (!aborted) end_with_error(fmt::format("{} did not complete the request ({})", target_.name, e.what()));
     return finish(false);
   }
   {
@@ -165,7 +179,7 @@ void ProxyBody::end_with_error(const std::string& what) {
 }
 
 void ProxyBody::finish(bool ok) {
-  if (auto f = std::move(on_done_)) f(ok);
+  if (auto f = std::move(hooks_.done)) f(target_.replica, ok);
 }
 
 bool ProxyBody::drain(std::string& out) {
@@ -196,6 +210,13 @@ int ProxyBody::status() const {
 std::string ProxyBody::content_type() const {
   std::lock_guard<std::mutex> lock(mu_);
   return content_type_;
+}
+
+std::vector<std::pair<std::string, std::string>> ProxyBody::headers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, std::string>> h = {{"X-Kvik-Replica", std::to_string(target_.replica)}};
+  if (!retry_after_.empty()) h.emplace_back("Retry-After", retry_after_);
+  return h;
 }
 
 }  // namespace kvik::server

@@ -233,6 +233,7 @@ class Session : public SessionBase {
     reply_ = std::move(reply);
     head_sent_ = false;
     if (response_->streaming()) {
+      take_body_head();  // a body that settles its head on another thread may have done so already
       out_ = head_of(reply_, -1, keep_alive_, cfg_.keep_alive_timeout_s);
       head_sent_ = true;
       write_out();
@@ -282,10 +283,11 @@ class Session : public SessionBase {
     write_out();
   }
 
-  // The status and Content-Type a body settled after the reply was made.
+  // The status, Content-Type and headers a body settled after the reply was made.
   void take_body_head() {
     if (const int s = response_->status()) status_ = reply_.status = s;
     if (std::string t = response_->content_type(); !t.empty()) reply_.content_type = std::move(t);
+    for (auto& h : response_->headers()) reply_.headers.push_back(std::move(h));
   }
 
   // Writes out_ when no write is in flight; `then` runs once everything queued so far is written.

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "server/generation.h"
@@ -31,6 +32,8 @@ class ReplyBody {
   virtual int status() const { return 0; }
   // Likewise its Content-Type; "" keeps the reply's.
   virtual std::string content_type() const { return ""; }
+  // Headers settled with them, added to the reply's.
+  virtual std::vector<std::pair<std::string, std::string>> headers() const { return {}; }
   // For the access log: the generation's id ("" for other bodies), its token counts and time to first token.
   virtual std::string id() const { return ""; }
   virtual Usage usage() const { return {}; }

@@ -3,6 +3,7 @@
 // server, streaming that still streams, promtool on the merged metrics, and a replica killed with SIGKILL.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import OpenAI from 'openai';
 import { startServer, metrics, post, promtool, sleep } from './helpers.mjs';
 
@@ -25,6 +26,14 @@ after(async () => {
 });
 
 const auth = { Authorization: `Bearer ${KEY}` };
+// Whether a process runs (neither a zombie nor gone).
+const alive = (pid) => {
+  try {
+    return !/^\d+ \(.*\) Z/.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return false;
+  }
+};
 const replicas = async () => (await (await fetch(`${dp.url}/v1/dp/replicas`, { headers: auth })).json()).data;
 
 // A story prompt of ~90 tokens (5 full blocks of 16) whose first words make its first block its own.
@@ -87,10 +96,12 @@ test('64 concurrent streams spread over both replicas and all complete', async (
         if (c.choices.length) chunks++;
         finish = c.choices[0]?.finish_reason ?? finish;
       }
-      return { replica: Number(response.headers.get('x-kvik-replica')), chunks, finish };
+      return { replica: Number(response.headers.get('x-kvik-replica')), type: response.headers.get('content-type'), chunks, finish };
     }),
   );
   for (const s of streams) {
+    assert.ok(s.replica === 0 || s.replica === 1, JSON.stringify(s));
+    assert.match(s.type, /^text\/event-stream/);
     assert.equal(s.finish, 'length');
     assert.equal(s.chunks, 24);
   }
@@ -190,6 +201,11 @@ test('killing one replica fails its requests in flight; the endpoint serves on w
   });
   while (started.length < 12) await sleep(5);
   process.kill(victim.pid, 'SIGKILL');
+  // Right after the process is dead (a zombie the front has most likely not reaped yet): requests routed to it (it
+  // has the fewest in flight now) are refused a connection and move to replica 0, so none fails.
+  while (alive(victim.pid)) await sleep(1);
+  const rightAfter = await Promise.all(Array.from({ length: 8 }, (_, i) => complete(`Right after ${i}`)));
+  for (const r of rightAfter) assert.equal(r.replica, 0);
   const results = await Promise.all(runs);
   const onVictim = results.filter((r) => r.replica === 1);
   assert.ok(onVictim.length >= 4, JSON.stringify(results));
