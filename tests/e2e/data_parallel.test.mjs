@@ -3,7 +3,7 @@
 // server, streaming that still streams, promtool on the merged metrics, and a replica killed with SIGKILL.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
+import net from 'node:net';
 import OpenAI from 'openai';
 import { startServer, metrics, post, promtool, sleep } from './helpers.mjs';
 
@@ -26,14 +26,13 @@ after(async () => {
 });
 
 const auth = { Authorization: `Bearer ${KEY}` };
-// Whether a process runs (neither a zombie nor gone).
-const alive = (pid) => {
-  try {
-    return !/^\d+ \(.*\) Z/.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8'));
-  } catch {
-    return false;
-  }
-};
+// Whether 127.0.0.1:port refuses a connection (nothing listens there).
+const refuses = (port) =>
+  new Promise((resolve) => {
+    const c = net.connect(port, '127.0.0.1');
+    c.on('connect', () => (c.destroy(), resolve(false)));
+    c.on('error', (e) => resolve(e.code === 'ECONNREFUSED'));
+  });
 const replicas = async () => (await (await fetch(`${dp.url}/v1/dp/replicas`, { headers: auth })).json()).data;
 
 // A story prompt of ~90 tokens (5 full blocks of 16) whose first words make its first block its own.
@@ -201,9 +200,9 @@ test('killing one replica fails its requests in flight; the endpoint serves on w
   });
   while (started.length < 12) await sleep(5);
   process.kill(victim.pid, 'SIGKILL');
-  // Right after the process is dead (a zombie the front has most likely not reaped yet): requests routed to it (it
-  // has the fewest in flight now) are refused a connection and move to replica 0, so none fails.
-  while (alive(victim.pid)) await sleep(1);
+  // Right after its listener is gone (the process dead, most likely not yet reaped by the front): requests routed
+  // to it (it has the fewest in flight now) are refused a connection and move to replica 0, so none fails.
+  while (!(await refuses(victim.port))) await sleep(1);
   const rightAfter = await Promise.all(Array.from({ length: 8 }, (_, i) => complete(`Right after ${i}`)));
   for (const r of rightAfter) assert.equal(r.replica, 0);
   const results = await Promise.all(runs);
