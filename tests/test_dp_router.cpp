@@ -1,7 +1,8 @@
-// Data parallelism's router (server/dp_router.h): the routing rule and the merged metrics. The processes, the proxy
-// and the prefix summaries end to end are in tests/e2e/data_parallel.test.mjs.
+// Data parallelism's router (server/dp_router.h): the routing rule, and the merged metrics (server/dp_metrics.h). The
+// processes, the proxy and the prefix summaries end to end are in tests/e2e/data_parallel.test.mjs.
 #include <gtest/gtest.h>
 
+#include "server/dp_metrics.h"
 #include "server/dp_router.h"
 
 namespace kvik::server {
@@ -61,6 +62,7 @@ TEST(DpRouter, MergedMetricsHaveEachFamilyOnceAndAReplicaLabelOnEverySample) {
 
 TEST(DpRouter, AnEmptyLabelSetGetsTheReplicaLabelAlone) {
   EXPECT_EQ(merge_replica_metrics({"x{} 1\n"}), "x{replica=\"0\"} 1\n");
+  EXPECT_EQ(merge_replica_metrics({"x\n"}), "x{replica=\"0\"}\n");  // a line without a value does not throw
 }
 
 }  // namespace

@@ -52,10 +52,6 @@ inline constexpr int64_t kBalanceThreshold = 8;
 // flight, then fewest routed so far, then the lowest index).
 RouteChoice choose_replica(const std::vector<ReplicaLoad>& replicas, int64_t balance_threshold = kBalanceThreshold);
 
-// The replicas' Prometheus texts (one per replica, "" for one that did not answer) as one exposition: each family's
-// HELP and TYPE once, then its samples from every replica, each with a replica="i" label first.
-std::string merge_replica_metrics(const std::vector<std::string>& texts);
-
 struct ReplicaProcess {
   pid_t pid = 0;
   int port = 0;
