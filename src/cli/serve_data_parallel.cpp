@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -200,12 +201,11 @@ int serve_data_parallel(const DataParallelOptions& o) {
     http.stop();
     for (pid_t p : router.live_pids()) ::kill(p, SIGTERM);  // they finish their requests, then exit
   });
-  int rc = 0;
+  std::exception_ptr failed;  // rethrown once the replicas are stopped: main prints it
   try {
     serve_front(o, router, replicas, stopping);
-  } catch (const Error& e) {
-    log_warn("{}", e.what());
-    rc = 1;
+  } catch (const Error&) {
+    failed = std::current_exception();
     if (!stopping.exchange(true)) http.stop();
   }
   listener.join();
@@ -215,10 +215,11 @@ int serve_data_parallel(const DataParallelOptions& o) {
   router.stop_polling();
   std::vector<pid_t> pids;
   for (const auto& r : replicas) pids.push_back(r.pid);
-  stop_replicas(rc == 0 ? router.live_pids() : pids, o.shutdown_grace_s);
+  stop_replicas(failed ? pids : router.live_pids(), o.shutdown_grace_s);
   router.wait_idle();
-  if (rc == 0) log_info("Shut down cleanly");
-  return rc;
+  if (failed) std::rethrow_exception(failed);
+  log_info("Shut down cleanly");
+  return 0;
 }
 
 }  // namespace kvik::cli
