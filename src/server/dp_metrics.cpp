@@ -3,14 +3,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
+#include <utility>
+#include <vector>
 
 namespace kvik::server {
 
 namespace {
 
 // `name{labels} value` or `name value` with replica="i" as the first label.
-std::string with_replica_label(const std::string& sample, size_t replica) {
+std::string with_replica_label(const std::string& sample, const std::string& replica) {
   const size_t brace = sample.find('{'), space = std::min(sample.find(' '), sample.size());
   const std::string label = fmt::format("replica=\"{}\"", replica);
   if (brace != std::string::npos && brace < space) {
@@ -29,11 +32,51 @@ bool in_family(const std::string& name, const std::string& family) {
 
 std::string word_after(const std::string& line, size_t at) { return line.substr(at, line.find(' ', at) - at); }
 
+// The totals of one family over the replicas: per sample key (name and labels, without the replica), the sum of the
+// replicas' values, or their mean for a gauge that is a fraction (a usage, a ratio); none for an info gauge, whose
+// value is only a marker.
+struct Totals {
+  enum class Kind { kSum, kMean, kNone };
+  Kind kind = Kind::kSum;
+  std::vector<std::string> keys;  // first-seen order
+  std::map<std::string, std::pair<double, int>> values;
+
+  static Kind kind_of(const std::string& family, const std::string& type_line) {
+    if (family.ends_with("_info")) return Kind::kNone;
+    const bool gauge = type_line.find(" gauge") != std::string::npos;
+    for (const char* frac : {"perc", "ratio", "fraction", "usage"})
+      if (gauge && family.find(frac) != std::string::npos) return Kind::kMean;
+    return Kind::kSum;
+  }
+  void add(const std::string& sample) {
+    const size_t space = sample.rfind(' ');
+    if (space == std::string::npos) return;
+    char* end = nullptr;
+    const double v = std::strtod(sample.c_str() + space + 1, &end);
+    if (end == sample.c_str() + space + 1) return;  // no number: nothing to add
+    const std::string key = sample.substr(0, space);
+    auto [it, added] = values.try_emplace(key, 0.0, 0);
+    if (added) keys.push_back(key);
+    it->second.first += v, it->second.second += 1;
+  }
+  // `name{labels}` as `name{replica="all",labels}`, with the total.
+  std::string text() const {
+    std::string out;
+    if (kind == Kind::kNone) return out;
+    for (const std::string& key : keys) {
+      const auto& [sum, n] = values.at(key);
+      out += with_replica_label(key + " " + fmt::format("{}", kind == Kind::kMean ? sum / n : sum), "all") + "\n";
+    }
+    return out;
+  }
+};
+
 }  // namespace
 
 std::string merge_replica_metrics(const std::vector<std::string>& texts) {
   struct Family {
     std::string help, type, samples;
+    Totals totals;
   };
   std::vector<std::string> order;
   std::map<std::string, Family> families;
@@ -56,14 +99,17 @@ std::string merge_replica_metrics(const std::vector<std::string>& texts) {
         (line[2] == 'H' ? f.help : f.type) = line + "\n";
       } else if (!line.empty() && line[0] != '#') {
         const std::string name = line.substr(0, line.find_first_of("{ "));
-        family(in_family(name, current) ? current : name).samples += with_replica_label(line, i) + "\n";
+        Family& f = family(in_family(name, current) ? current : name);
+        f.samples += with_replica_label(line, std::to_string(i)) + "\n";
+        f.totals.add(line);
       }
     }
   }
   std::string out;
   for (const std::string& name : order) {
-    const Family& f = families[name];
-    out += f.help + f.type + f.samples;
+    Family& f = families[name];
+    f.totals.kind = Totals::kind_of(name, f.type);
+    out += f.help + f.type + f.samples + f.totals.text();
   }
   return out;
 }

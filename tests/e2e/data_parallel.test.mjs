@@ -145,7 +145,7 @@ test('a stream through the front arrives as it is generated, not at the end', as
   assert.ok(first < total / 3, `first chunk after ${first.toFixed(0)} ms of ${total.toFixed(0)} ms`);
 });
 
-test('the merged metrics pass promtool (but for its colon naming rule) and carry replica labels', async () => {
+test('the merged metrics pass promtool (but for its colon naming rule) and carry replica labels and totals', async () => {
   const { text, values } = await metrics(dp.url);
   const check = promtool(text);
   const problems = check.output.split('\n').filter((l) => l.trim() && !l.includes("metric names should not contain ':'"));
@@ -154,6 +154,14 @@ test('the merged metrics pass promtool (but for its colon naming rule) and carry
   assert.equal((text.match(/^# TYPE kvik:num_requests_running gauge$/gm) ?? []).length, 1);
   assert.match(text, /^kvik:num_requests_running\{replica="0",model_name="stories260K"\} 0$/m);
   assert.match(text, /^kvik:num_requests_running\{replica="1",model_name="stories260K"\} 0$/m);
+  // The totals over the replicas: a counter summed, a fraction gauge averaged.
+  const total = (name) => Number(text.match(new RegExp(`^${name}\\{replica="all",model_name="stories260K"\\} (\\S+)$`, 'm'))?.[1]);
+  const each = (name) => [0, 1].map((i) => Number(text.match(new RegExp(`^${name}\\{replica="${i}",model_name="stories260K"\\} (\\S+)$`, 'm'))?.[1]));
+  const [g0, g1] = each('kvik:generation_tokens_total');
+  assert.ok(g0 + g1 > 0);
+  assert.equal(total('kvik:generation_tokens_total'), g0 + g1);
+  const [u0, u1] = each('kvik:kv_cache_usage_perc');
+  assert.ok(Math.abs(total('kvik:kv_cache_usage_perc') - (u0 + u1) / 2) < 1e-9);
   assert.equal(values['kvik_dp_replica_up{replica="0"}'], 1);
   assert.equal(values['kvik_dp_replica_up{replica="1"}'], 1);
 });
