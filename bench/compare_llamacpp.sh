@@ -16,6 +16,10 @@
 #             time node took to start and import it (tools/llamacpp_cold_start.mjs)
 # kvik side: `kvik bench --json` (prefill = P / TTFT, decode = 1 / median inter-token latency).
 # llama.cpp side: llamacpp-ref.mjs bench / bench-batch.
+# With IK_LLAMA_BENCH=path/to/ik_llama.cpp's llama-bench (tools/build_ik_llama.sh builds it natively), a third engine
+# runs in every round after the other two: `llama-bench -rtr 1 -fa 1` (run-time repacking, flash attention) for the
+# prefill and decode rows, reported as ik_llama_cpp and kvik / ik_llama.cpp (ratio_ik).
+# The JSON names the CPU, its AMX flags and each engine's kernel path (kvik's start-up log, llama.cpp's system info).
 #
 # Usage: bench/compare_llamacpp.sh MODEL.gguf [THREADS]
 # Environment: KVIK (default build/kvik), ROUNDS (5), P (512), G (128), NSEQ (16), BP (64), BG (64),
@@ -75,6 +79,11 @@ llama_cold() {
     jq -c '{cold_s: ((.first_token_ms - .imported_ms) / 1000)}'
 }
 llama_single() { (cd "$PEER" && node llamacpp-ref.mjs bench "$MODEL" "$P" "$G" "$THREADS" 2>/dev/null | tail -n 1); }
+# ik_llama.cpp: one llama-bench run of a P-token prefill and a G-token decode, as {prefill_tok_s, decode_tok_s}.
+ik_single() {
+  "$IK_LLAMA_BENCH" -m "$MODEL" -t "$THREADS" -p "$P" -n "$G" -r 1 -rtr 1 -fa 1 -o json 2>/dev/null |
+    jq -c '{prefill_tok_s: (map(select(.n_prompt > 0)) | .[0].avg_ts), decode_tok_s: (map(select(.n_gen > 0)) | .[0].avg_ts)}'
+}
 llama_batch() { (cd "$PEER" && node llamacpp-ref.mjs bench-batch "$MODEL" "$NSEQ" "$BP" "$BG" "$THREADS" 2>/dev/null | tail -n 1); }
 
 EXTRA_ROWS=""
@@ -90,17 +99,25 @@ for r in $(seq 1 "$ROUNDS"); do
     "${e}_batch" > "$OUT/$e.batch.$r.json"
     for row in $EXTRA_ROWS; do "${e}_$row" > "$OUT/$e.$row.$r.json"; done
   done
+  [[ -n "${IK_LLAMA_BENCH:-}" ]] && ik_single > "$OUT/ik.single.$r.json"
   echo "round $r/$ROUNDS done" >&2
 done
 
 # One JSON object: the CPU, the settings, per row the medians and kvik / llama.cpp (the runs alongside).
 CPU="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 AMX="$({ grep -o 'amx[a-z0-9_]*' /proc/cpuinfo || true; } | sort -u | tr '\n' ' ' | sed 's/ $//')"
+KVIK_ISA="$("$KVIK" generate -m "$MODEL" -p "a" -n 1 --threads "$THREADS" --max-model-len 64 2>&1 >/dev/null |
+  grep -m1 -o 'CPU kernels: [^,]*' | sed 's/CPU kernels: //' || true)"
+LLAMA_ISA="$(cd "$PEER" && node -e 'import("node-llama-cpp").then(async ({getLlama}) => {
+  const l = await getLlama({gpu: false, build: "never", logLevel: "error"}); console.log(l.systemInfo); })' 2>/dev/null |
+  tr '\n' ' ' | sed 's/ *$//' || true)"
 for r in $(seq 1 "$ROUNDS"); do
+  [[ -f "$OUT/ik.single.$r.json" ]] || echo '{}' > "$OUT/ik.single.$r.json"
   jq -cn --slurpfile ks "$OUT/kvik.single.$r.json" --slurpfile kb "$OUT/kvik.batch.$r.json" \
-    --slurpfile ls "$OUT/llama.single.$r.json" --slurpfile lb "$OUT/llama.batch.$r.json" --argjson p "$P" '
-    {prefill: [$p / ($ks[0].ttft_ms.p50 / 1000), $ls[0].prefill_tok_s],
-     decode: [1000 / $ks[0].itl_ms.p50, $ls[0].decode_tok_s],
+    --slurpfile ls "$OUT/llama.single.$r.json" --slurpfile lb "$OUT/llama.batch.$r.json" \
+    --slurpfile is "$OUT/ik.single.$r.json" --argjson p "$P" '
+    {prefill: [$p / ($ks[0].ttft_ms.p50 / 1000), $ls[0].prefill_tok_s, ($is[0].prefill_tok_s // null)],
+     decode: [1000 / $ks[0].itl_ms.p50, $ls[0].decode_tok_s, ($is[0].decode_tok_s // null)],
      batch: [$kb[0].output_tok_s, ($lb[0].output_tok_s // null)]}' > "$OUT/row.$r.json"
   for row in $EXTRA_ROWS; do
     jq -cn --arg row "$row" --slurpfile k "$OUT/kvik.$row.$r.json" --slurpfile l "$OUT/llama.$row.$r.json" '
@@ -109,12 +126,14 @@ for r in $(seq 1 "$ROUNDS"); do
                 elif $row == "prefill4k" then [4096 / ($k[0].ttft_ms.p50 / 1000), $l[0].prefill_tok_s]
                 else [$k[0].cold_s, $l[0].cold_s] end)}'
   done | jq -sc --slurpfile base "$OUT/row.$r.json" 'add + $base[0]'
-done | jq -s --arg cpu "$CPU" --arg amx "$AMX" --argjson threads "$THREADS" --arg model "$MODEL" --argjson rounds "$ROUNDS" \
+done | jq -s --arg cpu "$CPU" --arg amx "$AMX" --arg kisa "$KVIK_ISA" --arg lisa "$LLAMA_ISA" \
+  --argjson threads "$THREADS" --arg model "$MODEL" --argjson rounds "$ROUNDS" \
   --argjson p "$P" --argjson g "$G" --argjson nseq "$NSEQ" '
   def median: map(select(. != null)) | sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor]
                                                 else (.[length / 2 - 1] + .[length / 2]) / 2 end;
   def r2: if . == null then null else . * 100 | round / 100 end;
-  . as $runs | {cpu: $cpu, amx: $amx, threads: $threads, model: $model, rounds: $rounds,
+  . as $runs | {cpu: $cpu, amx: $amx, kvik_kernels: $kisa, llama_cpp_system_info: $lisa, threads: $threads,
+    model: $model, rounds: $rounds,
     rows: (["prefill", "decode", "batch", "batch64", "decode8k", "prefill4k", "cold"] | map(select(. as $k | $runs[0] | has($k))) |
       map(. as $k |
       {key: $k, value: {what: ({prefill: "prefill \($p) tok/s", decode: "decode \($g) tok/s (batch 1)",
@@ -122,5 +141,8 @@ done | jq -s --arg cpu "$CPU" --arg amx "$AMX" --argjson threads "$THREADS" --ar
                                 decode8k: "decode tok/s at 8192 tokens of context (batch 1)",
                                 prefill4k: "prefill 4096 tok/s", cold: "seconds to the first token (lower is better)"}[$k]),
                         kvik: ($runs | map(.[$k][0]) | median | r2), llama_cpp: ($runs | map(.[$k][1]) | median | r2),
-                        kvik_runs: ($runs | map(.[$k][0] | r2)), llama_cpp_runs: ($runs | map(.[$k][1] | r2))}})
-      | from_entries | map_values(. + {ratio: (if .llama_cpp then (.kvik / .llama_cpp | r2) else null end)}))}'
+                        kvik_runs: ($runs | map(.[$k][0] | r2)), llama_cpp_runs: ($runs | map(.[$k][1] | r2)),
+                        ik_llama_cpp: ($runs | map(.[$k][2]) | median | r2), ik_llama_cpp_runs: ($runs | map(.[$k][2] | r2))}})
+      | from_entries | map_values(. + {ratio: (if .llama_cpp then (.kvik / .llama_cpp | r2) else null end),
+                                       ratio_ik: (if .ik_llama_cpp then (.kvik / .ik_llama_cpp | r2) else null end)})
+      | map_values(if .ik_llama_cpp == null then del(.ik_llama_cpp, .ik_llama_cpp_runs, .ratio_ik) else . end))}'

@@ -53,11 +53,13 @@ inline std::string write_synth_moe(const std::string& name, const std::string& a
   return o.out_path;
 }
 
-// A small Gemma (arch "gemma2": local and global layers alternating, soft-caps; "gemma3": every 6th layer global, q/k
-// norms, local and global rope) of 7 layers, d 128, 4 query / 2 KV heads of 32, d_ff 256, vocab 512, context
-// 1024, a window of `sliding_window` positions on the local layers.
-inline std::string write_synth_gemma(const std::string& name, const std::string& arch, int sliding_window,
-                                     uint64_t seed, DType type = DType::F32) {
+// A small model of one of the families `kvik synth --arch` writes on its own: a Gemma (arch "gemma2": local and global
+// layers alternating, soft-caps; "gemma3": every 6th layer global, q/k norms, local and global rope) with a window of
+// `sliding_window` positions on the local layers, or a Phi-3 ("phi3": fused qkv and gate_up, LongRoPE's long factors
+// for a context twice the original; window 0). 7 layers, d 128, 4 query / 2 KV heads of 32, d_ff 256, vocab 512,
+// context 1024.
+inline std::string write_synth_family(const std::string& name, const std::string& arch, int sliding_window,
+                                      uint64_t seed, DType type = DType::F32) {
   SynthOptions o;
   o.out_path = ::testing::TempDir() + name;
   o.arch = arch;

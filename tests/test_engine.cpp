@@ -220,11 +220,20 @@ TEST(Engine, OutputEqualitySynthGemma) {
   for (const auto& [arch, type] : {std::pair{"gemma2", DType::F32}, std::pair{"gemma3", DType::Q8_0}}) {
     SCOPED_TRACE(arch);
     auto m = LlamaModel::load(
-        test_models::write_synth_gemma(std::string("kvik_engine_") + arch + ".gguf", arch, 8, 11, type));
+        test_models::write_synth_family(std::string("kvik_engine_") + arch + ".gguf", arch, 8, 11, type));
     ASSERT_EQ(m->config().sliding_window, 8);
     ASSERT_FALSE(m->config().all_layers_local());
     expect_equal_outputs(*m, 8, 24);
   }
+}
+
+// Phi-3 (fused q/k/v and gate/up rows, each view packed on its own from Q8_0; LongRoPE's long factors and attention
+// factor on every position): every equality holds.
+TEST(Engine, OutputEqualitySynthPhi3) {
+  auto m = LlamaModel::load(test_models::write_synth_family("kvik_engine_phi3.gguf", "phi3", 0, 13, DType::Q8_0));
+  ASSERT_EQ(m->config().arch, "phi3");
+  ASSERT_FALSE(m->config().rope_freq_factors.empty());
+  expect_equal_outputs(*m, 8, 24);
 }
 
 // With local layers interleaved with global ones the global layers read every position: their blocks all stay
@@ -232,7 +241,7 @@ TEST(Engine, OutputEqualitySynthGemma) {
 // blocks once decoding). The output is the one computed alone (SingleSequence keeps everything), and the same
 // prompt again hits the prefix cache in both groups.
 TEST(Engine, InterleavedWindowFreesOnlyTheLocalLayersBlocks) {
-  auto m = LlamaModel::load(test_models::write_synth_gemma("kvik_engine_gemma3_keep.gguf", "gemma3", 8, 12));
+  auto m = LlamaModel::load(test_models::write_synth_family("kvik_engine_gemma3_keep.gguf", "gemma3", 8, 12));
   EngineConfig cfg;
   cfg.max_model_len = 1024;
   cfg.num_kv_blocks = 64;

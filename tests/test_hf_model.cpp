@@ -164,6 +164,117 @@ TEST(HfModel, GemmaShapedDirectoriesMatchTheirGgufTwins) {
   }
 }
 
+// Phi3ForCausalLM: q/k/v fused in qkv_proj and gate/up in gate_up_proj (views of one matrix, as in the GGUF), LongRoPE
+// from config.json's rope_scaling (the long factors, since max_position_embeddings is twice the original, and the
+// attention factor from the formula), its sliding_window read and not applied (the prompt is longer than it). The
+// GGUF `kvik synth --arch phi3` writes alone (what the llama.cpp fixture is made from) gives the same logits again.
+TEST(HfModel, Phi3ShapedDirectoryMatchesItsGgufTwins) {
+  SynthOptions o = shape("phi3");
+  o.context = 16;  // original 8: a sliding_window of 7, shorter than the prompt
+  check_twin(o, "phi3");
+  const ModelConfig c = config_from_hf((fs::temp_directory_path() / "kvik_hf_phi3").string());
+  EXPECT_EQ(c.arch, "phi3");
+  EXPECT_EQ(c.sliding_window, 0);
+  ASSERT_EQ(c.rope_freq_factors.size(), 8u);
+  EXPECT_FLOAT_EQ(c.rope_freq_factors[0], 1.0f);
+  EXPECT_GT(c.rope_freq_factors[7], 7.0f);
+  EXPECT_FLOAT_EQ(c.rope_mscale, std::sqrt(1.0f + std::log(2.0f) / std::log(8.0f)));
+  const fs::path alone = temp("phi3_alone.gguf");
+  o.hf_dir.clear();
+  o.out_path = alone.string();
+  synth_llama_gguf(o);
+  const std::vector<int32_t> prompt = {1, 17, 42, 99, 3, 250, 7, 7, 8, 120, 11, 0, 299, 64, 65, 66, 67, 68, 69, 70};
+  EXPECT_EQ(max_logit_diff(alone.string(), (fs::temp_directory_path() / "kvik_hf_phi3.gguf").string(), prompt), 0.0f);
+}
+
+// Phi-3's config variants: the short factors below the original context, an explicit attention factor, Phi-4-mini's
+// partial rotary factor; a factor list of the wrong length names the field.
+TEST(HfModel, Phi3LongRopeConfigVariants) {
+  SynthOptions o = shape("phi3");
+  o.context = 16;
+  o.hf_dir = temp("phi3_cfg").string();
+  synth_hf(o);
+  const fs::path cfg = fs::path(o.hf_dir) / "config.json";
+  nlohmann::json j;
+  std::ifstream(cfg) >> j;
+  const auto rewrite = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json k = j;
+    edit(k);
+    std::ofstream(cfg) << k.dump();
+  };
+  rewrite([](nlohmann::json& k) { k["original_max_position_embeddings"] = 16; });
+  ModelConfig c = config_from_hf(o.hf_dir);
+  EXPECT_EQ(c.rope_freq_factors, std::vector<float>(8, 1.0f));  // the short factors
+  EXPECT_EQ(c.rope_mscale, 1.0f);
+  rewrite([](nlohmann::json& k) { k["rope_scaling"]["attention_factor"] = 1.25; });
+  EXPECT_FLOAT_EQ(config_from_hf(o.hf_dir).rope_mscale, 1.25f);
+  rewrite([](nlohmann::json& k) {
+    k["partial_rotary_factor"] = 0.5;
+    k["rope_scaling"]["short_factor"] = std::vector<float>(4, 1.0f);
+    k["rope_scaling"]["long_factor"] = std::vector<float>(4, 2.0f);
+  });
+  c = config_from_hf(o.hf_dir);
+  EXPECT_EQ(c.rope_dim, 8);
+  EXPECT_EQ(c.rope_freq_factors, std::vector<float>(4, 2.0f));
+  rewrite([](nlohmann::json& k) { k["rope_scaling"]["long_factor"] = {1.0, 2.0}; });
+  try {
+    config_from_hf(o.hf_dir);
+    ADD_FAILURE() << "a long_factor of 2 entries for 8 pairs was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("long_factor"), std::string::npos) << e.what();
+  }
+}
+
+// Gemma3ForConditionalGeneration (Gemma 3 4B and up): the text part's fields in text_config, Gemma3TextConfig's
+// defaults for those it leaves out, the decoder's tensors under language_model.model. (the hub's files) or
+// model.language_model. (newer transformers), and vision tensors that are not read: the same logits as the
+// Gemma3ForCausalLM directory they were made from.
+TEST(HfModel, Gemma3MultimodalCheckpointRunsItsTextPart) {
+  SynthOptions o = shape("gemma3");
+  o.layers = 7, o.head_dim = 32, o.sliding_window = 5;
+  o.hf_dir = temp("g3_text").string();
+  synth_hf(o);
+  nlohmann::json text;
+  std::ifstream(fs::path(o.hf_dir) / "config.json") >> text;
+  text.erase("architectures");
+  ASSERT_TRUE(text.erase("sliding_window_pattern"));  // left to Gemma3TextConfig's default, 6 (as written)
+  const nlohmann::json mm = {{"architectures", {"Gemma3ForConditionalGeneration"}},
+                             {"model_type", "gemma3"},
+                             {"text_config", text},
+                             {"vision_config", {{"hidden_size", 8}, {"model_type", "siglip_vision_model"}}},
+                             {"eos_token_id", {1, 106}}};
+  const auto st = SafetensorsFile::open(o.hf_dir + "/model.safetensors");
+  const std::vector<int32_t> prompt = {1, 17, 42, 99, 3, 250, 7, 7, 8, 120, 11, 0, 299, 64, 65, 66, 67, 68, 69, 70};
+  for (const std::string prefix : {"language_model.model.", "model.language_model."}) {
+    SCOPED_TRACE(prefix);
+    const fs::path dir = temp("g3_mm");
+    fs::create_directories(dir);
+    std::ofstream(dir / "config.json") << mm.dump(2);
+    std::vector<SafetensorsWriteTensor> out = {
+        {"vision_tower.vision_model.embeddings.patch_embedding.weight", DType::F32, {2, 2}, std::vector<uint8_t>(16)},
+        {"multi_modal_projector.mm_soft_emb_norm.weight", DType::F32, {2}, std::vector<uint8_t>(8)}};
+    for (const auto& [name, t] : st->tensors()) {
+      ASSERT_EQ(name.rfind("model.", 0), 0u) << name;
+      out.push_back({prefix + name.substr(6), t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes)});
+    }
+    write_safetensors((dir / "model.safetensors").string(), out);
+    const ModelConfig c = config_from_hf(dir.string());
+    EXPECT_EQ(c.arch, "gemma3");
+    EXPECT_EQ(c.sliding_window_pattern, 6);
+    EXPECT_EQ(max_logit_diff(dir.string(), o.hf_dir, prompt), 0.0f);
+  }
+  // Without text_config the error names it.
+  const fs::path bad = temp("g3_mm_bad");
+  fs::create_directories(bad);
+  std::ofstream(bad / "config.json") << nlohmann::json{{"architectures", {"Gemma3ForConditionalGeneration"}}}.dump();
+  try {
+    config_from_hf(bad.string());
+    ADD_FAILURE() << "a Gemma3ForConditionalGeneration config without text_config was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("text_config"), std::string::npos) << e.what();
+  }
+}
+
 TEST(HfModel, Bf16AndF16WeightsMatchTheirGgufTwin) {
   SynthOptions o = shape("llama");
   o.type = DType::BF16;
@@ -220,6 +331,32 @@ TEST(HfModel, DirectoryWithRealTokenizerLoadsBoth) {
   const GenerationConfig g = generation_config_from_hf(o.hf_dir);
   ASSERT_EQ(g.eos_token_ids.size(), 1u);
   EXPECT_EQ(g.eos_token_ids[0], t->eos_id());
+
+  // A chat template in a file of its own (chat_template.jinja, or a processor's chat_template.json) is read when
+  // tokenizer_config.json has none; tokenizer_config.json's wins when it has one.
+  nlohmann::json cfg;
+  std::ifstream(fs::path(o.hf_dir) / "tokenizer_config.json") >> cfg;
+  const std::string own = cfg["chat_template"];
+  cfg.erase("chat_template");
+  std::ofstream(fs::path(o.hf_dir) / "tokenizer_config.json") << cfg.dump();
+  EXPECT_TRUE(load_tokenizer(o.hf_dir)->chat_template().empty());
+  std::ofstream(fs::path(o.hf_dir) / "chat_template.json") << nlohmann::json{{"chat_template", "{{ 'json' }}"}}.dump();
+  EXPECT_EQ(load_tokenizer(o.hf_dir)->chat_template(), "{{ 'json' }}");
+  std::ofstream(fs::path(o.hf_dir) / "chat_template.jinja") << "{{ 'jinja' }}";
+  EXPECT_EQ(load_tokenizer(o.hf_dir)->chat_template(), "{{ 'jinja' }}");
+  cfg["chat_template"] = own;
+  std::ofstream(fs::path(o.hf_dir) / "tokenizer_config.json") << cfg.dump();
+  EXPECT_EQ(load_tokenizer(o.hf_dir)->chat_template(), own);
+  fs::remove(fs::path(o.hf_dir) / "chat_template.jinja");
+  std::ofstream(fs::path(o.hf_dir) / "chat_template.json") << "[1]";
+  cfg.erase("chat_template");
+  std::ofstream(fs::path(o.hf_dir) / "tokenizer_config.json") << cfg.dump();
+  try {
+    load_tokenizer(o.hf_dir);
+    ADD_FAILURE() << "a chat_template.json without a chat_template string was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("chat_template.json"), std::string::npos) << e.what();
+  }
 }
 
 TEST(HfModel, ShardedIndexLoadsLikeOneFile) {

@@ -507,6 +507,25 @@ TEST_P(KernelTable, FourRowDotsEqualSingleRowDotsBitForBit) {
   }
 }
 
+// The memory probe's reader: every way of loading gives the generic table's word sum, for lengths of 1..40 lines
+// (the four-line loop and its tail) at every 64-byte offset of a page.
+TEST_P(KernelTable, StreamSumsEqualTheReferenceForEveryLoadKind) {
+  std::vector<uint64_t> words(4096 / 8 + 64 * 40 / 8 + 64);
+  for (uint64_t& w : words) w = (static_cast<uint64_t>(rng()) << 32) ^ rng();
+  auto* base = reinterpret_cast<uint8_t*>(words.data());
+  base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
+  for (int64_t lines = 1; lines <= 40; ++lines)
+    for (int64_t off = 0; off < 4096; off += 64 * 13) {
+      const uint64_t want = ref().stream_sum(base + off, 64 * lines, StreamLoad::kPlain);
+      for (StreamLoad how : {StreamLoad::kPlain, StreamLoad::kNonTemporal, StreamLoad::kPrefetch})
+        ASSERT_EQ(fast().stream_sum(base + off, 64 * lines, how), want)
+            << "lines " << lines << " offset " << off << " load kind " << static_cast<int>(how);
+    }
+  uint64_t sum = 0;  // and the reference is the plain sum of the words
+  for (int i = 0; i < 8 * 3; ++i) sum += reinterpret_cast<const uint64_t*>(base)[i];
+  EXPECT_EQ(ref().stream_sum(base, 64 * 3, StreamLoad::kPlain), sum);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTables, KernelTable, ::testing::ValuesIn(tables()),
                          [](const auto& info) { return info.param.name; });
 

@@ -169,7 +169,7 @@ TEST(ParallelSampling, SequencesEqualSeparateSeededRequestsSynthGqa) {
 // A Gemma 3 with a window of 8 on its local layers, which keep their KV in a pool of their own: the forked
 // sequences share and copy-on-write blocks in both pools.
 TEST(ParallelSampling, SequencesEqualSeparateSeededRequestsSynthGemma) {
-  auto m = LlamaModel::load(test_models::write_synth_gemma("kvik_parallel_gemma3.gguf", "gemma3", 8, 21));
+  auto m = LlamaModel::load(test_models::write_synth_family("kvik_parallel_gemma3.gguf", "gemma3", 8, 21));
   expect_n_equals_separate(*m);
 }
 

@@ -96,6 +96,7 @@ Twin make_twin(const TempDir& tmp, const std::string& arch, DType type) {
   o.dim = 256, o.layers = 2, o.heads = 4, o.kv_heads = 2, o.ff = 512, o.vocab = 512;
   if (arch == "llama") o.rope_scaling_llama3 = true, o.rope_freq_base = 500000.0f;
   if (arch == "qwen3") o.tied = true, o.head_dim = 128;  // n_h·d_h = 512 ≠ d, as in real Qwen3
+  if (arch == "phi3") o.context = 2048;                  // LongRoPE's long factors: twice the original 1024
   o.tokenizer_dir = tmp.file("tok_" + arch);
   write_small_tokenizer(arch == "llama" ? "llama3_1" : "qwen3", o.tokenizer_dir);
   o.hf_dir = tmp.file(arch + "_hf");
@@ -180,11 +181,16 @@ void check_arch(const std::string& arch, DType type) {
   EXPECT_FALSE(g->get_string("tokenizer.chat_template").value_or("").empty());
   EXPECT_EQ(g->find_tensor("rope_freqs.weight") != nullptr, arch == "llama");
   EXPECT_EQ(g->find_tensor("output.weight") != nullptr, arch != "qwen3");
+  // Phi-3: both LongRoPE factor lists and the original context, as the converter writes them for llama.cpp.
+  EXPECT_EQ(g->find_tensor("rope_factors_long.weight") != nullptr, arch == "phi3");
+  EXPECT_EQ(g->find_tensor("rope_factors_short.weight") != nullptr, arch == "phi3");
+  if (arch == "phi3") EXPECT_EQ(g->get_int("phi3.rope.scaling.original_context_length"), 1024);
 }
 
 TEST(QuantizeHf, LlamaDirectoryQuantizesLikeItsGgufTwin) { check_arch("llama", DType::BF16); }
 TEST(QuantizeHf, Qwen2DirectoryQuantizesLikeItsGgufTwin) { check_arch("qwen2", DType::F16); }
 TEST(QuantizeHf, Qwen3DirectoryQuantizesLikeItsGgufTwin) { check_arch("qwen3", DType::F32); }
+TEST(QuantizeHf, Phi3DirectoryQuantizesLikeItsGgufTwin) { check_arch("phi3", DType::BF16); }
 
 // model.safetensors split in two shards with an index: the same output, byte for byte.
 TEST(QuantizeHf, ShardedCheckpointGivesTheSameFile) {

@@ -498,7 +498,7 @@ TEST(SpecDecodeEngine, AModelThatCopiesAcceptsNearlyEveryDraft) {
 // A Gemma 3 whose local layers keep their KV in a pool of their own (window 8): rejected drafts roll back in both
 // pools, and the greedy output stays the plain engine's.
 TEST(SpecDecodeEngine, GreedyOutputIdenticalSynthGemma) {
-  auto m = LlamaModel::load(test_models::write_synth_gemma("kvik_spec_gemma3.gguf", "gemma3", 8, 31));
+  auto m = LlamaModel::load(test_models::write_synth_family("kvik_spec_gemma3.gguf", "gemma3", 8, 31));
   expect_greedy_equality(*m, looping_prompts(m->config().vocab_size));
 }
 

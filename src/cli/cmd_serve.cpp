@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/serve_data_parallel.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/async_engine.h"
@@ -128,6 +129,7 @@ struct ServeOpts {
     int64_t max_loras = 1;             // --max-loras
     int64_t max_rank = 16;             // --max-lora-rank
   } lora;
+  int64_t data_parallel_size = 1;  // --data-parallel-size: replicas behind one endpoint (serve_data_parallel.h)
 };
 
 // Loads the model and runs the engine behind `http` until the listener returns (after stop()); a watchdog
@@ -192,6 +194,10 @@ int run(ServeOpts& o) {
   if (o.server.served_model_name.empty()) o.server.served_model_name = std::filesystem::path(o.model).stem().string();
   if (!o.chat_template_file.empty()) o.chat_template = read_text_file(o.chat_template_file);
   if (!o.lora.modules.empty() && !o.lora.enable) fail("--lora-modules needs --enable-lora");
+  if (o.data_parallel_size > 1)
+    return serve_data_parallel(
+        {o.data_parallel_size, o.model, o.chat_template, o.server, o.engine.config.num_threads, o.shutdown_grace_s});
+  adopt_block_hash_seed();  // a data-parallel replica hashes blocks as its front does
   if (o.lora.enable && o.engine.config.parallel.enabled())
     fail("--enable-lora does not run with --tensor-parallel-size / --pipeline-parallel-size yet");
   o.server.generation_defaults = server::load_generation_defaults(o.generation_config, o.model);
@@ -280,6 +286,11 @@ Run add_serve(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   add_engine_flags(c, o->engine);
+  c->add_option("--data-parallel-size,--dp", o->data_parallel_size,
+                "Engine replicas (processes) behind this endpoint; a request goes to the replica holding the "
+                "longest cached prefix of its prompt, else to the least loaded")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   return [o]() { return run(*o); };
 }
 

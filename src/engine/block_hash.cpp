@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <atomic>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -9,11 +10,14 @@
 namespace kvik {
 
 namespace {
-uint64_t process_seed() {
-  static const uint64_t seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+std::atomic<uint64_t>& seed_storage() {
+  static std::atomic<uint64_t> seed{(static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}()};
   return seed;
 }
+uint64_t process_seed() { return seed_storage().load(std::memory_order_relaxed); }
 }  // namespace
+
+void set_block_hash_seed(uint64_t seed) { seed_storage().store(seed, std::memory_order_relaxed); }
 
 BlockHash hash_block_tokens(const std::optional<BlockHash>& parent, std::span<const int32_t> tokens,
                             std::span<const int64_t> extra_keys) {

@@ -19,6 +19,11 @@ struct BlockHashHasher {
   size_t operator()(const BlockHash& h) const { return static_cast<size_t>(h.lo ^ (h.hi * 0x9e3779b97f4a7c15ULL)); }
 };
 
+// Replaces the per-process seed; call before any block is hashed. Data parallelism (kvik serve
+// --data-parallel-size) gives its replicas one shared secret seed so that its router, hashing a prompt with the
+// same function, can match the replicas' prefix caches; the seed never leaves those processes.
+void set_block_hash_seed(uint64_t seed);
+
 // hash(parent, tokens, extra_keys); parent is nullopt for the first block of a sequence.
 BlockHash hash_block_tokens(const std::optional<BlockHash>& parent, std::span<const int32_t> tokens,
                             std::span<const int64_t> extra_keys = {});

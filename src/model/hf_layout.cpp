@@ -136,7 +136,8 @@ void write_arch_metadata(const ModelConfig& c, GgufWriter& w) {
   if (c.arch == "phi3" && (!c.rope_freq_factors.empty() || c.rope_mscale != 1.0f)) {  // LongRoPE (Phi3Model)
     w.set_string(a + "rope.scaling.type", "longrope");
     w.set_f32(a + "rope.scaling.attn_factor", c.rope_mscale);
-    u32("rope.scaling.original_context_length", c.context_length / 2);
+    u32("rope.scaling.original_context_length",
+        c.rope_original_context > 0 ? c.rope_original_context : c.context_length);
   }
   if (c.is_gemma()) {  // llama.cpp's gemma2/gemma3 keys (convert_hf_to_gguf.py's Gemma2Model, Gemma3Model)
     u32("attention.sliding_window_pattern", c.sliding_window_pattern);
@@ -147,6 +148,16 @@ void write_arch_metadata(const ModelConfig& c, GgufWriter& w) {
       w.set_string(a + "rope.scaling.type", "linear");
       w.set_f32(a + "rope.scaling.factor", 1.0f / c.rope_freq_scale);
     }
+  }
+}
+
+void for_each_rope_factor_tensor(const ModelConfig& c,
+                                 const std::function<void(const std::string&, const std::vector<float>&)>& f) {
+  if (c.arch == "phi3") {
+    if (!c.rope_short_factors.empty()) f("rope_factors_short.weight", c.rope_short_factors);
+    if (!c.rope_long_factors.empty()) f("rope_factors_long.weight", c.rope_long_factors);
+  } else if (!c.rope_freq_factors.empty()) {
+    f("rope_freqs.weight", c.rope_freq_factors);
   }
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,5 +47,10 @@ inline int64_t hf_row_of_gguf_row(int64_t r, int64_t head_dim) {
 // feed_forward_length, attention.head_count(_kv), attention.key_length / value_length,
 // attention.layer_norm_rms_epsilon, rope.freq_base, rope.dimension_count, vocab_size.
 void write_arch_metadata(const ModelConfig& c, GgufWriter& w);
+
+// The rope-scaling tensors convert_hf_to_gguf.py adds, f(GGUF name, values) for each: Phi-3's LongRoPE as
+// rope_factors_short and rope_factors_long, Llama 3.1's factors as rope_freqs; none without scaling.
+void for_each_rope_factor_tensor(const ModelConfig& c,
+                                 const std::function<void(const std::string&, const std::vector<float>&)>& f);
 
 }  // namespace kvik

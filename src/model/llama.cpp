@@ -162,8 +162,13 @@ std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir, const Lo
     for (float& x : m->owned_.back()) x += offset;
     return v;
   };
-  m->token_embd_ = mat("model.embed_tokens.weight", c.vocab_size, c.dim);
-  m->output_norm_ = vec("model.norm.weight", c.dim, norm_offset);
+  // The decoder's tensors sit under "model." — or, in a multimodal checkpoint's language model (Gemma 3 4B and up),
+  // under "language_model.model." (as the hub's files name them) or "model.language_model." (newer transformers).
+  std::string base = "model.";
+  for (const char* alt : {"language_model.model.", "model.language_model."})
+    if (!st.find(base + "embed_tokens.weight") && st.find(std::string(alt) + "embed_tokens.weight")) base = alt;
+  m->token_embd_ = mat(base + "embed_tokens.weight", c.vocab_size, c.dim);
+  m->output_norm_ = vec(base + "norm.weight", c.dim, norm_offset);
   if (c.tied_embeddings) {
     m->output_ = m->token_embd_;
   } else {
@@ -172,12 +177,19 @@ std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir, const Lo
     m->output_ = mat("lm_head.weight", c.vocab_size, c.dim);
   }
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string p = base + "layers." + std::to_string(l) + ".";
     LayerWeights w;
     w.attn_norm = vec(p + "input_layernorm.weight", c.dim, norm_offset);
-    w.wq = mat(p + "self_attn.q_proj.weight", c.q_dim(), c.dim);
-    w.wk = mat(p + "self_attn.k_proj.weight", c.kv_dim(), c.dim);
-    w.wv = mat(p + "self_attn.v_proj.weight", c.kv_dim(), c.dim);
+    if (c.arch == "phi3") {  // Phi3ForCausalLM: q/k/v rows fused in qkv_proj, three views of it
+      const WeightMatrix qkv = mat(p + "self_attn.qkv_proj.weight", c.q_dim() + 2 * c.kv_dim(), c.dim);
+      w.wq = rows_of(qkv, 0, c.q_dim());
+      w.wk = rows_of(qkv, c.q_dim(), c.kv_dim());
+      w.wv = rows_of(qkv, c.q_dim() + c.kv_dim(), c.kv_dim());
+    } else {
+      w.wq = mat(p + "self_attn.q_proj.weight", c.q_dim(), c.dim);
+      w.wk = mat(p + "self_attn.k_proj.weight", c.kv_dim(), c.dim);
+      w.wv = mat(p + "self_attn.v_proj.weight", c.kv_dim(), c.dim);
+    }
     w.wo = mat(p + "self_attn.o_proj.weight", c.dim, c.q_dim());
     if (c.attn_bias) {
       w.bq = vec(p + "self_attn.q_proj.bias", c.q_dim());
@@ -207,6 +219,11 @@ std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir, const Lo
         w.moe.up.push_back(mat(x + (mixtral ? "w3" : "up_proj") + ".weight", c.expert_ff_dim, c.dim));
         w.moe.down.push_back(mat(x + (mixtral ? "w2" : "down_proj") + ".weight", c.dim, c.expert_ff_dim));
       }
+    } else if (c.arch == "phi3") {  // gate (first half) and up rows fused in gate_up_proj
+      const WeightMatrix gate_up = mat(p + "mlp.gate_up_proj.weight", 2 * c.ff_dim, c.dim);
+      w.w_gate = rows_of(gate_up, 0, c.ff_dim);
+      w.w_up = rows_of(gate_up, c.ff_dim, c.ff_dim);
+      w.w_down = mat(p + "mlp.down_proj.weight", c.dim, c.ff_dim);
     } else {
       w.w_gate = mat(p + "mlp.gate_proj.weight", c.ff_dim, c.dim);
       w.w_up = mat(p + "mlp.up_proj.weight", c.ff_dim, c.dim);

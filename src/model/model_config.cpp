@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include "core/error.h"
+#include "core/log.h"
 
 #include <nlohmann/json.hpp>
 
@@ -127,16 +128,95 @@ void gemma_from_hf(const nlohmann::json& j, const std::string& f, ModelConfig& c
 // Phi-3 without them rotates plainly); cos / sin times rope.scaling.attn_factor.
 void longrope_from_gguf(const GgufFile& g, ModelConfig& c) {
   const int64_t orig = g.get_int("phi3.rope.scaling.original_context_length").value_or(c.context_length);
-  const char* name = c.context_length > orig ? "rope_factors_long.weight" : "rope_factors_short.weight";
-  if (const GgufTensorInfo* t = g.find_tensor(name)) {
+  if (orig <= 0 || orig > (1 << 24))
+    fail("{}: metadata key 'phi3.rope.scaling.original_context_length' = {} is out of range", g.path(), orig);
+  for (const char* name : {"rope_factors_short.weight", "rope_factors_long.weight"}) {
+    const GgufTensorInfo* t = g.find_tensor(name);
+    if (!t) continue;
     if (t->dtype != DType::F32 || t->shape != std::vector<int64_t>{c.rope_dim / 2})
       fail("{}: tensor '{}' must be f32 [{}]", g.path(), name, c.rope_dim / 2);
     const auto* f = reinterpret_cast<const float*>(t->data);
-    c.rope_freq_factors.assign(f, f + c.rope_dim / 2);
+    (name[13] == 's' ? c.rope_short_factors : c.rope_long_factors).assign(f, f + c.rope_dim / 2);
   }
+  c.rope_original_context = orig;
+  const std::vector<float>& picked = c.context_length > orig ? c.rope_long_factors : c.rope_short_factors;
+  if (!picked.empty()) c.rope_freq_factors = picked;
   const double m = g.get_float("phi3.rope.scaling.attn_factor").value_or(1.0);
   if (!(m > 0) || m > 100) fail("{}: metadata key 'phi3.rope.scaling.attn_factor' = {} is out of range", g.path(), m);
   c.rope_mscale = static_cast<float>(m);
+}
+
+// Gemma3ForConditionalGeneration's config.json: the language model's fields in text_config, with Gemma3TextConfig's
+// defaults for those a release leaves out (the 4B's text_config names only what differs from them), and the
+// top-level fields the text part shares (special token ids).
+nlohmann::json gemma3_text_config(const nlohmann::json& j, const std::string& f) {
+  if (!j.contains("text_config") || !j["text_config"].is_object())
+    fail("{}: Gemma3ForConditionalGeneration without a \"text_config\" object", f);
+  nlohmann::json t = {{"vocab_size", 262208},
+                      {"hidden_size", 2304},
+                      {"intermediate_size", 9216},
+                      {"num_hidden_layers", 26},
+                      {"num_attention_heads", 8},
+                      {"num_key_value_heads", 4},
+                      {"head_dim", 256},
+                      {"max_position_embeddings", 131072},
+                      {"rms_norm_eps", 1e-6},
+                      {"rope_theta", 1000000.0},
+                      {"rope_local_base_freq", 10000.0},
+                      {"sliding_window", 4096},
+                      {"sliding_window_pattern", 6},
+                      {"query_pre_attn_scalar", 256},
+                      {"final_logit_softcapping", nullptr},
+                      {"attn_logit_softcapping", nullptr},
+                      {"tie_word_embeddings", true}};
+  t.update(j["text_config"]);
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype"})
+    if (j.contains(key) && !t.contains(key)) t[key] = j[key];
+  t["architectures"] = {"Gemma3ForCausalLM"};
+  return t;
+}
+
+// Phi3Config's LongRoPE (rope_scaling type "longrope", or "su" in the first releases): short_factor and long_factor
+// lists of rope_dim / 2 divisors, the long ones when max_position_embeddings exceeds original_max_position_embeddings
+// (the choice llama.cpp makes at that context, and what its GGUF then holds); the attention factor given, else
+// convert_hf_to_gguf.py's √(1 + ln(scale) / ln(original)) for scale = max / original > 1.
+void longrope_from_hf(const nlohmann::json& j, const std::string& f, ModelConfig& c) {
+  const nlohmann::json& rs = j["rope_scaling"];
+  const int64_t orig =
+      j.contains("original_max_position_embeddings") && j["original_max_position_embeddings"].is_number_integer()
+          ? j["original_max_position_embeddings"].get<int64_t>()
+          : c.context_length;
+  if (orig <= 0 || orig > c.context_length)
+    fail("{}: \"original_max_position_embeddings\" {} must be in 1..max_position_embeddings ({})", f, orig,
+         c.context_length);
+  for (const char* key : {"short_factor", "long_factor"}) {
+    if (!rs.contains(key) || !rs[key].is_array() || static_cast<int64_t>(rs[key].size()) != c.rope_dim / 2)
+      fail("{}: rope_scaling \"{}\" must be a list of {} numbers (rotated dimensions / 2)", f, key, c.rope_dim / 2);
+    std::vector<float>& out = key[0] == 's' ? c.rope_short_factors : c.rope_long_factors;
+    for (const nlohmann::json& x : rs[key]) {
+      if (!x.is_number() || !(x.get<double>() > 0))
+        fail("{}: rope_scaling \"{}\" holds {}, not a positive number", f, key, x.dump());
+      out.push_back(x.get<float>());
+    }
+  }
+  c.rope_original_context = orig;
+  c.rope_freq_factors = c.context_length > orig ? c.rope_long_factors : c.rope_short_factors;
+  const double scale = static_cast<double>(c.context_length) / static_cast<double>(orig);
+  double m = scale > 1 ? std::sqrt(1 + std::log(scale) / std::log(static_cast<double>(orig))) : 1.0;
+  if (rs.contains("attention_factor") && !rs["attention_factor"].is_null()) {
+    if (!rs["attention_factor"].is_number() || !(rs["attention_factor"].get<double>() > 0))
+      fail("{}: rope_scaling \"attention_factor\" must be a positive number", f);
+    m = rs["attention_factor"].get<double>();
+  }
+  c.rope_mscale = static_cast<float>(m);
+}
+
+// Phi-3's configs name a sliding window (2047 in Phi-3-mini-4k) that llama.cpp does not apply (its phi3 attends the
+// whole context): kvik follows the reference it is checked against, and says so.
+void phi3_sliding_window_ignored(const std::string& where, int64_t window) {
+  if (window > 0)
+    log_info("{}: phi3 sliding_window {} is not applied (as in llama.cpp, every layer attends the whole context)",
+             where, window);
 }
 
 }  // namespace
@@ -201,7 +281,11 @@ ModelConfig config_from_gguf(const GgufFile& g) {
     const auto* f = reinterpret_cast<const float*>(rf->data);
     c.rope_freq_factors.assign(f, f + c.rope_dim / 2);
   }
-  if (c.arch == "phi3") longrope_from_gguf(g, c);
+  if (c.arch == "phi3") {
+    longrope_from_gguf(g, c);
+    phi3_sliding_window_ignored(g.path(), c.sliding_window);
+    c.sliding_window = 0;
+  }
   return c;
 }
 
@@ -228,13 +312,17 @@ std::vector<float> llama3_rope_freq_factors(float base, int64_t rope_dim, float 
 ModelConfig config_from_hf(const std::string& dir) {
   const std::filesystem::path path = std::filesystem::path(dir) / "config.json";
   if (!std::filesystem::exists(path)) fail("{}: no config.json in this directory", dir);
-  const nlohmann::json j = read_json_file(path);
+  nlohmann::json j = read_json_file(path);
   const std::string f = path.string();
   if (!j.is_object()) fail("{}: not a JSON object", f);
   std::string arch;
   if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
       j["architectures"][0].is_string())
     arch = j["architectures"][0].get<std::string>();
+  if (arch == "Gemma3ForConditionalGeneration") {  // Gemma 3 4B and up: the text part (the vision tower is not run)
+    j = gemma3_text_config(j, f);
+    arch = "Gemma3ForCausalLM";
+  }
   ModelConfig c;
   if (arch == "LlamaForCausalLM" || arch == "MistralForCausalLM")
     c.arch = "llama";
@@ -250,10 +338,13 @@ ModelConfig config_from_hf(const std::string& dir) {
     c.arch = "gemma2";
   else if (arch == "Gemma3ForCausalLM")
     c.arch = "gemma3";
+  else if (arch == "Phi3ForCausalLM")
+    c.arch = "phi3";
   else
     fail(
         "{}: architectures '{}' is not supported (kvik runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-        "Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)",
+        "Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "
+        "Gemma3ForConditionalGeneration's text part, Phi3ForCausalLM)",
         f, arch);
   c.name = j.value("_name_or_path", std::string());
   const auto integer = [&](const char* key, std::optional<int64_t> dflt, int64_t max) -> int64_t {
@@ -298,6 +389,13 @@ ModelConfig config_from_hf(const std::string& dir) {
   c.vocab_size = integer("vocab_size", std::nullopt, 1 << 24);
   c.context_length = integer("max_position_embeddings", 2048, 1 << 24);
   c.rope_dim = c.head_dim;
+  if (j.contains("partial_rotary_factor") && !j["partial_rotary_factor"].is_null()) {  // Phi-4-mini: 0.75
+    const double prf = number("partial_rotary_factor", 1.0);
+    c.rope_dim = static_cast<int64_t>(c.head_dim * prf);
+    if (!(prf > 0 && prf <= 1) || c.rope_dim <= 0 || c.rope_dim % 2 != 0)
+      fail("{}: \"partial_rotary_factor\" {} must give an even number of rotated dimensions (head_dim {})", f, prf,
+           c.head_dim);
+  }
   c.rope_freq_base = static_cast<float>(number("rope_theta", 10000.0));
   c.rms_eps = static_cast<float>(number("rms_norm_eps", 1e-6));
   if (!(c.rms_eps > 0)) fail("{}: \"rms_norm_eps\" must be positive", f);
@@ -307,6 +405,10 @@ ModelConfig config_from_hf(const std::string& dir) {
       c.sliding_window = integer("sliding_window", std::nullopt, 1 << 24);
   } else if (c.is_gemma()) {
     gemma_from_hf(j, f, c);
+  } else if (c.arch == "phi3") {
+    phi3_sliding_window_ignored(f, j.contains("sliding_window") && j["sliding_window"].is_number_integer()
+                                       ? j["sliding_window"].get<int64_t>()
+                                       : 0);
   } else if (j.contains("use_sliding_window") && j["use_sliding_window"].is_boolean() &&
              j["use_sliding_window"].get<bool>()) {
     fail("{}: use_sliding_window (Qwen's per-layer sliding window) is not supported", f);
@@ -331,8 +433,10 @@ ModelConfig config_from_hf(const std::string& dir) {
       if (!rs.contains("factor") || !rs["factor"].is_number() || !(rs["factor"].get<double>() > 0))
         fail("{}: rope_scaling \"factor\" is missing or not a positive number", f);
       c.rope_freq_scale = static_cast<float>(1.0 / rs["factor"].get<double>());
+    } else if (c.arch == "phi3" && (type == "longrope" || type == "su")) {
+      longrope_from_hf(j, f, c);
     } else if (type != "default") {
-      fail("{}: rope_scaling type '{}' is not supported (kvik knows llama3 and linear)", f, type);
+      fail("{}: rope_scaling type '{}' is not supported (kvik knows llama3, linear and Phi-3's longrope)", f, type);
     }
   }
   return c;

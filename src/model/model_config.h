@@ -56,6 +56,10 @@ struct ModelConfig {
   // original_max_position_embeddings, as llama.cpp picks them at full context), and cos / sin are multiplied by
   // rope_mscale (the attention factor √(1 + ln(scale) / ln(original))).
   float rope_mscale = 1.0f;
+  // Phi-3's LongRoPE as the checkpoint has it (what a converted GGUF holds: rope_factors_short / _long and
+  // rope.scaling.original_context_length); empty / 0 elsewhere.
+  std::vector<float> rope_short_factors, rope_long_factors;
+  int64_t rope_original_context = 0;
   // Gemma: attention scores tanh-capped at attn_softcap (Gemma 2: 50) and logits at final_softcap (Gemma 2: 30);
   // 0 = none. attn_scale multiplies q·k (0: 1/√d_h; HF's query_pre_attn_scalar^−½).
   float attn_softcap = 0.0f, final_softcap = 0.0f, attn_scale = 0.0f;

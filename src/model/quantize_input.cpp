@@ -123,9 +123,9 @@ class HfInput final : public QuantizeInput {
 
 void HfInput::add_tensors() {
   std::set<std::string> known;
-  if (!config_.rope_freq_factors.empty()) {  // the converter's extra tensor comes first
-    const auto& f = config_.rope_freq_factors;
-    tensors_.push_back({"rope_freqs.weight",
+  // The converter's extra tensors come first (config_ keeps the values for as long as this input lives).
+  for_each_rope_factor_tensor(config_, [&](const std::string& name, const std::vector<float>& f) {
+    tensors_.push_back({name,
                         DType::F32,
                         {static_cast<int64_t>(f.size())},
                         DType::F32,
@@ -133,7 +133,7 @@ void HfInput::add_tensors() {
                         f.size() * sizeof(float),
                         0,
                         nullptr});
-  }
+  });
   for (const HfTensorLayout& t : hf_tensor_layout(config_)) {
     known.insert(t.hf_name);
     const SafetensorsTensor* s = st_->find(t.hf_name);

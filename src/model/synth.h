@@ -45,7 +45,7 @@ struct SynthOptions {
   // Hugging Face directory output (synth_hf): config.json + model.safetensors (+ tokenizer files).
   std::string hf_dir;
   // llama | qwen2 (q/k/v biases) | qwen3 (q/k RMSNorm) | mixtral (llama + experts) | qwen3moe (qwen3 + experts) |
-  // gemma2 | gemma3 | phi3. The GGUF writer (synth_llama_gguf) takes all but qwen2 and qwen3; synth_hf all but phi3.
+  // gemma2 | gemma3 | phi3. The GGUF writer (synth_llama_gguf) takes all but qwen2 and qwen3; synth_hf all of them.
   std::string arch = "llama";
   bool tied = false;                 // tie_word_embeddings: no lm_head.weight
   bool rope_scaling_llama3 = false;  // Llama 3.1 rope_scaling (factor 8, low 1, high 4, original 8192)

@@ -94,10 +94,13 @@ ModelConfig synth_config(const SynthOptions& o, int64_t head_dim, int64_t vocab)
   if (o.rope_scaling_llama3)
     c.rope_freq_factors = llama3_rope_freq_factors(o.rope_freq_base, head_dim, 8.0f, 1.0f, 4.0f, 8192.0f);
   if (c.is_gemma()) gemma_synth_config(o, c);
-  if (c.arch == "phi3") {  // LongRoPE with the long factors: context_length is twice the original
-    c.rope_freq_factors.resize(static_cast<size_t>(head_dim / 2));
-    for (size_t i = 0; i < c.rope_freq_factors.size(); ++i)
-      c.rope_freq_factors[i] = 1.0f + 7.0f * static_cast<float>(i) / static_cast<float>(c.rope_freq_factors.size());
+  if (c.arch == "phi3") {  // LongRoPE with the long factors: context_length is twice the original; short ones all 1
+    c.rope_long_factors.resize(static_cast<size_t>(head_dim / 2));
+    for (size_t i = 0; i < c.rope_long_factors.size(); ++i)
+      c.rope_long_factors[i] = 1.0f + 7.0f * static_cast<float>(i) / static_cast<float>(c.rope_long_factors.size());
+    c.rope_short_factors.assign(c.rope_long_factors.size(), 1.0f);
+    c.rope_freq_factors = c.rope_long_factors;
+    c.rope_original_context = o.context / 2;
     c.rope_mscale = std::sqrt(1.0f + std::log(2.0f) / std::log(static_cast<float>(o.context / 2)));
   }
   return c;
@@ -155,11 +158,23 @@ void add_gemma_config(const ModelConfig& c, nlohmann::ordered_json& config) {
   }
 }
 
+// Phi3Config's LongRoPE as Phi-3-mini-128k has it: a context of twice the original, so the long factors apply (the
+// short ones, all 1, are written too), and the attention factor left to the formula; its Phi-3-mini-4k-style sliding
+// window, which neither llama.cpp nor kvik applies.
+void add_phi3_config(const ModelConfig& c, nlohmann::ordered_json& config) {
+  config["model_type"] = "phi3";
+  config["original_max_position_embeddings"] = c.rope_original_context;
+  config["rope_scaling"] = {
+      {"type", "longrope"}, {"short_factor", c.rope_short_factors}, {"long_factor", c.rope_long_factors}};
+  config["sliding_window"] = c.rope_original_context - 1;
+}
+
 void write_config_files(const SynthOptions& o, const ModelConfig& c, int64_t hd, int64_t vocab, const Tokenizer* tok) {
   const char* hf_arch = o.arch == "llama"     ? (o.sliding_window > 0 ? "MistralForCausalLM" : "LlamaForCausalLM")
                         : o.arch == "qwen2"   ? "Qwen2ForCausalLM"
                         : o.arch == "qwen3"   ? "Qwen3ForCausalLM"
                         : o.arch == "mixtral" ? "MixtralForCausalLM"
+                        : o.arch == "phi3"    ? "Phi3ForCausalLM"
                                               : "Qwen3MoeForCausalLM";
   nlohmann::ordered_json config = {
       {"architectures", {hf_arch}},
@@ -204,6 +219,7 @@ void write_config_files(const SynthOptions& o, const ModelConfig& c, int64_t hd,
                               {"high_freq_factor", 4.0},
                               {"original_max_position_embeddings", 8192}};
   if (c.is_gemma()) add_gemma_config(c, config);
+  if (c.arch == "phi3") add_phi3_config(c, config);
   if (tok) {
     if (tok->bos_id() >= 0) config["bos_token_id"] = tok->bos_id();
     if (tok->eos_id() >= 0) config["eos_token_id"] = tok->eos_id();
@@ -226,8 +242,8 @@ void synth_hf(const SynthOptions& o) {
   if (o.hf_dir.empty()) fail("synth: --hf needs a directory");
   const bool moe = o.arch == "mixtral" || o.arch == "qwen3moe";
   const bool gemma = o.arch == "gemma2" || o.arch == "gemma3";
-  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && !moe && !gemma)
-    fail("synth: --arch '{}' is not one of llama, qwen2, qwen3, mixtral, qwen3moe, gemma2, gemma3", o.arch);
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "phi3" && !moe && !gemma)
+    fail("synth: --arch '{}' is not one of llama, qwen2, qwen3, mixtral, qwen3moe, gemma2, gemma3, phi3", o.arch);
   if (moe != (o.experts > 0) || (moe && (o.experts_used <= 0 || o.experts_used > o.experts)))
     fail("synth: --arch {} needs --experts E and --experts-used k in 1..E (and only a MoE arch takes them)", o.arch);
   if (o.type != DType::F32 && o.type != DType::F16 && o.type != DType::BF16)
@@ -287,11 +303,9 @@ void synth_hf(const SynthOptions& o) {
     if (!bpe) fail("synth: --tokenizer-dir must hold a byte-level BPE tokenizer.json to go into the GGUF");
     bpe->write_gguf_metadata(g, vocab);
   }
-  if (!c.rope_freq_factors.empty()) {
-    const std::vector<float>& f = c.rope_freq_factors;
-    g.add_tensor("rope_freqs.weight", DType::F32, {static_cast<int64_t>(f.size())},
-                 std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(f.data()), f.size() * 4));
-  }
+  for_each_rope_factor_tensor(c, [&](const std::string& name, const std::vector<float>& f) {
+    g.add_tensor(name, DType::F32, {static_cast<int64_t>(f.size())}, encode(f, DType::F32));
+  });
   g.write(o.out_path);
 }
 
@@ -330,13 +344,9 @@ void synth_family_gguf(const SynthOptions& o) {
     for (int64_t r = 0; r < rows; ++r) quantize_row(type, &v[r * cols], &bytes[rb * r], cols);
     g.add_tensor(t.gguf_name, type, vec ? std::vector<int64_t>{cols} : std::vector<int64_t>{cols, rows}, bytes);
   }
-  if (c.arch == "phi3") {  // llama.cpp reads the factors the context picks: the long ones here, the short ones all 1
-    const std::vector<float> ones(c.rope_freq_factors.size(), 1.0f);
-    for (const auto& [name, f] :
-         {std::pair{"rope_factors_long.weight", &c.rope_freq_factors}, {"rope_factors_short.weight", &ones}})
-      g.add_tensor(name, DType::F32, {static_cast<int64_t>(f->size())},
-                   std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(f->data()), f->size() * 4));
-  }
+  for_each_rope_factor_tensor(c, [&](const std::string& name, const std::vector<float>& f) {
+    g.add_tensor(name, DType::F32, {static_cast<int64_t>(f.size())}, encode(f, DType::F32));
+  });
   g.write(o.out_path);
 }
 

@@ -128,6 +128,27 @@ HttpReply Router::engine_state() {
   return reply;
 }
 
+std::string prefix_summary_json(const EngineStateSnapshot& s) {
+  std::string out = fmt::format(R"({{"object":"engine.prefix_summary","sequence":{},"block_size":{},"hashes":[)",
+                                s.sequence, s.block_size);
+  bool first = true;
+  for (size_t i = 0; i < s.hash.size(); ++i) {
+    if (!s.has_hash[i]) continue;
+    fmt::format_to(std::back_inserter(out), "{}\"{:016x}\"", first ? "" : ",", s.hash[i].lo);
+    first = false;
+  }
+  return out + "]}";
+}
+
+HttpReply Router::prefix_summary() {
+  std::shared_ptr<const EngineStateSnapshot> s = ctx_.engine->state_snapshot(kStateMaxAge);
+  if (!s) return error({503, "the engine has not published its state yet", "", ""});
+  HttpReply reply;
+  reply.body = prefix_summary_json(*s);
+  reply.headers.emplace_back("Cache-Control", "no-store");
+  return reply;
+}
+
 HttpReply Router::engine_trace(const HttpRequest& req, std::function<void()> on_engine_output) {
   auto parsed = parse_json_object(req.body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return error(*e);

@@ -231,8 +231,11 @@ class Session : public SessionBase {
     if (!reply.stream) return send(std::move(reply));
     response_ = reply.stream;
     reply_ = std::move(reply);
+    head_sent_ = false;
     if (response_->streaming()) {
+      take_body_head();  // a body that settles its head on another thread may have done so already
       out_ = head_of(reply_, -1, keep_alive_, cfg_.keep_alive_timeout_s);
+      head_sent_ = true;
       write_out();
     }
     schedule_tick();
@@ -256,10 +259,15 @@ class Session : public SessionBase {
     const bool complete = response_->drain(text);
     status_ = reply_.status;
     if (response_->streaming()) {
+      if (!head_sent_) {  // a body that knew only later that it streams
+        take_body_head();
+        out_ += head_of(reply_, -1, keep_alive_, cfg_.keep_alive_timeout_s);
+        head_sent_ = true;
+      }
       append_chunk(out_, text);
       if (complete) out_ += "0\r\n\r\n";
     } else if (complete) {
-      if (const int s = response_->status()) status_ = reply_.status = s;
+      take_body_head();
       out_ = head_of(reply_, static_cast<int64_t>(text.size()), keep_alive_, cfg_.keep_alive_timeout_s);
       if (!head_only_) out_ += text;
     }
@@ -273,6 +281,13 @@ class Session : public SessionBase {
       return close();
     }
     write_out();
+  }
+
+  // The status, Content-Type and headers a body settled after the reply was made.
+  void take_body_head() {
+    if (const int s = response_->status()) status_ = reply_.status = s;
+    if (std::string t = response_->content_type(); !t.empty()) reply_.content_type = std::move(t);
+    for (auto& h : response_->headers()) reply_.headers.push_back(std::move(h));
   }
 
   // Writes out_ when no write is in flight; `then` runs once everything queued so far is written.
@@ -385,6 +400,7 @@ class Session : public SessionBase {
   std::shared_ptr<ReplyBody> response_;
   std::shared_ptr<std::atomic<bool>> wake_;
   bool response_done_ = false;
+  bool head_sent_ = false;  // of a streamed reply
   bool aborted_ = false;
   std::string out_, writing_;
   bool writing_active_ = false;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "server/generation.h"
@@ -24,9 +25,15 @@ class ReplyBody {
   // Appends what is ready to `out`. Returns true once the body is complete.
   virtual bool drain(std::string& out) = 0;
   virtual void abort() = 0;  // the client is gone
+  // Whether the body is a chunked stream. A body may say so only once it knows (a proxied reply, after the upstream
+  // head): the session writes the head when it first sees true, with status() and content_type().
   virtual bool streaming() const { return false; }
-  // The HTTP status of a whole (non-streamed) body once complete; 0 keeps the reply's.
+  // The HTTP status of a whole (non-streamed) body once complete, or of a stream that began late; 0 keeps the reply's.
   virtual int status() const { return 0; }
+  // Likewise its Content-Type; "" keeps the reply's.
+  virtual std::string content_type() const { return ""; }
+  // Headers settled with them, added to the reply's.
+  virtual std::vector<std::pair<std::string, std::string>> headers() const { return {}; }
   // For the access log: the generation's id ("" for other bodies), its token counts and time to first token.
   virtual std::string id() const { return ""; }
   virtual Usage usage() const { return {}; }

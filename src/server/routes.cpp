@@ -154,6 +154,24 @@ std::optional<ApiError> check_lengths(const Tokenizer& tok, const std::vector<st
 
 std::variant<json, ApiError> parse_json_object(const std::string& text) { return parse_body(text); }
 
+std::optional<std::vector<int32_t>> routing_prompt_ids(const Tokenizer& tok, const ServerConfig& config, bool chat,
+                                                       const std::string& body_text) {
+  auto body = parse_body(body_text);
+  auto* fields = std::get_if<json>(&body);
+  if (!fields) return std::nullopt;
+  auto parsed = parse_generate_request(*fields, chat);
+  auto* r = std::get_if<GenerateRequest>(&parsed);
+  if (!r || (!r->model.empty() && r->model != config.served_model_name) || !r->interventions.empty())
+    return std::nullopt;
+  if (!chat && r->prompts.size() != 1) return std::nullopt;
+  ChatInputs inputs;
+  if (chat) inputs = chat_inputs(body_text);
+  auto prompts = prompt_ids(tok, *r, chat ? &inputs : nullptr);
+  auto* ids = std::get_if<std::vector<std::vector<int32_t>>>(&prompts);
+  if (!ids || ids->empty()) return std::nullopt;
+  return std::move(ids->front());
+}
+
 HttpReply Router::error(const ApiError& e) {
   HttpReply r = json_reply(e.status, e.to_json());
   if (e.status == 429 || e.status == 503) r.headers.emplace_back("Retry-After", "1");
@@ -226,6 +244,7 @@ HttpReply Router::route(const HttpRequest& req, std::function<void()>& on_engine
     reply.content_type.clear();
     return reply;
   }
+  if (handler_) return handler_(req, std::move(on_engine_output));
   if (get && path == "/health") {
     if (!is_ready(reply)) return reply;
     reply.content_type = "text/plain";
@@ -237,15 +256,17 @@ HttpReply Router::route(const HttpRequest& req, std::function<void()>& on_engine
     reply.body = ctx_.metrics->render();
     return reply;
   }
-  const bool known = (get && (path == "/v1/models" || path == "/v1/engine/state")) ||
-                     (post && (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" ||
-                               path == "/detokenize" || path == "/v1/load_lora_adapter" ||
-                               path == "/v1/unload_lora_adapter" || path == "/v1/engine/trace"));
+  const bool known =
+      (get && (path == "/v1/models" || path == "/v1/engine/state" || path == "/v1/engine/prefix_summary")) ||
+      (post &&
+       (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" || path == "/detokenize" ||
+        path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter" || path == "/v1/engine/trace"));
   if (!known && get && path.rfind("/v1/", 0) != 0) return web_page(path);
   if (!known) return error({404, fmt::format("no route for {} {}", req.method, path), "", ""});
   if (!authorized(req, reply) || !is_ready(reply)) return reply;
   if (path == "/v1/models") return models();
   if (path == "/v1/engine/state") return engine_state();
+  if (path == "/v1/engine/prefix_summary") return prefix_summary();
   if (path == "/v1/engine/trace") return engine_trace(req, std::move(on_engine_output));
   if (path == "/tokenize") return tokenize(req);
   if (path == "/detokenize") return detokenize(req);

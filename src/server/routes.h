@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -81,10 +82,21 @@ struct HttpReply {
 // A request body as a JSON object (nesting bounded before parsing), or the 400 saying what is wrong with it.
 std::variant<nlohmann::json, ApiError> parse_json_object(const std::string& text);
 
+// Data parallelism's router (server/dp_router.h) hashes the prompt a replica will see: the first prompt's token ids
+// exactly as generate() makes them (chat template, tools, BOS), or nullopt when the request is malformed (the
+// replica answers its 400), batched, or under a LoRA adapter or an intervention (their KV hashes carry keys only
+// the replica knows).
+std::optional<std::vector<int32_t>> routing_prompt_ids(const Tokenizer& tok, const ServerConfig& config, bool chat,
+                                                       const std::string& body_text);
+
 class Router {
  public:
   explicit Router(const ServerConfig& config) : config_(config) {}
   void set_ready(const ModelContext& ctx);
+  // kvik serve --data-parallel-size: every request but a CORS preflight goes to `handler` (the front process has
+  // no engine); CORS headers are still added here. Set before the server listens.
+  using Handler = std::function<HttpReply(const HttpRequest&, std::function<void()>)>;
+  void set_handler(Handler handler) { handler_ = std::move(handler); }
   bool ready() const { return ready_; }
 
   // `on_engine_output` is called on the engine thread whenever a generation started here has new output.
@@ -105,6 +117,8 @@ class Router {
   // engine endpoints they read (engine_routes.cpp).
   HttpReply web_page(const std::string& path) const;
   HttpReply engine_state();
+  // GET /v1/engine/prefix_summary: what data parallelism's router polls (engine_routes.h).
+  HttpReply prefix_summary();
   HttpReply engine_trace(const HttpRequest& req, std::function<void()> on_engine_output);
   // POST /v1/load_lora_adapter {"lora_name", "lora_path"} and /v1/unload_lora_adapter {"lora_name"}.
   HttpReply lora_admin(const HttpRequest& req, bool load);
@@ -114,6 +128,7 @@ class Router {
                                       SamplingParams& params) const;
 
   const ServerConfig& config_;
+  Handler handler_;
   ModelContext ctx_;
   ToolCallFormat tool_format_ = ToolCallFormat::kHermes;  // --tool-call-parser, else the template's, else hermes
   std::atomic<bool> ready_{false};

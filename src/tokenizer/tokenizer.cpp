@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
@@ -133,7 +135,21 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
         "is not supported)",
         path);
   const fs::path cfg = dir / "tokenizer_config.json";
-  const nlohmann::json config = fs::exists(cfg) ? read_json_file(cfg) : nlohmann::json();
+  nlohmann::json config = fs::exists(cfg) ? read_json_file(cfg) : nlohmann::json::object();
+  if (!config.is_object()) fail("{}: not a JSON object", cfg.string());
+  // The chat template may sit in a file of its own: chat_template.jinja (newer transformers) or chat_template.json
+  // (multimodal processors such as Gemma 3's); tokenizer_config.json's wins where both have one.
+  if (!config.contains("chat_template")) {
+    if (fs::exists(dir / "chat_template.jinja")) {
+      std::ifstream in(dir / "chat_template.jinja", std::ios::binary);
+      config["chat_template"] = std::string(std::istreambuf_iterator<char>(in), {});
+    } else if (fs::exists(dir / "chat_template.json")) {
+      const nlohmann::json ct = read_json_file(dir / "chat_template.json");
+      if (!ct.is_object() || !ct.contains("chat_template") || !ct["chat_template"].is_string())
+        fail("{}: expected {{\"chat_template\": \"...\"}}", (dir / "chat_template.json").string());
+      config["chat_template"] = ct["chat_template"];
+    }
+  }
   return BpeTokenizer::from_hf_json(read_json_file(tj), config, tj.string());
 }
 

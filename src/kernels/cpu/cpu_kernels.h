@@ -36,6 +36,11 @@ inline int64_t act_q8_offset(int64_t nb, int64_t b, int j) {
   return 64 * (b / 2) + 8 * (j / 4) + 4 * (b % 2) + j % 4;
 }
 
+// How the memory probe's reader loads: plain loads; non-temporal ones (vmovntdqa: a hint to keep the lines out of
+// the caches, which write-back memory may ignore); plain loads with a software prefetch kStreamPrefetchBytes ahead.
+enum class StreamLoad { kPlain, kNonTemporal, kPrefetch };
+inline constexpr int64_t kStreamPrefetchBytes = 1024;
+
 struct CpuKernels {
   std::string_view isa;  // "generic", "avx2", "avx512", "avx512_vnni"
   // Dot products of one weight row with one activation row (activation already in the weight's partner type).
@@ -133,6 +138,10 @@ struct CpuKernels {
   // (BF16) weights. Null in tables without packed F16 / BF16 kernels.
   void (*round_f16)(const float* x, float* y, int64_t n) = nullptr;
   void (*round_bf16)(const float* x, float* y, int64_t n) = nullptr;
+  // The memory probe's reader (memory_bandwidth.h): the wrapping sum of the 64-bit words of p[0 .. bytes), p 64-byte
+  // aligned and bytes a multiple of 64, read with the table's widest loads in the given way. Every table returns the
+  // same sum; only the speed differs.
+  uint64_t (*stream_sum)(const uint8_t* p, int64_t bytes, StreamLoad how) = nullptr;
 };
 
 // A tile made of single-row calls (for tables without a fused version).

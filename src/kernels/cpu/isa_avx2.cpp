@@ -235,6 +235,27 @@ float dot_f32_f16(const float* x, const uint16_t* h, int64_t n) {
   return s;
 }
 
+// 32-byte loads, four per iteration into four accumulators (u64 lanes: the generic sum, mod 2⁶⁴).
+uint64_t stream_sum(const uint8_t* p, int64_t bytes, StreamLoad how) {
+  __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+  const auto line = [how](const uint8_t* q) {
+    const auto* v = reinterpret_cast<const __m256i*>(q);
+    return how == StreamLoad::kNonTemporal ? _mm256_stream_load_si256(v) : _mm256_load_si256(v);
+  };
+  int64_t i = 0;
+  for (; i + 128 <= bytes; i += 128) {
+    if (how == StreamLoad::kPrefetch)
+      for (int l = 0; l < 128; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p + i + kStreamPrefetchBytes + l), _MM_HINT_T0);
+    for (int l = 0; l < 4; ++l) a[l] = _mm256_add_epi64(a[l], line(p + i + 32 * l));
+  }
+  for (; i < bytes; i += 32) a[0] = _mm256_add_epi64(a[0], line(p + i));
+  const __m256i t = _mm256_add_epi64(_mm256_add_epi64(a[0], a[1]), _mm256_add_epi64(a[2], a[3]));
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), t);
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+
 constexpr CpuKernels kAvx2 = {
     .isa = "avx2",
     .dot_f32 = dot_f32,
@@ -279,6 +300,7 @@ constexpr CpuKernels kAvx2 = {
     .to_bf16 = to_bf16,
     .round_f16 = round_f16,
     .round_bf16 = round_bf16,
+    .stream_sum = stream_sum,
 };
 
 }  // namespace

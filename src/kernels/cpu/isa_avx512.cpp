@@ -417,6 +417,27 @@ float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nb) { return one<
 
 void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n) { quantize_row_q8_k(x, y, n); }
 
+// One 64-byte line, loaded as `how` says.
+inline __m512i stream_line(const uint8_t* q, StreamLoad how) {
+  if (how == StreamLoad::kNonTemporal) return _mm512_stream_load_si512(const_cast<uint8_t*>(q));
+  return _mm512_load_si512(q);
+}
+
+// 64-byte loads, four lines per iteration into four accumulators (u64 lanes: the sum is the generic one's, mod 2⁶⁴).
+uint64_t stream_sum(const uint8_t* p, int64_t bytes, StreamLoad how) {
+  __m512i a[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+  int64_t i = 0;
+  for (; i + 256 <= bytes; i += 256) {
+    if (how == StreamLoad::kPrefetch)
+      for (int l = 0; l < 256; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p + i + kStreamPrefetchBytes + l), _MM_HINT_T0);
+    for (int l = 0; l < 4; ++l) a[l] = _mm512_add_epi64(a[l], stream_line(p + i + 64 * l, how));
+  }
+  for (; i < bytes; i += 64) a[0] = _mm512_add_epi64(a[0], stream_line(p + i, how));
+  return static_cast<uint64_t>(
+      _mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a[0], a[1]), _mm512_add_epi64(a[2], a[3]))));
+}
+
 constexpr CpuKernels kAvx512 = {
     .isa = "avx512_vnni",
     .dot_f32 = dot_f32,
@@ -468,6 +489,7 @@ constexpr CpuKernels kAvx512 = {
     .to_bf16 = to_bf16,
     .round_f16 = round_f16,
     .round_bf16 = round_bf16,
+    .stream_sum = stream_sum,
 };
 
 }  // namespace

@@ -1,14 +1,14 @@
 #include "kernels/cpu/memory_bandwidth.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
-#include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
-#include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace kvik {
 namespace {
@@ -17,45 +17,88 @@ struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
 
-// Sum of the slice with 8 independent accumulators, so the loop is bound by loads, not by one add chain.
-uint64_t read_slice(const uint64_t* p, size_t n) {
-  uint64_t a[8] = {};
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) a[k] += p[i + k];
-  for (; i < n; ++i) a[0] += p[i];
-  uint64_t s = 0;
-  for (uint64_t v : a) s += v;
-  return s;
+constexpr int64_t kChunk = int64_t{64} << 10;  // the interleaved pattern's unit
+
+// Twice the last-level cache, at least 512 MiB and at most 1 GiB (a VM may report a socket's whole L3, of which it
+// holds a slice), a whole number of chunks per thread.
+int64_t probe_bytes(int threads) {
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  const int64_t bytes =
+      std::clamp<int64_t>(2 * static_cast<int64_t>(std::max(l3, 0L)), int64_t{512} << 20, int64_t{1} << 30);
+  const int64_t unit = kChunk * threads;
+  return (bytes + unit - 1) / unit * unit;
 }
+
+struct Reader {
+  const uint8_t* buf;
+  int64_t bytes;
+  std::vector<uint64_t>& sink;
+
+  // Best GB/s of three passes over the buffer by `threads` pool threads (the others idle).
+  double best(int threads, bool interleaved, StreamLoad how) const {
+    const auto sum = cpu_kernels().stream_sum;
+    ThreadPool& pool = ThreadPool::global();
+    double best = 0.0;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      pool.run([&](int i, int) {
+        if (i >= threads) return;
+        if (interleaved) {
+          for (int64_t c = i * kChunk; c < bytes; c += threads * kChunk) sink[i] += sum(buf + c, kChunk, how);
+        } else {
+          const int64_t b = bytes / kChunk * i / threads * kChunk, e = bytes / kChunk * (i + 1) / threads * kChunk;
+          sink[i] += sum(buf + b, e - b, how);
+        }
+      });
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      best = std::max(best, static_cast<double>(bytes) / s / 1e9);
+    }
+    return best;
+  }
+};
 
 }  // namespace
 
-double measure_memory_bandwidth_gbs() {
-  constexpr size_t kBytes = size_t{256} << 20;  // ≫ any last-level cache
-  const size_t n = kBytes / sizeof(uint64_t);
-  std::unique_ptr<uint64_t, FreeDeleter> buf(static_cast<uint64_t*>(std::aligned_alloc(64, kBytes)));
-  if (!buf) return 0.0;
+MemoryProbe probe_memory_bandwidth() {
   ThreadPool& pool = ThreadPool::global();
-  // First touch by the threads that will read (pages land near them), and a value the sum cannot predict.
-  pool.run([&](int i, int nt) {
-    const size_t b = n * i / nt, e = n * (i + 1) / nt;
-    for (size_t k = b; k < e; ++k) buf.get()[k] = k * 0x9e3779b97f4a7c15ull;
+  const int nt = pool.num_threads();
+  MemoryProbe probe;
+  probe.buffer_bytes = probe_bytes(nt);
+  const auto n = static_cast<size_t>(probe.buffer_bytes);
+  std::unique_ptr<uint8_t, FreeDeleter> buf(static_cast<uint8_t*>(std::aligned_alloc(4096, n)));
+  if (!buf) return probe;
+  // First touch by the threads that read the slices (pages land near them), with values the sums cannot predict.
+  pool.run([&](int i, int t) {
+    auto* w = reinterpret_cast<uint64_t*>(buf.get());
+    const size_t words = n / 8, b = words * i / t, e = words * (i + 1) / t;
+    for (size_t k = b; k < e; ++k) w[k] = k * 0x9e3779b97f4a7c15ull;
   });
-  std::vector<uint64_t> sink(static_cast<size_t>(pool.num_threads()));
-  double best = 0.0;
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    pool.run([&](int i, int nt) {
-      const size_t b = n * i / nt, e = n * (i + 1) / nt;
-      sink[i] += read_slice(buf.get() + b, e - b);
-    });
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, static_cast<double>(kBytes) / s / 1e9);
+  std::vector<uint64_t> sink(static_cast<size_t>(nt));
+  const Reader r{buf.get(), probe.buffer_bytes, sink};
+  const struct {
+    const char* name;
+    bool interleaved;
+    StreamLoad how;
+  } kinds[] = {{"slices/plain", false, StreamLoad::kPlain},
+               {"slices/nontemporal", false, StreamLoad::kNonTemporal},
+               {"slices/prefetch", false, StreamLoad::kPrefetch},
+               {"interleaved/plain", true, StreamLoad::kPlain}};
+  for (int threads : {nt, 1}) {
+    for (const auto& k : kinds) {
+      if (threads == 1 && k.interleaved) continue;  // one thread: the same as its slice
+      if (threads == 1 && nt == 1) break;           // measured already
+      const double gbs = r.best(threads, k.interleaved, k.how);
+      probe.patterns.push_back({k.name, threads, gbs});
+      (threads == nt ? probe.best_gbs : probe.one_thread_gbs) =
+          std::max(threads == nt ? probe.best_gbs : probe.one_thread_gbs, gbs);
+    }
   }
+  if (nt == 1) probe.one_thread_gbs = probe.best_gbs;
   volatile uint64_t keep = 0;
   for (uint64_t v : sink) keep = keep + v;
-  return best;
+  return probe;
 }
+
+double measure_memory_bandwidth_gbs() { return probe_memory_bandwidth().best_gbs; }
 
 }  // namespace kvik
