@@ -3,6 +3,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       nlohmann-json3-dev libboost-dev libssl-dev libpcre2-dev libicu-dev libxxhash-dev libcli11-dev libfmt-dev
+      libopenmpi-dev openmpi-bin
       libgtest-dev libgmock-dev libbenchmark-dev clang clang-format
       curl prometheus openssl  # curl, promtool and openssl (a TLS certificate): the server's end-to-end tests
       chromium)                # headless, driven by puppeteer-core: the web pages' browser tests (tests/web)

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "engine/bench_load.h"
 #include "engine/engine_core.h"
+#include "engine/parallel_engine.h"
 #include "kernels/cpu/memory_bandwidth.h"
 
 namespace kvik::cli {
@@ -118,6 +119,7 @@ void print_text(const nlohmann::json& j) {
 int run(const BenchOpts& o) {
   validate_bench_options(o.load);
   EngineConfig cfg = o.engine.resolve();
+  if (auto rc = run_parallel_worker(o.model, cfg)) return *rc;  // ranks > 0 of mpirun
   auto model = load_model(o.model, cfg);
   BenchLoadOptions load = o.load;
   for (const std::string& p : o.loras) load.loras.push_back(load_lora_adapter(p, model->config()));

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine_core.h"
+#include "engine/parallel_engine.h"
 #include "model/llama.h"
 #include "server/chat_session.h"
 #include "tokenizer/tokenizer.h"
@@ -42,6 +43,7 @@ Run add_chat(CLI::App& app) {
   add_engine_flags(c, o->engine);
   return [o]() {
     EngineConfig cfg = o->engine.resolve();
+    if (auto rc = run_parallel_worker(o->model, cfg)) return *rc;  // ranks > 0 of mpirun
     auto model = load_model(o->model, cfg);
     auto tok = load_tokenizer(o->model);
     if (tok->chat_template().empty())

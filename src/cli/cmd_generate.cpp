@@ -8,6 +8,7 @@
 #include "cli/engine_flags.h"
 #include "core/error.h"
 #include "engine/engine_core.h"
+#include "engine/parallel_engine.h"
 #include "tokenizer/streaming_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -190,6 +191,9 @@ int run(const GenerateOpts& o) {
   if (auto err = o.params.validate()) fail("{}", err->message);
   std::vector<Job> jobs = read_jobs(o);
   const EngineConfig cfg = o.engine.resolve();
+  if (cfg.parallel.enabled() && (!o.lora.empty() || !o.steer.empty() || !o.ablate.empty()))
+    fail("--lora, --steer and --ablate do not run with --tensor-parallel-size / --pipeline-parallel-size yet");
+  if (auto rc = run_parallel_worker(o.model, cfg)) return *rc;  // ranks > 0 of mpirun
   auto model = load_model(o.model, cfg);
   auto tok = load_tokenizer(model->path());
   if (auto iv = interventions_from_flags(o.steer, o.ablate, model->config()))

@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "engine/async_engine.h"
 #include "engine/engine_core.h"
+#include "engine/parallel_engine.h"
 #include "engine/structured/vocab_trie.h"
 #include "model/llama.h"
 #include "server/generation_config.h"
@@ -189,6 +190,7 @@ void serve_model(const ServeOpts& o, server::HttpServer& http, std::atomic<bool>
 
 int run(ServeOpts& o) {
   if (o.model.empty()) o.model = default_model_path();
+  if (auto rc = run_parallel_worker(o.model, o.engine.resolve())) return *rc;  // ranks > 0 of mpirun
   if (o.server.served_model_name.empty()) o.server.served_model_name = std::filesystem::path(o.model).stem().string();
   if (!o.chat_template_file.empty()) o.chat_template = read_text_file(o.chat_template_file);
   if (!o.lora.modules.empty() && !o.lora.enable) fail("--lora-modules needs --enable-lora");
@@ -196,6 +198,8 @@ int run(ServeOpts& o) {
     return serve_data_parallel(
         {o.data_parallel_size, o.model, o.chat_template, o.server, o.engine.config.num_threads, o.shutdown_grace_s});
   adopt_block_hash_seed();  // a data-parallel replica hashes blocks as its front does
+  if (o.lora.enable && o.engine.config.parallel.enabled())
+    fail("--enable-lora does not run with --tensor-parallel-size / --pipeline-parallel-size yet");
   o.server.generation_defaults = server::load_generation_defaults(o.generation_config, o.model);
   if (!o.server.generation_defaults.empty())
     log_info("Default sampling parameters from generation_config.json: {}",

@@ -37,6 +37,14 @@ void add_engine_flags(CLI::App* c, EngineFlags& f) {
   c->add_flag(
       "--repack,!--no-repack", e.repack_weights,
       "Repack F32/Q8_0/Q4_0/IQ4_NL/Q4_K/Q5_K/Q6_K weights at load for the row-parallel AVX-512 kernels (default on)");
+  c->add_option("--tensor-parallel-size", e.parallel.tensor_parallel_size,
+                "Split every layer's heads and MLP over this many ranks (under mpirun; see README)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  c->add_option("--pipeline-parallel-size", e.parallel.pipeline_parallel_size,
+                "Split the layers into this many stages, one per group of ranks (under mpirun)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   c->add_option("--speculative-config", f.speculative_config,
                 "Speculative decoding as JSON, e.g. {\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
                 "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2} (default: off)");

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "dist/communicator.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"kvik: LLM inference on the CPU (GGUF Llama models)"};
@@ -37,10 +38,10 @@ int main(int argc, char** argv) {
   }
   try {
     for (auto* sub : app.get_subcommands()) return runs.at(sub->get_name())();
-  } catch (const kvik::Error& e) {
-    std::fprintf(stderr, "kvik: error: %s\n", e.what());
-    return 1;
   } catch (const std::exception& e) {
+    // A rank of an mpirun job ends the whole job (the others may be waiting on it): no rank hangs.
+    if (kvik::dist::launched_by_mpirun() && kvik::dist::world()->size() > 1)
+      kvik::dist::world()->abort(std::string("error: ") + e.what());
     std::fprintf(stderr, "kvik: error: %s\n", e.what());
     return 1;
   }

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "engine/parallel_engine.h"
 
 namespace kvik {
 
@@ -78,10 +79,16 @@ EngineCore::EngineCore(LlamaModel& model, const EngineConfig& config, std::vecto
     budget.draft_bytes_per_token = KvCacheTensors::bytes_per_token(dc, budget.dtype);
   }
   const int64_t draft_weight_bytes = draft_model_ ? draft_model_->resident_weight_bytes() : 0;
-  capacity_ = plan_kv_capacity(mc, budget, model.resident_weight_bytes() + draft_weight_bytes);
-  if (config_.log_stats) log_kv_capacity(mc, budget, capacity_);
+  const ModelShard& shard = model.shard();
+  if (shard.distributed()) {
+    check_parallel_engine_config(config_);
+    capacity_ = plan_parallel_kv_capacity(model, budget, config_.log_stats);
+  } else {
+    capacity_ = plan_kv_capacity(mc, budget, model.resident_weight_bytes() + draft_weight_bytes);
+    if (config_.log_stats) log_kv_capacity(mc, budget, capacity_);
+  }
   cache_ = std::make_unique<KvCacheTensors>(mc, capacity_.num_blocks, config_.block_size, config_.kv_cache_dtype,
-                                            capacity_.local_num_blocks);
+                                            capacity_.local_num_blocks, shard.first_layer, shard.end_layer);
   if (draft_model_) {
     draft_cache_ = std::make_unique<KvCacheTensors>(draft_model_->config(), capacity_.num_blocks, config_.block_size,
                                                     config_.kv_cache_dtype);
@@ -162,6 +169,11 @@ std::optional<ValidationError> EngineCore::validate(const std::vector<int32_t>& 
   if (params.lora)
     if (std::string why = lora_mismatch(*params.lora, model_.config()); !why.empty())
       return ValidationError{"model", why};
+  if (model_.shard().distributed() && (params.interventions || params.lora))
+    return ValidationError{params.lora ? "model" : "interventions",
+                           fmt::format("{} do not run with tensor or pipeline parallelism yet: serve the model in one "
+                                       "process (--tensor-parallel-size 1 --pipeline-parallel-size 1) for them",
+                                       params.lora ? "LoRA adapters" : "interventions")};
   if (static_cast<int64_t>(prompt_ids.size()) >= config_.max_model_len)
     return ValidationError{"prompt", fmt::format("the prompt has {} tokens, but max_model_len is {}: no room to "
                                                  "generate",

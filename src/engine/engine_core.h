@@ -45,6 +45,9 @@ struct EngineConfig {
   // Most distinct LoRA adapters in one step (--max-loras; vLLM's default 1). Requests select an adapter through
   // SamplingParams::lora; the base model needs no slot.
   int64_t max_loras = 1;
+  // Tensor and pipeline parallelism under mpirun (--tensor-parallel-size, --pipeline-parallel-size): rank 0 runs
+  // this engine's scheduler and sampler, every rank its shard of the model (engine/parallel_worker.h).
+  ParallelConfig parallel;
 };
 
 // Applies config.num_threads to the kernels' thread pool and loads the model with config's load options
@@ -68,6 +71,7 @@ struct RequestOutput {
 class EngineCore {
  public:
   EngineCore(LlamaModel& model, const EngineConfig& config, std::vector<int32_t> eos_token_ids);
+  ~EngineCore();  // rank 0 of a parallel job: logs the preemptions and the free blocks the run ended with
 
   const EngineConfig& config() const { return config_; }  // max_model_len resolved
   const KvCapacity& capacity() const { return capacity_; }
@@ -94,6 +98,9 @@ class EngineCore {
   // Observability for metrics, benchmarks and tests (call from the engine thread).
   const Scheduler& scheduler() const { return *scheduler_; }
   const KVCacheManager& kv_cache_manager() const { return *kv_; }
+  // A rank other than 0 of a tensor / pipeline parallel job: runs the steps rank 0's engine sends (ModelRunner::
+  // execute_remote) until it says stop.
+  void run_worker_steps();
   int64_t last_step_tokens() const { return last_step_tokens_; }
   double last_step_mask_seconds() const { return sampler_.last_mask_seconds(); }
   const SpecDecodeStats& spec_decode_stats() const { return spec_stats_; }

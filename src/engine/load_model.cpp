@@ -1,5 +1,9 @@
 // load_model(): the engine config's thread count and load options, applied before the model is read (the
 // weights are repacked on the thread pool).
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/engine_core.h"
@@ -8,10 +12,17 @@
 namespace kvik {
 
 std::unique_ptr<LlamaModel> load_model(const std::string& path, const EngineConfig& config) {
-  if (config.num_threads > 0) ThreadPool::global().set_num_threads(config.num_threads);
+  if (config.num_threads > 0) {
+    ThreadPool::global().set_num_threads(config.num_threads);
+  } else if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); local && config.parallel.enabled()) {
+    // Ranks sharing a host share its cores: each takes its part instead of all of them.
+    const int n = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, std::atoi(local)));
+    ThreadPool::global().set_num_threads(n);
+  }
   log_info("CPU kernels: {}, {} threads", cpu_kernels().isa, ThreadPool::global().num_threads());
   LoadOptions options;
   options.repack_weights = config.repack_weights;
+  options.parallel = config.parallel;
   return LlamaModel::load(path, options);
 }
 

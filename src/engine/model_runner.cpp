@@ -1,6 +1,7 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <array>
 
 #include "core/error.h"
 
@@ -105,13 +106,75 @@ const float* ModelRunner::execute(const SchedulerOutput& out, const KVCacheManag
       for (int64_t i = 0; i < rows; ++i) batch_.logits_indices[num_rows++] = static_cast<int32_t>(t - rows + i);
     }
   }
+  if (model_.shard().distributed()) {
+    int64_t T = t, N = num_rows, r = R;
+    broadcast_step(1, T, r, N, out.blocks_to_copy);
+  }
   // Copy-on-write copies first: this step's writes go into the copies.
   for (const BlockCopy& c : out.blocks_to_copy) cache_.copy_block(c.src, c.dst, c.num_slots, c.local);
-  ForwardBatch b = batch_.view(t, R, num_rows);
-  if (any_interventions) b.interventions = {interventions_.data(), static_cast<size_t>(t)};
-  if (any_lora) b.loras = {loras_.data(), static_cast<size_t>(t)};
-  model_.forward(b, cache_, logits_.data());
+  run_forward(t, R, num_rows, any_interventions, any_lora);
   return logits_.data();
+}
+
+void ModelRunner::run_forward(int64_t T, int64_t R, int64_t N, bool any_interventions, bool any_lora) {
+  ForwardBatch b = batch_.view(T, R, N);
+  if (any_interventions) b.interventions = {interventions_.data(), static_cast<size_t>(T)};
+  if (any_lora) b.loras = {loras_.data(), static_cast<size_t>(T)};
+  model_.forward(b, cache_, logits_.data());
+}
+
+bool ModelRunner::broadcast_step(int64_t kind, int64_t& T, int64_t& R, int64_t& N,
+                                 const std::vector<BlockCopy>& copies) {
+  dist::Communicator& world = model_.world();
+  const bool root = world.rank() == 0;
+  int64_t header[6] = {kind, T, R, N, batch_.has_local, static_cast<int64_t>(copies.size())};
+  world.broadcast_idle(header, sizeof(header), 0);  // the other ranks wait here between steps
+  if (header[0] == 0) return false;
+  T = header[1], R = header[2], N = header[3];
+  const int64_t num_copies = header[5];
+  if (T > static_cast<int64_t>(batch_.token_ids.size()) || R > static_cast<int64_t>(batch_.seq_lens.size()) ||
+      N > static_cast<int64_t>(batch_.logits_indices.size()))
+    world.abort(
+        fmt::format("a step of {} tokens / {} requests / {} logits rows exceeds this rank's buffers: every "
+                    "rank needs the same engine flags",
+                    T, R, N));
+  batch_.has_local = header[4] != 0;
+  const int64_t mb = batch_.max_blocks_per_seq;
+  auto send = [&](auto& v, int64_t n) { world.broadcast(v.data(), n * sizeof(v[0]), 0); };
+  send(batch_.token_ids, T);
+  send(batch_.positions, T);
+  send(batch_.slot_mapping, T);
+  send(batch_.query_start_loc, R + 1);
+  send(batch_.seq_lens, R);
+  send(batch_.block_tables, R * mb);
+  send(batch_.logits_indices, N);
+  if (batch_.has_local) {
+    send(batch_.local_slot_mapping, T);
+    send(batch_.local_block_tables, R * mb);
+  }
+  copies_.resize(std::max<size_t>(copies_.size(), 4 * num_copies));
+  if (root)
+    for (size_t i = 0; i < copies.size(); ++i)
+      std::copy_n(std::array<int32_t, 4>{copies[i].src, copies[i].dst, copies[i].num_slots, copies[i].local}.data(), 4,
+                  &copies_[4 * i]);
+  send(copies_, 4 * num_copies);
+  if (!root)
+    for (int64_t i = 0; i < num_copies; ++i)
+      cache_.copy_block(copies_[4 * i], copies_[4 * i + 1], copies_[4 * i + 2], copies_[4 * i + 3] != 0);
+  return true;
+}
+
+bool ModelRunner::execute_remote() {
+  int64_t T = 0, R = 0, N = 0;
+  if (!broadcast_step(0, T, R, N, {})) return false;
+  run_forward(T, R, N, false, false);
+  return true;
+}
+
+ModelRunner::~ModelRunner() {
+  if (!model_.shard().distributed() || model_.world().rank() != 0) return;
+  int64_t T = 0, R = 0, N = 0;
+  broadcast_step(0, T, R, N, {});
 }
 
 }  // namespace kvik

@@ -49,7 +49,19 @@ class ModelRunner {
   // the next call. A scheduled token past a request's num_tokens() is its draft spec_token_ids[i].
   const float* execute(const SchedulerOutput& out, const KVCacheManager& kv, std::vector<SampleRows>& sample);
 
+  // Tensor / pipeline parallelism: execute() on world rank 0 first broadcasts the step (the flat batch and the
+  // block copies); every other rank receives it here and runs its part of the forward pass. False: rank 0 stopped.
+  bool execute_remote();
+  ~ModelRunner();  // rank 0 of a parallel job: tells the other ranks to stop
+  ModelRunner(const ModelRunner&) = delete;
+  ModelRunner& operator=(const ModelRunner&) = delete;
+
  private:
+  // The step's sizes then arrays, from rank 0 to every rank (rank 0's kind 0: stop; returns false then); the other
+  // ranks receive T, R, N and apply the block copies.
+  bool broadcast_step(int64_t kind, int64_t& T, int64_t& R, int64_t& N, const std::vector<BlockCopy>& copies);
+  void run_forward(int64_t T, int64_t R, int64_t N, bool any_interventions, bool any_lora);
+
   LlamaModel& model_;
   KvCacheTensors& cache_;
   // Persistent buffers, sized at start-up: no allocation inside a step.
@@ -57,6 +69,7 @@ class ModelRunner {
   std::vector<const InterventionList*> interventions_;  // per token; passed on only when a request has any
   std::vector<const LoraAdapter*> loras_;               // per token; passed on only when a request has one
   std::vector<float> logits_;
+  std::vector<int32_t> copies_;  // [num_copies, 4]: src, dst, num_slots, local
 };
 
 }  // namespace kvik

@@ -11,6 +11,10 @@ SingleSequence::SingleSequence(LlamaModel& model, int64_t max_len, DType kv_dtyp
       max_len_(max_len),
       cache_(model.config(), (max_len + block_size - 1) / block_size, block_size, kv_dtype),
       block_table_(static_cast<size_t>(cache_.num_blocks())) {
+  // The other ranks of a parallel job follow ModelRunner's steps only: a forward pass of rank 0's own would wait
+  // on them forever.
+  if (model.shard().distributed())
+    fail("this runs one sequence in one process (traces, interpretability); start kvik without mpirun for it");
   std::iota(block_table_.begin(), block_table_.end(), 0);
 }
 

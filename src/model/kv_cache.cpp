@@ -17,7 +17,7 @@ void KvCacheTensors::Free::operator()(void* p) const {
 }
 
 KvCacheTensors::KvCacheTensors(const ModelConfig& cfg, int64_t num_blocks, int32_t block_size, DType dtype,
-                               int64_t local_num_blocks)
+                               int64_t local_num_blocks, int64_t first_layer, int64_t end_layer)
     : num_blocks_(num_blocks), block_size_(block_size), dtype_(dtype) {
   if (num_blocks <= 0 || block_size <= 0)
     fail("KV cache needs at least one block (got {} × {})", num_blocks, block_size);
@@ -35,9 +35,14 @@ KvCacheTensors::KvCacheTensors(const ModelConfig& cfg, int64_t num_blocks, int32
     if (p == MAP_FAILED) fail("cannot map {} bytes for the KV cache of layer {}", bytes, l);
     return std::unique_ptr<void, Free>(p, Free{bytes});
   };
+  if (end_layer < 0) end_layer = cfg.n_layers;
   for (int64_t l = 0; l < cfg.n_layers; ++l) {
     const bool local = local_num_blocks_ > 0 && cfg.layer_is_local(l);
-    layers_.push_back(Layer{map(l, local), map(l, local), local});
+    if (l < first_layer || l >= end_layer)  // another pipeline stage's layer
+      layers_.push_back(
+          Layer{std::unique_ptr<void, Free>(nullptr, Free{}), std::unique_ptr<void, Free>(nullptr, Free{})});
+    else
+      layers_.push_back(Layer{map(l, local), map(l, local), local});
   }
 }
 
@@ -50,7 +55,8 @@ void KvCacheTensors::check_dtype(const ModelConfig& cfg, DType d) {
 
 int64_t KvCacheTensors::total_bytes() const {
   int64_t n = 0;
-  for (const Layer& l : layers_) n += 2 * (l.local ? local_layer_bytes_ : layer_bytes_);
+  for (const Layer& l : layers_)
+    if (l.k) n += 2 * (l.local ? local_layer_bytes_ : layer_bytes_);
   return n;
 }
 
@@ -63,7 +69,7 @@ void KvCacheTensors::copy_block(int32_t src, int32_t dst, int32_t num_slots, boo
   const int64_t block_bytes = block_size_ * slot_bytes_;
   const size_t bytes = static_cast<size_t>(num_slots * slot_bytes_);
   for (Layer& l : layers_) {
-    if (l.local != local) continue;  // the other pool's block of that id
+    if (l.local != local || !l.k) continue;  // the other pool's block of that id, or another stage's layer
     char* k = static_cast<char*>(l.k.get());
     char* v = static_cast<char*>(l.v.get());
     std::memcpy(k + dst * block_bytes, k + src * block_bytes, bytes);

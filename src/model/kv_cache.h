@@ -17,8 +17,9 @@ class KvCacheTensors {
  public:
   // local_num_blocks > 0: the local (sliding-window) layers of a model that interleaves them with global ones get a
   // pool of their own of that many blocks (the engine's second group of block tables, KVCacheManager).
+  // A pipeline stage holds the layers [first_layer, end_layer) only (end_layer < 0: every layer).
   KvCacheTensors(const ModelConfig& cfg, int64_t num_blocks, int32_t block_size, DType dtype,
-                 int64_t local_num_blocks = 0);
+                 int64_t local_num_blocks = 0, int64_t first_layer = 0, int64_t end_layer = -1);
 
   int64_t num_blocks() const { return num_blocks_; }
   int64_t local_num_blocks() const { return local_num_blocks_; }  // 0: no pool of the local layers' own

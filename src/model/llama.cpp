@@ -42,11 +42,6 @@ WeightMatrix matrix(const GgufFile& g, const std::string& name, int64_t rows, in
   return WeightMatrix{t.dtype, rows, cols, t.data, *row_bytes(t.dtype, cols)};
 }
 
-// Rows [first, first + n) of a matrix, as a matrix of its own (Phi-3's fused qkv and gate_up: no copy).
-WeightMatrix rows_of(const WeightMatrix& w, int64_t first, int64_t n) {
-  return WeightMatrix{w.dtype, n, w.cols, w.data + static_cast<size_t>(first) * w.row_bytes, w.row_bytes};
-}
-
 // A stacked expert tensor (GGUF shape [cols, rows, E], llama.cpp's ffn_*_exps): E matrices of rows × cols.
 std::vector<WeightMatrix> expert_matrices(const GgufFile& g, const std::string& name, int64_t E, int64_t rows,
                                           int64_t cols) {
@@ -125,6 +120,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const Load
     }
     m->layers_.push_back(w);
   }
+  m->shard_weights(options);
   m->pack_weights(options.repack_weights);
   if (c.is_moe()) m->log_moe_summary();
   return m;
@@ -235,6 +231,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load_hf(const std::string& dir, const Lo
     }
     m->layers_.push_back(w);
   }
+  m->shard_weights(options);
   m->pack_weights(options.repack_weights);
   if (c.is_moe()) m->log_moe_summary();
   return m;
@@ -256,21 +253,25 @@ void LlamaModel::pack_weights(bool repack) {
   }
   packed_bytes_ = static_cast<int64_t>(total);
   uint8_t* next = packed_.get();
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   for_each_matmul_weight(*this, [&](WeightMatrix& w) {
     if (!packable(w.dtype)) return;
     pack_into(w, next);
     next += packed_bytes(w);
     // The mapped original is not read again (unless it is also the embedding table): hand its pages back, so the
     // packed copy replaces it in memory instead of doubling it. Advice only; a later read would fault them in.
-    if (w.data == token_embd_.data) return;
-    const uintptr_t begin = (reinterpret_cast<uintptr_t>(w.data) + page - 1) / page * page;
-    const uintptr_t end = (reinterpret_cast<uintptr_t>(w.data) + w.rows * w.row_bytes) / page * page;
-    if (end > begin && madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) == 0)
-      released_bytes_ += static_cast<int64_t>(end - begin);
+    if (w.data != token_embd_.data) released_bytes_ += release_pages(w.data, w.rows * w.row_bytes);
   });
   log_info("repacked {} weight matrices ({:.1f} MiB) into 16-row groups for the {} kernels", count, total / 1048576.0,
            cpu_kernels().isa);
+}
+
+int64_t LlamaModel::release_pages(const uint8_t* data, size_t bytes) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) / page * page;
+  if (end > begin && madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) == 0)
+    return static_cast<int64_t>(end - begin);
+  return 0;
 }
 
 const GgufFile& LlamaModel::gguf() const {
@@ -364,32 +365,41 @@ void LlamaModel::Workspace::reserve(const ModelConfig& c, int64_t T) {
 }
 
 void LlamaModel::forward(const ForwardBatch& b, KvCacheTensors& cache, float* logits) {
+  if (shard_.pp_size > 1) return forward_pipelined(b, cache, logits);
+  run_stage(b, cache, shard_.computes_logits() ? logits : nullptr);
+}
+
+void LlamaModel::run_stage(const ForwardBatch& b, KvCacheTensors& cache, float* logits) {
   const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(b.token_ids.size());
   if (T == 0) return;
   ws_.reserve(c, T);
   lora_.begin(b.loras);  // groups the tokens by adapter; inactive (no work below) without any
 
-  // Embedding lookup: x [T, d]
-  for (int64_t t = 0; t < T; ++t) {
-    const int32_t id = b.token_ids[t];
-    if (id < 0 || id >= c.vocab_size) fail("token id {} is outside the vocabulary (0..{})", id, c.vocab_size - 1);
-    dequantize_row(token_embd_.dtype, token_embd_.row(id), &ws_.x[t * c.dim], c.dim);
+  if (shard_.first_stage()) {  // a later stage's x [T, d] is the previous stage's output, received into ws_.x
+    // Embedding lookup: x [T, d]
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t id = b.token_ids[t];
+      if (id < 0 || id >= c.vocab_size) fail("token id {} is outside the vocabulary (0..{})", id, c.vocab_size - 1);
+      dequantize_row(token_embd_.dtype, token_embd_.row(id), &ws_.x[t * c.dim], c.dim);
+    }
+    if (c.is_gemma()) {  // Gemma scales the embedding by √d
+      const float s = std::sqrt(static_cast<float>(c.dim));
+      for (int64_t i = 0; i < T * c.dim; ++i) ws_.x[i] *= s;
+    }
+    stream_written(b, 0, true, T);
   }
-  if (c.is_gemma()) {  // Gemma scales the embedding by √d
-    const float s = std::sqrt(static_cast<float>(c.dim));
-    for (int64_t i = 0; i < T * c.dim; ++i) ws_.x[i] *= s;
-  }
-  stream_written(b, 0, true, T);
 
-  for (int64_t l = 0; l < c.n_layers; ++l) {
+  for (int64_t l = shard_.first_layer; l < shard_.end_layer; ++l) {
     attention_block(l, b, cache, T);
     mlp_block(l, b, T);
   }
+  if (!shard_.last_stage() || output_.rows == 0) return;
 
   // Final norm and LM head, only for the rows asked for: logits [N, V]
   const int64_t N = static_cast<int64_t>(b.logits_indices.size());
   for (int64_t i = 0; i < N; ++i) std::copy_n(&ws_.x[b.logits_indices[i] * c.dim], c.dim, &ws_.rows[i * c.dim]);
+  if (output_.rows < c.vocab_size) return vocab_parallel_lm_head(N, logits);
   lm_head(ws_.rows.data(), N, logits);
 }
 
@@ -398,7 +408,7 @@ void LlamaModel::lm_head(const float* x, int64_t N, float* logits) {
   rmsnorm(x, output_norm_, ws_.xn.data(), N, config_.dim, config_.rms_eps);
   matmul(ws_.xn.data(), N, output_, logits);
   if (const float cap = config_.final_softcap; cap > 0)  // Gemma 2: logits capped at ±cap
-    for (int64_t i = 0; i < N * config_.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+    for (int64_t i = 0; i < N * output_.rows; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
 }
 
 void LlamaModel::stream_written(const ForwardBatch& b, int32_t layer, bool block_end, int64_t T) {
@@ -467,6 +477,7 @@ void LlamaModel::attention_block(int64_t l, const ForwardBatch& b, KvCacheTensor
   paged_attention(a);
 
   matmul(ws_.attn.data(), T, w.wo, ws_.proj.data());  // [T, d]
+  all_reduce_partial(ws_.proj.data(), T * c.dim);     // tensor parallel: Σ over the ranks' heads
   if (lora_.active()) lora_.apply(l, LoraTarget::kO, ws_.attn.data(), c.q_dim(), ws_.proj.data(), c.dim);
   if (w.post_attn_norm) post_norm(w.post_attn_norm, T);
   for (int64_t i = 0; i < T * c.dim; ++i) ws_.x[i] += ws_.proj[i];
@@ -499,6 +510,7 @@ void LlamaModel::mlp_block(int64_t l, const ForwardBatch& b, int64_t T) {
   else
     silu_mul(ws_.gate.data(), ws_.up.data(), T * c.ff_dim);  // silu(gate) · up
   matmul(ws_.gate.data(), T, w.w_down, ws_.proj.data());     // [T, d]
+  all_reduce_partial(ws_.proj.data(), T * c.dim);            // tensor parallel: Σ over the ranks' d_ff slices
   if (lora_.active()) lora_.apply(l, LoraTarget::kDown, ws_.gate.data(), c.ff_dim, ws_.proj.data(), c.dim);
   if (w.post_ffn_norm) post_norm(w.post_ffn_norm, T);
   for (int64_t i = 0; i < T * c.dim; ++i) ws_.x[i] += ws_.proj[i];

@@ -2,12 +2,14 @@
 // of attention + SwiGLU MLP on the residual stream, final norm, LM head.
 #pragma once
 
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "kernels/cpu/packed.h"
@@ -15,6 +17,7 @@
 #include "model/kv_cache.h"
 #include "model/lora.h"
 #include "model/model_config.h"
+#include "model/model_shard.h"
 #include "model/moe.h"
 #include "tensor/tensor.h"
 
@@ -57,9 +60,14 @@ struct LayerWeights {
 };
 
 struct LoadOptions {
+  LoadOptions(bool repack = true) : repack_weights(repack) {}  // NOLINT: LoadOptions{false} = unpacked
   // Repack the matmul weights the CPU's kernels have a packed layout for (`--repack`, default on); off, every
   // weight runs in its file layout.
-  bool repack_weights = true;
+  bool repack_weights;
+  // Tensor and pipeline parallelism: this rank loads only its shard (model/model_shard.h), talking to the other
+  // ranks through `world` (default: dist::world()).
+  ParallelConfig parallel;
+  std::shared_ptr<dist::Communicator> world;
 };
 
 class LlamaModel {
@@ -77,14 +85,23 @@ class LlamaModel {
   int64_t active_parameter_count() const;
   int64_t weight_bytes() const;
   // Memory the weights occupy: the mapped file less the pages of repacked originals handed back, plus the packed
-  // copies (what the KV cache budget subtracts).
-  int64_t resident_weight_bytes() const { return weight_bytes() - released_bytes_ + packed_bytes_; }
+  // copies (what the KV cache budget subtracts); a shard: the bytes of the matrices it holds (shard_weight_bytes).
+  int64_t resident_weight_bytes() const {
+    return shard_.distributed() ? shard_weight_bytes() : weight_bytes() - released_bytes_ + packed_bytes_;
+  }
+  // This rank's part of the model (the whole model in one process) and the job's communicator.
+  const ModelShard& shard() const { return shard_; }
+  dist::Communicator& world() const { return *world_; }
+  // The bytes of the matrices, norms and embedding rows this rank reads: its slices (packed where repacked), the
+  // embedding table on the first stage, the LM head where logits are computed.
+  int64_t shard_weight_bytes() const;
   // Weight bytes one batch-1 decode step reads: every matrix once (in its packed form where repacked), of the
   // embedding table only one row, of a block's experts only k of E (their mean size).
   int64_t decode_bytes_per_token() const;
   DType embedding_dtype() const { return token_embd_.dtype; }
 
-  // Runs the batch; writes K/V of every token into `cache` and logits [N, V] for batch.logits_indices.
+  // Runs the batch; writes K/V of every token into `cache` and logits [N, V] for batch.logits_indices. A rank of a
+  // parallel job runs its shard; `logits` is written on world rank 0 only (null elsewhere is fine).
   void forward(const ForwardBatch& batch, KvCacheTensors& cache, float* logits);
   // Final norm and LM head on N stream rows x [N, d]: logits [N, V] (what the logit lens applies per layer).
   void lm_head(const float* x, int64_t N, float* logits);
@@ -111,7 +128,7 @@ class LlamaModel {
   // `self` is).
   template <typename Self, typename F>
   static void for_each_matmul_weight(Self& self, F&& f) {
-    f(self.output_);
+    if (self.output_.rows > 0) f(self.output_);
     for (auto& l : self.layers_) {
       for (auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
         if (w->rows > 0) f(*w);
@@ -121,6 +138,25 @@ class LlamaModel {
     }
   }
   void log_moe_summary() const;
+  // Tensor and pipeline parallelism (llama_parallel.cpp): keeps this rank's slices of the loaded views.
+  void shard_weights(const LoadOptions& options);
+  void check_parallel_config(const ParallelConfig& p) const;
+  void check_same_model() const;
+  // Columns [first, first + n) of every row, copied (a row-parallel matrix's slice is not contiguous); the mapped
+  // original's pages are handed back.
+  WeightMatrix columns_of(const WeightMatrix& w, int64_t first, int64_t n);
+  int64_t release_pages(const uint8_t* data, size_t bytes);  // madvise(DONTNEED) of the whole pages inside
+  // One stage's layers on one (micro-)batch: embedding or the received stream, the layers, the LM head.
+  void run_stage(const ForwardBatch& b, KvCacheTensors& cache, float* logits);
+  // The last stage's tensor ranks each compute V/T of the logits of ws_.rows [N, d]; tensor rank 0 gathers them
+  // into logits [N, V].
+  void vocab_parallel_lm_head(int64_t N, float* logits);
+  // Pipeline parallelism: the batch in micro-batches, each sent on to the next stage as soon as it is done.
+  void forward_pipelined(const ForwardBatch& b, KvCacheTensors& cache, float* logits);
+  ForwardBatch micro_batch(const ForwardBatch& b, int64_t r0, int64_t r1);
+  void all_reduce_partial(float* x, int64_t n) {  // a row-parallel matmul's partial sums → the full output
+    if (shard_.tp_size > 1) tp_->all_reduce_sum(x, n);
+  }
   void attention_block(int64_t layer, const ForwardBatch& b, KvCacheTensors& cache, int64_t T);
   void mlp_block(int64_t layer, const ForwardBatch& b, int64_t T);
   void post_norm(const float* g, int64_t T);
@@ -141,6 +177,17 @@ class LlamaModel {
   Workspace ws_;
   MoeWorkspace moe_ws_;
   LoraRunner lora_;  // the step's tokens grouped by adapter
+  ModelShard shard_;
+  std::shared_ptr<dist::Communicator> world_;
+  std::unique_ptr<dist::Communicator> tp_;  // this stage's tensor-parallel group
+  struct FreeSlice {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::vector<std::unique_ptr<uint8_t, FreeSlice>> slices_;  // row-parallel column slices (columns_of)
+  std::vector<float> pp_stream_;                             // [T, d] micro-batches' streams being sent on
+  std::vector<float> vocab_part_, vocab_gathered_;           // [N, V/T] and [T, N, V/T] (vocab-parallel LM head)
+  std::vector<int32_t> mb_query_start_loc_, mb_logits_indices_;
+  std::vector<int64_t> mb_bounds_, mb_rows_;  // micro-batch k: requests [bounds[k], bounds[k + 1]), rows[k] logits
 };
 
 }  // namespace kvik

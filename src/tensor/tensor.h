@@ -22,4 +22,9 @@ struct WeightMatrix {
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };
 
+// Rows [first, first + n) of a matrix, as a matrix of its own (Phi-3's fused qkv, a tensor-parallel shard): no copy.
+inline WeightMatrix rows_of(const WeightMatrix& w, int64_t first, int64_t n) {
+  return WeightMatrix{w.dtype, n, w.cols, w.data + static_cast<size_t>(first) * w.row_bytes, w.row_bytes};
+}
+
 }  // namespace kvik

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# `kvik serve` under mpirun with tensor or pipeline parallelism: 16 concurrent greedy completions must return the
+# same text as one process's server, and every KV block must be free again afterwards (GET /v1/engine/state).
+# Usage: parallel_serve.sh KVIK MODEL TP PP
+set -euo pipefail
+kvik=$1 model=$2 tp=$3 pp=$4
+tmp=$(mktemp -d)
+server=
+cleanup() {
+  [ -n "$server" ] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null
+  [ -n "${KEEP:-}" ] && cp -r "$tmp" /tmp/serve_keep; rm -rf "$tmp"
+}
+trap cleanup EXIT
+port=$((20000 + RANDOM % 20000))
+
+# Starts a server (the command line in "$@"), waits for /health, runs the 16 requests into $tmp/$name.*, stops it.
+run() {
+  local name=$1
+  shift
+  "$@" --port "$port" --threads 1 --max-model-len 128 >"$tmp/$name.log" 2>&1 &
+  server=$!
+  for _ in $(seq 200); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  local i
+  for i in $(seq 16); do
+    curl -s "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+      -d "{\"prompt\": \"Once upon a time there was a child number $i who\", \"max_tokens\": 32, \"temperature\": 0}" \
+      >"$tmp/$name.$i.json" &
+  done
+  wait $(jobs -p | grep -v "^$server$")
+  curl -s "http://127.0.0.1:$port/v1/engine/state" >"$tmp/$name.state.json"
+  kill -TERM "$server"
+  wait "$server" || true
+  server=
+}
+
+run one "$kvik" serve "$model"
+run par mpirun --allow-run-as-root --oversubscribe -np $((tp * pp)) "$kvik" serve "$model" \
+  --tensor-parallel-size "$tp" --pipeline-parallel-size "$pp"
+grep -q "parallel job: $((tp * pp)) ranks" "$tmp/par.log" || { echo "FAIL: no parallel job"; cat "$tmp/par.log"; exit 1; }
+for i in $(seq 16); do
+  a=$(grep -o '"text":"[^"]*"' "$tmp/one.$i.json" || true)
+  b=$(grep -o '"text":"[^"]*"' "$tmp/par.$i.json" || true)
+  [ -n "$a" ] || { echo "FAIL: request $i got no text from one process: $(cat "$tmp/one.$i.json")"; exit 1; }
+  [ "$a" = "$b" ] || { echo "FAIL: request $i: one process $a, TP=$tp PP=$pp $b"; exit 1; }
+done
+free=$(grep -o '"num_free_blocks":[0-9]*' "$tmp/par.state.json" | cut -d: -f2)
+total=$(grep -o '"num_blocks":[0-9]*' "$tmp/par.state.json" | cut -d: -f2)
+[ -n "$free" ] && [ "$free" = "$total" ] || { echo "FAIL: $free of $total KV blocks free after the requests"; exit 1; }
+echo "OK: serve TP=$tp PP=$pp: 16 concurrent completions equal one process's; $free of $total blocks free"
