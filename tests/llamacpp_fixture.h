@@ -61,6 +61,21 @@ inline SynthOptions synth_options(const nlohmann::json& so, const std::string& o
   return o;
 }
 
+// Writes the model of fixture entry `m` as DIR/NAME.gguf into *o and checks that synth still writes the file the
+// fixture was made with (its size); a failure names `script`, which regenerates the fixture.
+inline ::testing::AssertionResult write_fixture_model(const nlohmann::json& m, const std::string& dir,
+                                                      const std::string& script, SynthOptions* o) {
+  *o = synth_options(m.at("synth"), dir + "/" + m.at("name").get<std::string>() + ".gguf");
+  synth_llama_gguf(*o);
+  std::ifstream f(o->out_path, std::ios::binary | std::ios::ate);
+  const auto size = static_cast<int64_t>(f.tellg());
+  if (size == m.at("size").get<int64_t>()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << o->out_path << " has " << size << " bytes, the fixture's model "
+                                       << m.at("size").get<int64_t>()
+                                       << ": synth no longer writes the model the fixture was made with: rerun "
+                                       << script;
+}
+
 // kvik's logits with llama.cpp's greedy tokens fed back (teacher forcing): one append of the prompt and all generated
 // tokens but the last; row i (of the entry's N generated) predicts generated[i].
 inline std::vector<float> teacher_forced_logits(LlamaModel& m, const nlohmann::json& entry, DType kv) {
