@@ -89,8 +89,8 @@ MemoryProbe probe_memory_bandwidth() {
       if (threads == 1 && nt == 1) break;           // measured already
       const double gbs = r.best(threads, k.interleaved, k.how);
       probe.patterns.push_back({k.name, threads, gbs});
-      (threads == nt ? probe.best_gbs : probe.one_thread_gbs) =
-          std::max(threads == nt ? probe.best_gbs : probe.one_thread_gbs, gbs);
+      double& best = threads == nt ? probe.best_gbs : probe.one_thread_gbs;
+      best = std::max(best, gbs);
     }
   }
   if (nt == 1) probe.one_thread_gbs = probe.best_gbs;
