@@ -149,8 +149,8 @@ std::optional<KVCacheBlocks> KVCacheManager::allocate_slots(Request& req, int64_
       KVCacheBlock* shared = blocks[i];
       if (shared->ref_cnt <= 1) continue;
       const int64_t filled = std::clamp<int64_t>(num_computed - i * block_size_, 0, block_size_);
-      pending_copies_.push_back(
-          {req.request_id, BlockCopy{shared->block_id, fresh[k]->block_id, static_cast<int32_t>(filled)}});
+      pending_copies_.push_back({req.request_id, BlockCopy{shared->block_id, fresh[k]->block_id,
+                                                           static_cast<int32_t>(filled), false, req.request_id}});
       ++num_block_copies_total_;
       blocks[i] = fresh[k++];
       pool_.free_blocks(std::span<KVCacheBlock* const>(&shared, 1));  // the others keep it

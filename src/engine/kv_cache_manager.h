@@ -27,7 +27,8 @@ struct BlockCopy {
   int32_t src = 0;
   int32_t dst = 0;
   int32_t num_slots = 0;
-  bool local = false;  // a block of the local layers' pool (KVCacheManager with a local group)
+  bool local = false;      // a block of the local layers' pool (KVCacheManager with a local group)
+  std::string request_id;  // the request whose write needs the copy (the ranks check it holds `dst`)
 };
 
 struct PrefixCacheStats {
@@ -105,6 +106,8 @@ class KVCacheManager {
     stats_.hits += hit;
   }
   int64_t num_requests() const { return static_cast<int64_t>(tables_.size()); }
+  // Every request holding blocks, by id (RankBlockLedgers follows them on the other ranks of a parallel job).
+  const std::unordered_map<std::string, BlockTable>& tables() const { return tables_; }
 
  private:
   void update_block_hashes(Request& req) const;

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
+#include <cstdlib>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace kvik {
 
@@ -20,6 +23,14 @@ ModelRunner::ModelRunner(LlamaModel& model, KvCacheTensors& cache, int64_t max_n
   interventions_.resize(max_num_batched_tokens);
   loras_.resize(max_num_batched_tokens);
   logits_.resize(max_logits_rows * model.config().vocab_size);
+  if (model.shard().distributed()) {
+    ledgers_ = std::make_unique<RankBlockLedgers>(cache.num_blocks(), cache.local_num_blocks());
+    handles_.resize(max_num_seqs);
+    int rank = -1;
+    long long step = -1;
+    if (const char* c = std::getenv("KVIK_TEST_CORRUPT_BLOCK"))
+      if (std::sscanf(c, "%d:%lld", &rank, &step) == 2 && rank == model.world().rank()) corrupt_step_ = step;
+  }
 }
 
 FlatBatch::FlatBatch(int64_t max_tokens, int64_t max_seqs, int64_t max_blocks, int64_t max_logits_rows)
@@ -61,8 +72,10 @@ const float* ModelRunner::execute(const SchedulerOutput& out, const KVCacheManag
   bool any_interventions = false;
   bool any_lora = false;
   batch_.query_start_loc[0] = 0;
+  if (ledgers_) publish_ledger_edits(kv);
   for (int64_t r = 0; r < R; ++r) {
     Request& req = *out.scheduled[r].request;
+    if (ledgers_) handles_[r] = ledgers_->handle(req.request_id);
     const int64_t n = out.scheduled[r].num_scheduled_tokens;
     const int64_t num_spec = static_cast<int64_t>(req.spec_token_ids.size());
     const int64_t end = req.num_computed_tokens + n;  // positions computed after this step
@@ -125,10 +138,17 @@ void ModelRunner::run_forward(int64_t T, int64_t R, int64_t N, bool any_interven
 
 bool ModelRunner::broadcast_step(int64_t kind, int64_t& T, int64_t& R, int64_t& N,
                                  const std::vector<BlockCopy>& copies) {
+  static_assert(sizeof(LedgerEdit) == 16, "a ledger edit is four int32 on the wire");
   dist::Communicator& world = model_.world();
   const bool root = world.rank() == 0;
-  int64_t header[6] = {kind, T, R, N, batch_.has_local, static_cast<int64_t>(copies.size())};
+  int64_t header[7] = {
+      kind, T, R, N, batch_.has_local, static_cast<int64_t>(copies.size()), static_cast<int64_t>(edits_.size())};
   world.broadcast_idle(header, sizeof(header), 0);  // the other ranks wait here between steps
+  // The ledger edits come first, with the stop too: every rank's ledger ends where rank 0's pool does.
+  if (!root) edits_.resize(static_cast<size_t>(header[6]));
+  world.broadcast(edits_.data(), header[6] * static_cast<int64_t>(sizeof(LedgerEdit)), 0);
+  if (!root)
+    if (auto err = ledgers_->apply(edits_)) world.abort(fmt::format("KV block ledger: step {}: {}", step_, *err));
   if (header[0] == 0) return false;
   T = header[1], R = header[2], N = header[3];
   const int64_t num_copies = header[5];
@@ -152,16 +172,41 @@ bool ModelRunner::broadcast_step(int64_t kind, int64_t& T, int64_t& R, int64_t& 
     send(batch_.local_slot_mapping, T);
     send(batch_.local_block_tables, R * mb);
   }
-  copies_.resize(std::max<size_t>(copies_.size(), 4 * num_copies));
+  send(handles_, R);
+  copies_.resize(std::max<size_t>(copies_.size(), 5 * num_copies));
   if (root)
     for (size_t i = 0; i < copies.size(); ++i)
-      std::copy_n(std::array<int32_t, 4>{copies[i].src, copies[i].dst, copies[i].num_slots, copies[i].local}.data(), 4,
-                  &copies_[4 * i]);
-  send(copies_, 4 * num_copies);
+      std::copy_n(std::array<int32_t, 5>{copies[i].src, copies[i].dst, copies[i].num_slots, copies[i].local,
+                                         ledgers_->handle(copies[i].request_id)}
+                      .data(),
+                  5, &copies_[5 * i]);
+  send(copies_, 5 * num_copies);
+  if (corrupt_step_ >= 0 && step_ >= corrupt_step_ && T > 0) {
+    const int64_t bs = cache_.block_size();
+    batch_.slot_mapping[0] = (batch_.slot_mapping[0] + bs) % (cache_.num_blocks() * bs);
+    log_warn("rank {}: KVIK_TEST_CORRUPT_BLOCK: step {}: the first token's slot moved to block {}", world.rank(), step_,
+             batch_.slot_mapping[0] / bs);
+    corrupt_step_ = -1;
+  }
+  check_ledgers(T, R, N, num_copies);
+  ++step_;
   if (!root)
     for (int64_t i = 0; i < num_copies; ++i)
-      cache_.copy_block(copies_[4 * i], copies_[4 * i + 1], copies_[4 * i + 2], copies_[4 * i + 3] != 0);
+      cache_.copy_block(copies_[5 * i], copies_[5 * i + 1], copies_[5 * i + 2], copies_[5 * i + 3] != 0);
   return true;
+}
+
+void ModelRunner::publish_ledger_edits(const KVCacheManager& kv) {
+  if (auto err = ledgers_->publish(kv, edits_))
+    model_.world().abort(fmt::format("KV block ledger: step {}: {}", step_, *err));
+}
+
+void ModelRunner::check_ledgers(int64_t T, int64_t R, int64_t N, int64_t num_copies) {
+  const ForwardBatch b = batch_.view(T, R, N);
+  const std::span<const int32_t> handles(handles_.data(), static_cast<size_t>(R));
+  const std::span<const int32_t> copies(copies_.data(), static_cast<size_t>(5 * num_copies));
+  if (auto err = ledgers_->check_step(b, handles, cache_.block_size(), copies))
+    model_.world().abort(fmt::format("KV block ledger: step {}: {}", step_, *err));
 }
 
 bool ModelRunner::execute_remote() {
@@ -171,8 +216,17 @@ bool ModelRunner::execute_remote() {
   return true;
 }
 
+void ModelRunner::stop_workers(const KVCacheManager& kv) {
+  if (!ledgers_ || model_.world().rank() != 0 || stopped_) return;
+  publish_ledger_edits(kv);
+  int64_t T = 0, R = 0, N = 0;
+  broadcast_step(0, T, R, N, {});
+  stopped_ = true;
+}
+
 ModelRunner::~ModelRunner() {
-  if (!model_.shard().distributed() || model_.world().rank() != 0) return;
+  if (!ledgers_ || model_.world().rank() != 0 || stopped_) return;
+  edits_.clear();  // the KV cache manager may be gone: the other ranks' ledgers stay where the last step left them
   int64_t T = 0, R = 0, N = 0;
   broadcast_step(0, T, R, N, {});
 }

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "engine/kv_block_ledger.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/scheduler.h"
 #include "model/kv_cache.h"
@@ -52,14 +54,24 @@ class ModelRunner {
   // Tensor / pipeline parallelism: execute() on world rank 0 first broadcasts the step (the flat batch and the
   // block copies); every other rank receives it here and runs its part of the forward pass. False: rank 0 stopped.
   bool execute_remote();
-  ~ModelRunner();  // rank 0 of a parallel job: tells the other ranks to stop
+  // Rank 0 of a parallel job: tells the other ranks to stop, with the last ledger edits (every block the requests
+  // still hold). The destructor does it without them when this was not called.
+  void stop_workers(const KVCacheManager& kv);
+  ~ModelRunner();
+  // This rank's block ledgers (a parallel job only, else null).
+  const RankBlockLedgers* ledgers() const { return ledgers_.get(); }
+  int64_t num_steps_broadcast() const { return step_; }
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
 
  private:
-  // The step's sizes then arrays, from rank 0 to every rank (rank 0's kind 0: stop; returns false then); the other
-  // ranks receive T, R, N and apply the block copies.
+  // The step's sizes, ledger edits and arrays, from rank 0 to every rank (rank 0's kind 0: stop; returns false
+  // then); the other ranks receive T, R, N and apply the edits; every rank checks the step against its ledgers, and
+  // the other ranks then apply the block copies.
   bool broadcast_step(int64_t kind, int64_t& T, int64_t& R, int64_t& N, const std::vector<BlockCopy>& copies);
+  // Rank 0: the ledger edits since the last step (ends the job when its ledger and its pool disagree).
+  void publish_ledger_edits(const KVCacheManager& kv);
+  void check_ledgers(int64_t T, int64_t R, int64_t N, int64_t num_copies);
   void run_forward(int64_t T, int64_t R, int64_t N, bool any_interventions, bool any_lora);
 
   LlamaModel& model_;
@@ -69,7 +81,16 @@ class ModelRunner {
   std::vector<const InterventionList*> interventions_;  // per token; passed on only when a request has any
   std::vector<const LoraAdapter*> loras_;               // per token; passed on only when a request has one
   std::vector<float> logits_;
-  std::vector<int32_t> copies_;  // [num_copies, 4]: src, dst, num_slots, local
+  std::vector<int32_t> copies_;  // [num_copies, 5]: src, dst, num_slots, local, request handle
+  // Block accounting on every rank (kv_block_ledger.h): a parallel job only.
+  std::unique_ptr<RankBlockLedgers> ledgers_;
+  std::vector<LedgerEdit> edits_;
+  std::vector<int32_t> handles_;  // [R]: each scheduled request's handle
+  int64_t step_ = 0;
+  bool stopped_ = false;
+  // Test hook (KVIK_TEST_CORRUPT_BLOCK=RANK:STEP): that rank moves the first slot of that step (or the next with
+  // tokens) to another block after receiving it, so its ledger check must end the job.
+  int64_t corrupt_step_ = -1;
 };
 
 }  // namespace kvik

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -100,15 +101,35 @@ KvCapacity plan_parallel_kv_capacity(const LlamaModel& model, const KvCacheBudge
   return k;
 }
 
+namespace {
+
+// "rank R: KV blocks free at shutdown: F of N" (and the local layers' pool's), from this rank's ledgers.
+void log_ledger_at_shutdown(int rank, const RankBlockLedgers& l) {
+  log_info("rank {}: KV blocks free at shutdown: {} of {}", rank, l.main().num_free_blocks(), l.main().num_blocks());
+  if (const KvBlockLedger* local = l.local())
+    log_info("rank {}: local layers' KV blocks free at shutdown: {} of {}", rank, local->num_free_blocks(),
+             local->num_blocks());
+}
+
+}  // namespace
+
 EngineCore::~EngineCore() {
   if (!model_.shard().distributed() || model_.world().rank() != 0) return;
+  runner_->stop_workers(*kv_);  // with the last ledger edits: every rank's ledger ends where this pool does
   log_info("parallel job: {} preemptions; KV blocks free at shutdown: {} of {}", scheduler_->num_preemptions_total(),
            kv_->pool().num_free_blocks(), capacity_.num_blocks);
+  log_ledger_at_shutdown(0, *runner_->ledgers());
+  // What the ledgers cost on the wire: per step R request handles (4 bytes each) and these edits (16 bytes each).
+  const int64_t steps = std::max<int64_t>(1, runner_->num_steps_broadcast());
+  const int64_t edits = runner_->ledgers()->num_edits_published();
+  log_info("parallel job: {} ledger edits in {} steps ({:.1f} bytes of edits per step)", edits, steps,
+           16.0 * static_cast<double>(edits) / static_cast<double>(steps));
 }
 
 void EngineCore::run_worker_steps() {
   while (runner_->execute_remote()) {
   }
+  log_ledger_at_shutdown(model_.world().rank(), *runner_->ledgers());
 }
 
 }  // namespace kvik

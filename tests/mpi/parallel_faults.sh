@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Faults in an mpirun job end every rank, non-zero, with a message naming the rank, and nothing hangs:
 #  1. a start-up error on every rank (-np 2 with --tensor-parallel-size 3): MPI_Abort naming the rank;
-#  2. a rank killed (SIGKILL) while rank 0 serves requests: mpirun ends the job and reports the rank.
+#  2. a rank killed (SIGKILL) while rank 0 serves requests: mpirun ends the job and reports the rank;
+#  3. a worker whose copy of a step has one block id changed (the test hook KVIK_TEST_CORRUPT_BLOCK=RANK:STEP), under
+#     TP=2 and PP=2: its ledger check ends the job, naming the rank, the block and the request.
 # Usage: parallel_faults.sh KVIK STORIES
 set -euo pipefail
 kvik=$1 model=$2
@@ -19,6 +21,16 @@ timeout 30 "${mpi[@]}" "$kvik" generate -m "$model" -p hi --threads 1 --tensor-p
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "FAIL: bad start-up flags: exit $rc"; cat "$tmp/1.log"; exit 1; }
 grep -q "rank [01]: error: this job has 2 rank(s), but --tensor-parallel-size 3" "$tmp/1.log" ||
   { echo "FAIL: no message naming the rank"; cat "$tmp/1.log"; exit 1; }
+
+for layout in "2 1" "1 2"; do
+  read -r tp pp <<<"$layout"
+  rc=0
+  KVIK_TEST_CORRUPT_BLOCK=1:3 timeout 30 "${mpi[@]}" "$kvik" generate -m "$model" -p "Once upon a time" -n 24 \
+    --threads 1 --tensor-parallel-size "$tp" --pipeline-parallel-size "$pp" >"$tmp/3.log" 2>&1 || rc=$?
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "FAIL: TP=$tp PP=$pp: a corrupted block id: exit $rc"; cat "$tmp/3.log"; exit 1; }
+  grep -Eq "rank 1: KV block ledger: step [0-9]+: request #[0-9]+ writes position [0-9]+ to slot [0-9]+ \(block [0-9]+\), but its ledger gives it block [0-9]+ there; ending every rank" "$tmp/3.log" ||
+    { echo "FAIL: TP=$tp PP=$pp: no ledger message naming rank 1"; cat "$tmp/3.log"; exit 1; }
+done
 
 port=$((20000 + RANDOM % 20000))
 "${mpi[@]}" "$kvik" serve "$model" --port "$port" --threads 1 --tensor-parallel-size 2 >"$tmp/2.log" 2>&1 &

@@ -4,8 +4,8 @@
 # Usage: parallel_generate.sh KVIK MODEL TP PP [EXTRA ENGINE FLAGS...]
 #   MODEL "synth-gqa": a random GQA model (d 128, 8 query / 2 KV heads, stories260K's tokenizer) written here;
 #   "synth-gqa-q8_0": the same in Q8_0; "hf-qwen2": a random Qwen2-shaped Hugging Face directory.
-# KVIK_MPI_CHECK=preempt: a KV pool of a few blocks (preemption on every rank); the log must show preemptions and
-# every block free at the end.
+# KVIK_MPI_CHECK=preempt: a KV pool of a few blocks (preemption on every rank); the log must show preemptions, every
+# block free at the end in rank 0's pool and in every rank's own ledger.
 set -euo pipefail
 kvik=$1 model=$2 tp=$3 pp=$4
 shift 4
@@ -55,5 +55,11 @@ if [ "${KVIK_MPI_CHECK:-}" = preempt ]; then
   read -r pre free total < <(echo "$line" | sed 's/[^0-9 ]//g; s/  */ /g; s/^ //')
   [ "$pre" -gt 0 ] || { echo "FAIL: no preemption: the KV budget did not bind"; exit 1; }
   [ "$free" -eq "$total" ] || { echo "FAIL: $free of $total KV blocks free at the end"; exit 1; }
+  # Every rank's own ledger (kept in step by rank 0's edits, checked against every slot of every step) is all free.
+  for r in $(seq 0 $((tp * pp - 1))); do
+    grep -q "rank $r: KV blocks free at shutdown: $total of $total\$" "$tmp/par.log" ||
+      { echo "FAIL: rank $r's ledger is not all free at the end"; grep "KV blocks free" "$tmp/par.log"; exit 1; }
+  done
+  grep "ledger edits" "$tmp/par.log" | sed 's/^INFO [0-9:]* //'
 fi
 echo "OK: TP=$tp PP=$pp: $n prompts, the same tokens as one process"
