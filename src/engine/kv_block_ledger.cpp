@@ -40,8 +40,7 @@ std::optional<std::string> KvBlockLedger::apply(const LedgerEdit& e) {
     return std::nullopt;
   }
   if (e.block_id < -1 || e.block_id >= num_blocks())
-    return fmt::format("request #{} given block {}, outside the pool of {} blocks", e.handle, e.block_id,
-                       num_blocks());
+    return fmt::format("request #{} given block {}, outside the pool of {} blocks", e.handle, e.block_id, num_blocks());
   auto it = tables_.find(e.handle);
   const int64_t size = it == tables_.end() ? 0 : static_cast<int64_t>(it->second.size());
   if (e.index < 0 || e.index > size)
