@@ -1,6 +1,6 @@
 // kvik serve: the OpenAI-compatible HTTP server. The listener starts first (answering 503 while the model
-// loads), then the model, tokenizer, engine and engine thread come up. SIGINT/SIGTERM stop accepting, let
-// in-flight requests finish (aborting them after a grace period) and exit 0.
+// loads), then the model, tokenizer, engine and engine thread come up. SIGINT/SIGTERM drain the server (503 to
+// new requests while the in-flight ones finish, aborted after a grace period), then close it and exit 0.
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -169,7 +169,8 @@ void serve_model(const ServeOpts& o, server::HttpServer& http, std::atomic<bool>
   http.set_ready(ctx);
   log_info("Model {} ready as '{}' (max_model_len {})", o.model, o.server.served_model_name, ctx.max_model_len);
 
-  // listen() returns after stop(); its worker threads finish the in-flight requests first.
+  // After SIGINT / SIGTERM the server drains (503 to new requests) while the in-flight ones finish; then the
+  // listener closes and listen() returns once the last connection is done.
   std::thread watchdog([&] {
     while (!stopping) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.shutdown_grace_s);
@@ -179,6 +180,7 @@ void serve_model(const ServeOpts& o, server::HttpServer& http, std::atomic<bool>
     // Aborted streams end with their final chunk; a client that does not read them is cut off.
     for (int i = 0; i < 40 && engine->num_in_flight() > 0; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    http.stop();
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     http.close_all();
   });
@@ -189,6 +191,13 @@ void serve_model(const ServeOpts& o, server::HttpServer& http, std::atomic<bool>
 }
 
 int run(ServeOpts& o) {
+  // Signals go to one thread that waits for them; every other thread inherits the mask — MPI's and PMIx's too,
+  // which MPI_Init (in run_parallel_worker) starts: unblocked there, a SIGTERM would end rank 0 at once.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   if (o.model.empty()) o.model = default_model_path();
   if (auto rc = run_parallel_worker(o.model, o.engine.resolve())) return *rc;  // ranks > 0 of mpirun
   if (o.server.served_model_name.empty()) o.server.served_model_name = std::filesystem::path(o.model).stem().string();
@@ -205,12 +214,6 @@ int run(ServeOpts& o) {
     log_info("Default sampling parameters from generation_config.json: {}",
              server::describe_defaults(o.server.generation_defaults));
 
-  // Signals go to one thread that waits for them; every other thread (started below) inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);  // a client that hangs up is a failed write, not a dead server
 
   server::HttpServer http(o.server);
@@ -228,9 +231,9 @@ int run(ServeOpts& o) {
     int sig = 0;
     sigwait(&signals, &sig);
     if (stopping.exchange(true)) return;
-    log_info("{}: shutting down (no new connections; in-flight requests get {} s)",
+    log_info("{}: draining (new requests get 503; in-flight requests get {} s), then shutting down",
              sig == SIGINT ? "SIGINT" : "SIGTERM", o.shutdown_grace_s);
-    http.stop();
+    http.drain();
   });
   auto shutdown_threads = [&] {
     if (!stopping.exchange(true)) http.stop();

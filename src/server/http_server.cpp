@@ -134,13 +134,18 @@ void HttpServer::listen() {
   for (auto& t : threads) t.join();
 }
 
-void HttpServer::stop() {
+void HttpServer::drain() {
   if (stopping_.exchange(true)) return;
+  notify_sessions(false);
+}
+
+void HttpServer::stop() {
+  drain();
+  if (closed_.exchange(true)) return;
   asio::post(impl_->ioc, [this] {
     error_code ec;
     impl_->acceptor.close(ec);
   });
-  notify_sessions(false);
 }
 
 void HttpServer::close_all() { notify_sessions(true); }

@@ -29,7 +29,11 @@ class HttpServer {
   int bind();
   // Serves until stop(); call bind() first. Returns when the listener is closed and every connection is done.
   void listen();
-  // Stops accepting and closes idle connections; in-flight requests finish (listen() returns when they have).
+  // Starts the drain before a shutdown: every new request (on a new or a kept-alive connection, /health too) gets
+  // 503 "the server is draining" and its connection is closed; idle connections close; in-flight requests go on.
+  // The listener stays open, so a client sees 503 rather than a refused connection until stop().
+  void drain();
+  // Drains (when drain() was not called) and stops accepting; listen() returns when the in-flight requests are done.
   void stop();
   // Closes every connection now (after the shutdown grace period).
   void close_all();
@@ -52,7 +56,8 @@ class HttpServer {
   ServerConfig config_;
   Router router_;
   std::unique_ptr<Impl> impl_;
-  std::atomic<bool> stopping_{false};
+  std::atomic<bool> stopping_{false};  // draining: new requests get 503
+  std::atomic<bool> closed_{false};    // the listener is closed
   std::atomic<int64_t> num_connections_{0};
   std::mutex sessions_mu_;
   uint64_t next_session_id_ = 0;

@@ -217,7 +217,10 @@ class Session : public SessionBase {
       return send(Router::error(
           {503, fmt::format("too many open connections (--max-connections {}); retry later", cfg_.max_connections), "",
            ""}));
-    if (server_.stopping()) return send(Router::error({503, "the server is shutting down", "", ""}));
+    if (server_.stopping())
+      return send(Router::error(
+          {503, "the server is draining: it finishes the requests in flight, then shuts down; new requests are refused",
+           "", ""}));
     auto wake = std::make_shared<std::atomic<bool>>(false);
     wake_ = wake;
     std::weak_ptr<SessionBase> weak = weak_from_this();
