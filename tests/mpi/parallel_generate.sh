@@ -3,7 +3,8 @@
 # must equal one process's, token for token, for every prompt.
 # Usage: parallel_generate.sh KVIK MODEL TP PP [EXTRA ENGINE FLAGS...]
 #   MODEL "synth-gqa": a random GQA model (d 128, 8 query / 2 KV heads, stories260K's tokenizer) written here;
-#   "synth-gqa-q8_0": the same in Q8_0; "hf-qwen2": a random Qwen2-shaped Hugging Face directory.
+#   "synth-gqa-q8_0": the same in Q8_0; "hf-qwen2": a random Qwen2-shaped Hugging Face directory; "synth-gemma3": a
+#   random Gemma-3 shape (sliding-window layers with a KV pool of their own).
 # KVIK_MPI_CHECK=preempt: a KV pool of a few blocks (preemption on every rank); the log must show preemptions, every
 # block free at the end in rank 0's pool and in every rank's own ledger.
 set -euo pipefail
@@ -19,6 +20,11 @@ if [ "$model" = hf-qwen2 ]; then  # a Hugging Face directory (safetensors, atten
   model="$tmp/hf"
   "$kvik" synth --hf "$model" --arch qwen2 --dim 128 --layers 2 --heads 4 --kv-heads 2 --ff 256 --vocab 151936 \
     --tokenizer-dir "$tok" >/dev/null
+fi
+if [ "$model" = synth-gemma3 ]; then  # local (sliding-window) layers with a KV pool of their own: two ledgers per rank
+  model="$tmp/gemma3.gguf"
+  "$kvik" synth --arch gemma3 --dim 128 --layers 6 --heads 4 --kv-heads 2 --ff 256 --vocab 512 --context 512 \
+    --sliding-window 32 --seed 5 --tokenizer-from "$stories" "$model" >/dev/null 2>&1
 fi
 if [ "${model%%-*}" = synth ]; then  # synth-gqa (f32) or synth-gqa-q8_0: row-parallel slices of Q8_0 blocks
   type=${model#synth-gqa}
@@ -60,6 +66,12 @@ if [ "${KVIK_MPI_CHECK:-}" = preempt ]; then
     grep -q "rank $r: KV blocks free at shutdown: $total of $total\$" "$tmp/par.log" ||
       { echo "FAIL: rank $r's ledger is not all free at the end"; grep "KV blocks free" "$tmp/par.log"; exit 1; }
   done
+  if grep -q "local layers' KV blocks free" "$tmp/par.log"; then  # the local layers' pool: its own ledger
+    for r in $(seq 0 $((tp * pp - 1))); do
+      grep -Eq "rank $r: local layers' KV blocks free at shutdown: ([0-9]+) of \1\$" "$tmp/par.log" ||
+        { echo "FAIL: rank $r's local ledger is not all free"; grep "KV blocks free" "$tmp/par.log"; exit 1; }
+    done
+  fi
   grep "ledger edits" "$tmp/par.log" | sed 's/^INFO [0-9:]* //'
 fi
 echo "OK: TP=$tp PP=$pp: $n prompts, the same tokens as one process"
