@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `kvik serve` under mpirun with tensor or pipeline parallelism: 16 concurrent greedy completions must return the
-# same text as one process's server, and every KV block must be free again afterwards (GET /v1/engine/state).
+# `kvik serve` under mpirun with tensor or pipeline parallelism: 16 concurrent greedy completions and 4 with n = 4
+# (forks, copy-on-write) must return the same text as one process's server, every KV block must be free again
+# afterwards (GET /v1/engine/state), and after SIGTERM to rank 0 the job exits 0 with every rank's ledger all free.
 # Usage: parallel_serve.sh KVIK MODEL TP PP
 set -euo pipefail
 kvik=$1 model=$2 tp=$3 pp=$4
@@ -29,11 +30,23 @@ run() {
       -d "{\"prompt\": \"Once upon a time there was a child number $i who\", \"max_tokens\": 32, \"temperature\": 0}" \
       >"$tmp/$name.$i.json" &
   done
+  for i in $(seq 4); do  # n = 4: forks share the prompt's blocks, the first write copies the partial one
+    curl -s "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+      -d "{\"prompt\": \"A tale of $i friends:\", \"max_tokens\": 24, \"temperature\": 0, \"n\": 4}" \
+      >"$tmp/$name.n$i.json" &
+  done
   wait $(jobs -p | grep -v "^$server$")
   curl -s "http://127.0.0.1:$port/v1/engine/state" >"$tmp/$name.state.json"
-  kill -TERM "$server"
-  wait "$server" || true
+  # Under mpirun, SIGTERM to rank 0 (it drains, then stops the other ranks: every rank logs its ledger).
+  local target=$server w
+  for w in $(pgrep -P "$server"); do
+    tr '\0' '\n' <"/proc/$w/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 && target=$w
+  done
+  kill -TERM "$target"
+  local rc=0
+  wait "$server" || rc=$?
   server=
+  [ "$rc" -eq 0 ] || { echo "FAIL: $name: exit $rc after SIGTERM"; cat "$tmp/$name.log"; exit 1; }
 }
 
 run one "$kvik" serve "$model"
@@ -46,7 +59,17 @@ for i in $(seq 16); do
   [ -n "$a" ] || { echo "FAIL: request $i got no text from one process: $(cat "$tmp/one.$i.json")"; exit 1; }
   [ "$a" = "$b" ] || { echo "FAIL: request $i: one process $a, TP=$tp PP=$pp $b"; exit 1; }
 done
+for i in $(seq 4); do
+  a=$(grep -o '"text":"[^"]*"' "$tmp/one.n$i.json" || true)
+  b=$(grep -o '"text":"[^"]*"' "$tmp/par.n$i.json" || true)
+  [ "$(echo "$a" | grep -c text)" -eq 4 ] || { echo "FAIL: n=4 request $i: $(cat "$tmp/one.n$i.json")"; exit 1; }
+  [ "$a" = "$b" ] || { echo "FAIL: n=4 request $i: one process $a, TP=$tp PP=$pp $b"; exit 1; }
+done
 free=$(grep -o '"num_free_blocks":[0-9]*' "$tmp/par.state.json" | cut -d: -f2)
 total=$(grep -o '"num_blocks":[0-9]*' "$tmp/par.state.json" | cut -d: -f2)
 [ -n "$free" ] && [ "$free" = "$total" ] || { echo "FAIL: $free of $total KV blocks free after the requests"; exit 1; }
-echo "OK: serve TP=$tp PP=$pp: 16 concurrent completions equal one process's; $free of $total blocks free"
+for r in $(seq 0 $((tp * pp - 1))); do
+  grep -q "rank $r: KV blocks free at shutdown: $total of $total\$" "$tmp/par.log" ||
+    { echo "FAIL: rank $r's ledger is not all free at shutdown"; grep "free at shutdown" "$tmp/par.log"; exit 1; }
+done
+echo "OK: serve TP=$tp PP=$pp: 16 concurrent completions and 4 with n = 4 equal one process's; $free of $total blocks free, every rank's ledger too"
