@@ -15,14 +15,16 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+trap 'echo "FAIL ($target): line $LINENO: \"$BASH_COMMAND\" exited $?"' ERR
 fail() {
   echo "FAIL ($target): $*"
   cat "$tmp/job.log"
   exit 1
 }
-# d 512: slow enough per token that the stream is still running when the drain starts.
+# d 512 and a 16k context: a stream long enough to still run when the drain starts, on a quiet machine too (33
+# tokens/s measured beside other builds; a 4,000-token stream can end before mpirun passes SIGTERM on 10 s later).
 model="$tmp/wide.gguf"
-"$kvik" synth --dim 512 --layers 4 --heads 8 --kv-heads 4 --ff 2048 --vocab 512 --context 4096 --seed 3 \
+"$kvik" synth --dim 512 --layers 4 --heads 8 --kv-heads 4 --ff 2048 --vocab 512 --context 16384 --seed 3 \
   --tokenizer-from "$stories" "$model" >/dev/null 2>&1
 cat >"$tmp/rank.sh" <<'EOF'
 #!/usr/bin/env bash
@@ -41,10 +43,10 @@ EOF
 chmod +x "$tmp/rank.sh"
 mpi=(mpirun --allow-run-as-root --oversubscribe -np 2)
 if [ "$target" = mpirun ]; then
-  sigkill_timeout=8 grace=3 max_tokens=4000
+  sigkill_timeout=10 grace=3 max_tokens=16000
   mpi+=(--mca odls_base_sigkill_timeout "$sigkill_timeout")
 else
-  sigkill_timeout=0 grace=60 max_tokens=300
+  sigkill_timeout=0 grace=120 max_tokens=1500
 fi
 port=$((20000 + RANDOM % 20000))
 url="http://127.0.0.1:$port"
@@ -84,8 +86,8 @@ done
 [ "$health" = 503 ] || fail "/health answered $health, not 503, after SIGTERM"
 grep -q '"message":"the server is draining' "$tmp/health.json" || fail "/health: $(cat "$tmp/health.json")"
 code=$(curl -s -o "$tmp/new.json" -w '%{http_code}' "$url/v1/completions" -H 'Content-Type: application/json' \
-  -d '{"prompt": "Once upon a time", "max_tokens": 8}')
-[ "$code" = 503 ] || fail "a new request during the drain got $code: $(cat "$tmp/new.json")"
+  -d '{"prompt": "Once upon a time", "max_tokens": 8}' || true)
+[ "$code" = 503 ] || fail "a new request during the drain got $code (000: refused, the drain was over): $(cat "$tmp/new.json" 2>&1)"
 grep -q '"error":{.*"message":"the server is draining' "$tmp/new.json" || fail "the 503 body: $(cat "$tmp/new.json")"
 
 wait "$stream" || fail "the streaming request failed"
@@ -99,7 +101,7 @@ rc=0
 wait "$job" || rc=$?
 job=
 took=$((SECONDS - start))
-bound=30
+bound=120
 [ "$target" = mpirun ] && bound=$((2 * sigkill_timeout + 5))
 [ "$took" -le "$bound" ] || fail "the job took $took s to end after SIGTERM (bound $bound s)"
 # mpirun itself: 0 after rank 0's SIGTERM; OpenMPI 4.1 exits 1 once it was signalled, whatever the ranks did.
