@@ -42,12 +42,18 @@ int main(int argc, char** argv) {
   std::string tokens = "1,2,4,8,12,16,32,64,256", types = "q8_0,q4_0,iq4_nl,q4_K,q5_K,q6_K";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
-    if (f == "--rows") rows = std::atoll(v.c_str());
-    else if (f == "--cols") cols = std::atoll(v.c_str());
-    else if (f == "--tokens") tokens = v;
-    else if (f == "--types") types = v;
-    else if (f == "--iters") iters = std::atoi(v.c_str());
-    else if (f == "--threads") threads = std::atoi(v.c_str());
+    if (f == "--rows")
+      rows = std::atoll(v.c_str());
+    else if (f == "--cols")
+      cols = std::atoll(v.c_str());
+    else if (f == "--tokens")
+      tokens = v;
+    else if (f == "--types")
+      types = v;
+    else if (f == "--iters")
+      iters = std::atoi(v.c_str());
+    else if (f == "--threads")
+      threads = std::atoi(v.c_str());
     else {
       std::fprintf(stderr, "unknown flag %s\n", f.c_str());
       return 2;
@@ -59,10 +65,11 @@ int main(int argc, char** argv) {
   std::vector<float> wf(rows * cols);
   for (auto& v : wf) v = g(rng);
   const AmxStatus& amx = amx_status();
-  std::printf("{\"isa\": \"%s\", \"amx_usable\": %s, \"amx_reason\": \"%s\", \"threads\": %d, \"rows\": %lld, "
-              "\"cols\": %lld, \"results\": [",
-              std::string(cpu_kernels().isa).c_str(), amx.usable ? "true" : "false", amx.reason.c_str(),
-              ThreadPool::global().num_threads(), (long long)rows, (long long)cols);
+  std::printf(
+      "{\"isa\": \"%s\", \"amx_usable\": %s, \"amx_reason\": \"%s\", \"threads\": %d, \"rows\": %lld, "
+      "\"cols\": %lld, \"results\": [",
+      std::string(cpu_kernels().isa).c_str(), amx.usable ? "true" : "false", amx.reason.c_str(),
+      ThreadPool::global().num_threads(), (long long)rows, (long long)cols);
   bool first = true;
   for (const std::string& name : split_list(types)) {
     const std::optional<DType> t = dtype_from_name(name);

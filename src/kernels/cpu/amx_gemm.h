@@ -110,8 +110,7 @@ inline void multiply(int n, const uint8_t* const* b, int32_t (*c)[kAmxMaxTokens]
 }
 
 template <class Tiles, Quant kQuant>
-void gemm_q(const uint8_t* groups, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y,
-            int64_t ys) {
+void gemm_q(const uint8_t* groups, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   constexpr int64_t Q = kQuant == Quant::kQ8_0 ? kQ8_0PackedQs : kQ4_0PackedQs;
   constexpr int32_t kOffset = kQuant == Quant::kQ4_0 ? 8 : 128;
   Tiles::configure(static_cast<int>(R), kQK8_0);
@@ -183,12 +182,13 @@ void gemm_k_scale_min(const uint8_t* groups, int64_t G, size_t gb, int64_t nb, c
           const __m512i sc =
               _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[u] + L.sc + sb * 16)));
           const __m256i mpair = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[u] + L.m + (sb / 2) * 32));
-          const __m256i m16 = sb % 2 == 0 ? _mm256_and_si256(mpair, _mm256_set1_epi16(0xFF)) : _mm256_srli_epi16(mpair, 8);
+          const __m256i m16 =
+              sb % 2 == 0 ? _mm256_and_si256(mpair, _mm256_set1_epi16(0xFF)) : _mm256_srli_epi16(mpair, 8);
           const __m512i m = _mm512_cvtepi16_epi32(m16);
           for (int64_t t = 0; t < R; ++t) {
             isum[u][t] = _mm512_add_epi32(isum[u][t], _mm512_mullo_epi32(sc, load512(c[u][t])));
-            msum[u][t] = _mm512_add_epi32(msum[u][t],
-                                          _mm512_mullo_epi32(m, _mm512_set1_epi32(x.sums32[(t * nb + b) * 8 + sb])));
+            msum[u][t] =
+                _mm512_add_epi32(msum[u][t], _mm512_mullo_epi32(m, _mm512_set1_epi32(x.sums32[(t * nb + b) * 8 + sb])));
           }
         }
       }
@@ -239,8 +239,9 @@ void gemm_q6_k(const uint8_t* groups, int64_t G, size_t gb, int64_t nb, const Ac
           const __m512i sc_hi = _mm512_cvtepi16_epi32(_mm256_srai_epi16(pair, 8));
           for (int64_t t = 0; t < R; ++t) {
             const BlockQ8_K& xb = x.x[t * nb + b];
-            const __m512i off = _mm512_add_epi32(_mm512_mullo_epi32(sc_lo, _mm512_set1_epi32(-32 * xb.bsums[2 * ch])),
-                                                 _mm512_mullo_epi32(sc_hi, _mm512_set1_epi32(-32 * xb.bsums[2 * ch + 1])));
+            const __m512i off =
+                _mm512_add_epi32(_mm512_mullo_epi32(sc_lo, _mm512_set1_epi32(-32 * xb.bsums[2 * ch])),
+                                 _mm512_mullo_epi32(sc_hi, _mm512_set1_epi32(-32 * xb.bsums[2 * ch + 1])));
             const __m512i p = _mm512_add_epi32(_mm512_mullo_epi32(sc_lo, load512(c[0][u][t])),
                                                _mm512_mullo_epi32(sc_hi, load512(c[1][u][t])));
             isum[u][t] = _mm512_add_epi32(isum[u][t], _mm512_add_epi32(p, off));
@@ -271,8 +272,7 @@ void gemm_q4_0(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8S&
   detail::gemm_q<Tiles, detail::Quant::kQ4_0>(g, G, gb, nb, x, R, y, ys);
 }
 template <class Tiles>
-void gemm_iq4_nl(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y,
-                 int64_t ys) {
+void gemm_iq4_nl(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   detail::gemm_q<Tiles, detail::Quant::kIQ4NL>(g, G, gb, nb, x, R, y, ys);
 }
 template <class Tiles>

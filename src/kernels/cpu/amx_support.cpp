@@ -78,7 +78,7 @@ int run_self_test(SelfTestCase& q8, SelfTestCase& q4) {
     const bool is_q8 = c == &q8;
     for (int64_t g = 0; g < c->groups; ++g)
       (is_q8 ? base.gemm_q8_0_x16 : base.gemm_q4_0_x16)(c->w.data() + c->gb * g, c->nb, c->x(), c->R,
-                                                         c->want.data() + g * kPackRows, c->groups * kPackRows);
+                                                        c->want.data() + g * kPackRows, c->groups * kPackRows);
     (is_q8 ? amx.amx_q8_0 : amx.amx_q4_0)(c->w.data(), c->groups, c->gb, c->nb, c->x(), c->R, c->got.data(),
                                           c->groups * kPackRows);
     if (std::memcmp(c->want.data(), c->got.data(), c->want.size() * sizeof(float)) != 0) return 1;

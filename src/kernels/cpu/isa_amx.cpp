@@ -37,28 +37,40 @@ struct HwTiles {
   // GCC's tile intrinsics paste the tile number into the instruction text: it must be a literal.
   template <int T>
   static void load(const void* p, int64_t stride) {
-    if constexpr (T == amx::kA) _tile_loadd(0, p, stride);
-    else if constexpr (T == amx::kB0) _tile_loadd(1, p, stride);
-    else if constexpr (T == amx::kB1) _tile_loadd(2, p, stride);
-    else static_assert(T == amx::kA, "tiles A, B0, B1 are loaded");
+    if constexpr (T == amx::kA)
+      _tile_loadd(0, p, stride);
+    else if constexpr (T == amx::kB0)
+      _tile_loadd(1, p, stride);
+    else if constexpr (T == amx::kB1)
+      _tile_loadd(2, p, stride);
+    else
+      static_assert(T == amx::kA, "tiles A, B0, B1 are loaded");
   }
   template <int T>
   static void zero() {
-    if constexpr (T == amx::kC0) _tile_zero(3);
-    else if constexpr (T == amx::kC1) _tile_zero(4);
-    else static_assert(T == amx::kC0, "tiles C0, C1 are zeroed");
+    if constexpr (T == amx::kC0)
+      _tile_zero(3);
+    else if constexpr (T == amx::kC1)
+      _tile_zero(4);
+    else
+      static_assert(T == amx::kC0, "tiles C0, C1 are zeroed");
   }
   template <int C, int A, int B>
   static void dot() {
     static_assert(A == amx::kA && ((C == amx::kC0 && B == amx::kB0) || (C == amx::kC1 && B == amx::kB1)));
-    if constexpr (C == amx::kC0) _tile_dpbsud(3, 0, 1);
-    else _tile_dpbsud(4, 0, 2);
+    if constexpr (C == amx::kC0)
+      _tile_dpbsud(3, 0, 1);
+    else
+      _tile_dpbsud(4, 0, 2);
   }
   template <int T>
   static void store(void* p, int64_t stride) {
-    if constexpr (T == amx::kC0) _tile_stored(3, p, stride);
-    else if constexpr (T == amx::kC1) _tile_stored(4, p, stride);
-    else static_assert(T == amx::kC0, "tiles C0, C1 are stored");
+    if constexpr (T == amx::kC0)
+      _tile_stored(3, p, stride);
+    else if constexpr (T == amx::kC1)
+      _tile_stored(4, p, stride);
+    else
+      static_assert(T == amx::kC0, "tiles C0, C1 are stored");
   }
 };
 
