@@ -19,6 +19,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/packed.h"
 #include "random_weights.h"
+#include "run_kvik.h"
 
 using namespace kvik;
 using kvik::test::Acts;
@@ -158,6 +159,31 @@ TEST(Amx, StartupChoiceFollowsTheCpuAndKvikIsa) {
   if (!__builtin_cpu_supports("amx-int8")) {
     EXPECT_FALSE(s.cpu_has_amx);
     EXPECT_EQ(s.reason, "the CPU has no AMX-INT8");
+  }
+}
+
+// KVIK_ISA caps the table a user's run chooses, and the start-up log names it (and, on an AMX CPU kept below AMX,
+// says why).
+TEST(Amx, KvikIsaCapsTheKernelsTheLogNames) {
+  const std::string model = KVIK_SHARED_DIR "/models/stories260K.gguf";
+  const std::string args = "generate -m " + model + " -p 'Once' -n 1 --threads 1";
+  const test::Result forced = [&] {
+    setenv("KVIK_ISA", "generic", 1);
+    test::Result r = test::run(args);
+    unsetenv("KVIK_ISA");
+    return r;
+  }();
+  ASSERT_EQ(forced.code, 0) << forced.out;
+  EXPECT_NE(forced.out.find("CPU kernels: generic,"), std::string::npos) << forced.out;
+  const test::Result chosen = test::run(args);
+  ASSERT_EQ(chosen.code, 0) << chosen.out;
+  EXPECT_NE(chosen.out.find("CPU kernels: " + std::string(cpu_kernels().isa) + ","), std::string::npos) << chosen.out;
+  if (amx_status().usable) {
+    setenv("KVIK_ISA", "avx512", 1);
+    const test::Result capped = test::run(args);
+    unsetenv("KVIK_ISA");
+    EXPECT_NE(capped.out.find("CPU kernels: avx512_vnni,"), std::string::npos) << capped.out;
+    EXPECT_NE(capped.out.find("AMX-INT8 not used: KVIK_ISA"), std::string::npos) << capped.out;
   }
 }
 

@@ -70,13 +70,13 @@ TEST_P(SplitAttention, SplitDecodeEqualsUnsplitBitForBit) {
   const DType kv = GetParam();
   const float v_scale = kv == DType::F8_E4M3 ? 0.5f : 1.0f;
   std::vector<Case> cases = {
-      {kv, 8, 1, 64, {1023}},                    // below the threshold: not split
-      {kv, 8, 1, 64, {1024}},                    // at it
-      {kv, 8, 1, 128, {3001}},                   // MQA, d_h 128, a partial last chunk
-      {kv, 8, 2, 64, {8200}},                    // GQA 4, past 8k
-      {kv, 4, 1, 64, {5000}, 2048},              // sliding window: the keys start mid-chunk
-      {kv, 8, 2, 64, {4100}, 0, 30.0f},          // Gemma 2's soft cap
-      {kv, 8, 1, 64, {6000, 300}},               // a batch: one task split, one short one run whole
+      {kv, 8, 1, 64, {1023}},            // below the threshold: not split
+      {kv, 8, 1, 64, {1024}},            // at it
+      {kv, 8, 1, 128, {3001}},           // MQA, d_h 128, a partial last chunk
+      {kv, 8, 2, 64, {8200}},            // GQA 4, past 8k
+      {kv, 4, 1, 64, {5000}, 2048},      // sliding window: the keys start mid-chunk
+      {kv, 8, 2, 64, {4100}, 0, 30.0f},  // Gemma 2's soft cap
+      {kv, 8, 1, 64, {6000, 300}},       // a batch: one task split, one short one run whole
   };
   const int64_t split_before = split_attention_tasks();
   for (Case& c : cases) {
