@@ -97,7 +97,8 @@ void LlamaModel::shard_weights(const LoadOptions& o) {
   assign_layers(s, c.n_layers);
   tp_ = world_->split(s.stage, s.tp_rank);
   check_same_model();
-  if ((s.expert_parallel = o.parallel.enable_expert_parallel)) {  // tensor rank t: experts [t·E/T, (t+1)·E/T)
+  s.expert_parallel = o.parallel.enable_expert_parallel;
+  if (s.expert_parallel) {  // tensor rank t: experts [t·E/T, (t+1)·E/T)
     s.first_expert = s.tp_rank * (c.n_experts / s.tp_size);
     s.end_expert = s.first_expert + c.n_experts / s.tp_size;
   }
