@@ -2,7 +2,7 @@
 // keys (R = 1: decode, the KV read dominates; R = N: a whole prefill) on shuffled blocks of a KV cache of the given
 // type, and for decode the KV bytes read per second.
 //   bench_attention [--keys 8192] [--rows 1] [--reqs 1] [--heads 32] [--kv-heads 8] [--head-dim 64]
-//                   [--kv f16|f32|q8_0] [--iters 20] [--threads N]
+//                   [--kv f16|f32|q8_0] [--iters 20] [--threads N] [--split 1|0]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -44,6 +44,8 @@ int main(int argc, char** argv) {
       iters = std::atoi(v);
     else if (f == "--threads")
       threads = std::atoi(v);
+    else if (f == "--split")  // flash-decoding on (1, the default) or off (0)
+      set_split_attention(std::atoi(v) != 0);
     else {
       std::fprintf(stderr, "unknown flag %s\n", f.c_str());
       return 2;

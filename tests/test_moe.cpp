@@ -156,6 +156,54 @@ TEST(Moe, GroupedMlpEqualsPerTokenReferenceBitForBit) {
   }
 }
 
+// Expert parallelism's dispatch and combine: two ranks each holding half of the experts (MoeWeights::first_expert)
+// produce partial sums that add up to the whole block's output — bit for bit with k = 1 (every token's one expert
+// is on one rank; the other contributes exactly 0, also to a token or a whole batch routed entirely elsewhere), and
+// up to the addition order with k = 2 (the all-reduce adds the two ranks' sums, one process adds in routing order).
+TEST(Moe, ExpertParallelHalvesAddUpToTheWholeBlock) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (DType t : {DType::F32, DType::Q8_0}) {
+    for (int64_t k : {1, 2}) {
+      ModelConfig c;
+      c.dim = 128, c.n_experts = 8, c.n_experts_used = k, c.expert_ff_dim = 64, c.norm_topk_prob = true;
+      std::vector<Weights> store;
+      MoeWeights whole, half[2];
+      store.push_back(random_weights(DType::F32, c.n_experts, c.dim, rng));
+      whole.router = half[0].router = half[1].router = store.back().m;
+      for (int64_t e = 0; e < c.n_experts; ++e) {
+        MoeWeights& h = half[e / 4];
+        h.first_expert = e / 4 * 4;
+        store.push_back(random_weights(t, c.expert_ff_dim, c.dim, rng));
+        whole.gate.push_back(store.back().m), h.gate.push_back(store.back().m);
+        store.push_back(random_weights(t, c.expert_ff_dim, c.dim, rng));
+        whole.up.push_back(store.back().m), h.up.push_back(store.back().m);
+        store.push_back(random_weights(t, c.dim, c.expert_ff_dim, rng));
+        whole.down.push_back(store.back().m), h.down.push_back(store.back().m);
+      }
+      MoeWorkspace ws;
+      for (int64_t T : {int64_t{1}, int64_t{7}, kMoeChunkTokens + 13}) {
+        std::vector<float> xn(T * c.dim), out(T * c.dim);
+        for (auto& v : xn) v = g(rng);
+        moe_mlp(whole, c, xn.data(), T, ws, out.data());
+        std::vector<float> part[2];
+        for (int r = 0; r < 2; ++r) {  // stale values in the output buffer must not survive (a rank with no tokens)
+          part[r].assign(T * c.dim, std::nanf(""));
+          moe_mlp(half[r], c, xn.data(), T, ws, part[r].data());
+        }
+        for (int64_t i = 0; i < T * c.dim; ++i) {
+          const float sum = part[0][i] + part[1][i];
+          if (k == 1)
+            ASSERT_EQ(sum, out[i]) << dtype_name(t) << " T " << T << " element " << i;
+          else
+            ASSERT_NEAR(sum, out[i], 1e-5f * std::max(1.0f, std::fabs(out[i])))
+                << dtype_name(t) << " T " << T << " element " << i;
+        }
+      }
+    }
+  }
+}
+
 namespace {
 
 // A copy of `src` with one u32 key changed, or without one tensor.

@@ -45,6 +45,9 @@ void add_engine_flags(CLI::App* c, EngineFlags& f) {
                 "Split the layers into this many stages, one per group of ranks (under mpirun)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  c->add_flag("--enable-expert-parallel", e.parallel.enable_expert_parallel,
+              "Mixture-of-experts models: place whole experts on the --tensor-parallel-size ranks (E/T each) instead "
+              "of slicing every expert");
   c->add_option("--speculative-config", f.speculative_config,
                 "Speculative decoding as JSON, e.g. {\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
                 "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2} (default: off)");

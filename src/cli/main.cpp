@@ -6,8 +6,12 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "dist/communicator.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 int main(int argc, char** argv) {
+  // The kernel table first, while the process has one thread: on an AMX CPU choosing it runs the AMX self-test in a
+  // forked child, which must not happen after MPI or the thread pool have started.
+  kvik::cpu_kernels();
   CLI::App app{"kvik: LLM inference on the CPU (GGUF Llama models)"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Help for every command");

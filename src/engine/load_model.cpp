@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/engine_core.h"
+#include "kernels/cpu/amx_support.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace kvik {
@@ -20,6 +21,8 @@ std::unique_ptr<LlamaModel> load_model(const std::string& path, const EngineConf
     ThreadPool::global().set_num_threads(n);
   }
   log_info("CPU kernels: {}, {} threads", cpu_kernels().isa, ThreadPool::global().num_threads());
+  if (const AmxStatus& amx = amx_status(); amx.cpu_has_amx && !cpu_kernels().amx_q8_0)
+    log_info("AMX-INT8 not used: {}", amx.usable ? "KVIK_ISA caps the kernels below amx" : amx.reason);
   LoadOptions options;
   options.repack_weights = config.repack_weights;
   options.parallel = config.parallel;

@@ -73,26 +73,36 @@ KvCapacity plan_parallel_kv_capacity(const LlamaModel& model, const KvCacheBudge
   k.gib = static_cast<double>(k.num_blocks * b.block_size * k.bytes_per_token) / static_cast<double>(int64_t{1} << 30);
   k.max_concurrency = static_cast<double>(k.tokens) / static_cast<double>(b.max_model_len);
 
-  // The memory table: per rank, its weights (computed and resident), its KV bytes per token and pool.
-  const int64_t row[6] = {model.resident_weight_bytes(),
-                          resident_bytes(),
-                          k.bytes_per_token,
-                          k.num_blocks * b.block_size * k.bytes_per_token,
-                          mine_blocks,
-                          s.end_layer - s.first_layer};
-  std::vector<int64_t> all(6 * static_cast<size_t>(world.size()));
-  world.all_gather(row, 6, all.data());
+  // The memory table: per rank, its weights (computed and resident), its KV bytes per token and pool, and in a
+  // mixture-of-experts model the experts it holds ([first, end): whole under expert parallelism) and their bytes.
+  constexpr int kCols = 9;
+  const int64_t row[kCols] = {model.resident_weight_bytes(),
+                              resident_bytes(),
+                              k.bytes_per_token,
+                              k.num_blocks * b.block_size * k.bytes_per_token,
+                              mine_blocks,
+                              s.end_layer - s.first_layer,
+                              model.expert_weight_bytes(),
+                              s.first_expert,
+                              s.end_expert};
+  std::vector<int64_t> all(kCols * static_cast<size_t>(world.size()));
+  world.all_gather(row, kCols, all.data());
   if (!log || world.rank() != 0) return k;
   log_info(
-      "parallel job: {} ranks = tensor parallel {} x pipeline parallel {}; KV pool of {} blocks of {} on every rank",
-      world.size(), s.tp_size, s.pp_size, k.num_blocks, b.block_size);
+      "parallel job: {} ranks = tensor parallel {} x pipeline parallel {}{}; KV pool of {} blocks of {} on every rank",
+      world.size(), s.tp_size, s.pp_size, s.expert_parallel ? " (expert parallel)" : "", k.num_blocks, b.block_size);
+  const int64_t E = model.config().n_experts;
   int64_t total_weights = 0, total_kv = 0;
   for (int r = 0; r < world.size(); ++r) {
-    const int64_t* x = &all[6 * r];
+    const int64_t* x = &all[kCols * r];
+    const std::string experts =
+        E == 0 ? ""
+               : fmt::format(", experts [{}, {}) of {}{} {:.1f} MiB", x[7], x[8], E,
+                             s.expert_parallel || s.tp_size == 1 ? ":" : " (d_ff_exp sliced):", mib(x[6]));
     log_info(
         "  rank {} (stage {}, tensor rank {}): {} layers, weights {:.1f} MiB (resident {:.1f} MiB), KV {} bytes per "
-        "token, {:.1f} MiB for {} tokens (it could hold {} blocks)",
-        r, r / s.tp_size, r % s.tp_size, x[5], mib(x[0]), mib(x[1]), x[2], mib(x[3]), k.tokens, x[4]);
+        "token, {:.1f} MiB for {} tokens (it could hold {} blocks){}",
+        r, r / s.tp_size, r % s.tp_size, x[5], mib(x[0]), mib(x[1]), x[2], mib(x[3]), k.tokens, x[4], experts);
     total_weights += x[0];
     total_kv += x[3];
   }

@@ -304,14 +304,15 @@ int64_t LlamaModel::decode_bytes_per_token() const {
     if (w.packed) n += static_cast<int64_t>(packed_bytes(w)) - w.rows * static_cast<int64_t>(w.row_bytes);
   };
   for_each_matmul_weight(*this, add_packing);
-  // A token reads k of each block's E experts: take the other E − k experts' share of the expert bytes off.
+  // A token reads k of each block's E experts: take the other E − k experts' share of the expert bytes off (one
+  // expert's bytes: the held experts' mean; a rank of an expert-parallel job holds E / T of them).
   const int64_t E = config_.n_experts, k = config_.n_experts_used;
   for (const LayerWeights& l : layers_) {
+    const int64_t held = static_cast<int64_t>(l.moe.gate.size());
     int64_t experts = 0;
     for (const auto* ws : {&l.moe.gate, &l.moe.up, &l.moe.down})
-      for (const WeightMatrix& w : *ws)
-        experts += w.packed ? static_cast<int64_t>(packed_bytes(w)) : w.rows * static_cast<int64_t>(w.row_bytes);
-    if (E > 0) n -= experts / E * (E - k);
+      for (const WeightMatrix& w : *ws) experts += held_bytes(w);
+    if (held > 0) n -= experts / held * (E - k);
   }
   return n;
 }
@@ -496,6 +497,8 @@ void LlamaModel::mlp_block(int64_t l, const ForwardBatch& b, int64_t T) {
   rmsnorm(ws_.x.data(), w.ffn_norm, ws_.xn.data(), T, c.dim, c.rms_eps);  // xn [T, d]
   if (c.is_moe()) {
     moe_mlp(w.moe, c, ws_.xn.data(), T, moe_ws_, ws_.proj.data());  // Σ_k weight · expert(xn), [T, d]
+    // Tensor parallel: Σ over the ranks' d_ff_exp slices, or (expert parallel) over the ranks' experts — the combine.
+    all_reduce_partial(ws_.proj.data(), T * c.dim);
     for (int64_t i = 0; i < T * c.dim; ++i) ws_.x[i] += ws_.proj[i];
     stream_written(b, static_cast<int32_t>(l + 1), true, T);
     return;

@@ -95,6 +95,9 @@ class LlamaModel {
   // The bytes of the matrices, norms and embedding rows this rank reads: its slices (packed where repacked), the
   // embedding table on the first stage, the LM head where logits are computed.
   int64_t shard_weight_bytes() const;
+  // The bytes of the MoE experts this rank holds (packed where repacked): all of them in one process, its share
+  // under tensor or expert parallelism; 0 for a dense model.
+  int64_t expert_weight_bytes() const;
   // Weight bytes one batch-1 decode step reads: every matrix once (in its packed form where repacked), of the
   // embedding table only one row, of a block's experts only k of E (their mean size).
   int64_t decode_bytes_per_token() const;
@@ -137,11 +140,18 @@ class LlamaModel {
         for (auto& w : *ws) f(w);
     }
   }
+  // The bytes a matrix occupies here: its packed copy where repacked, else its rows in the file's layout.
+  static int64_t held_bytes(const WeightMatrix& w) {
+    return w.packed ? static_cast<int64_t>(packed_bytes(w)) : w.rows * static_cast<int64_t>(w.row_bytes);
+  }
   void log_moe_summary() const;
   // Tensor and pipeline parallelism (llama_parallel.cpp): keeps this rank's slices of the loaded views.
   void shard_weights(const LoadOptions& options);
   void check_parallel_config(const ParallelConfig& p) const;
   void check_same_model() const;
+  void check_expert_parallel(const ParallelConfig& p) const;
+  // A MoE block's share on this tensor rank: each expert's d_ff_exp slice, or whole experts (expert parallelism).
+  void shard_experts(MoeWeights& m);
   // Columns [first, first + n) of every row, copied (a row-parallel matrix's slice is not contiguous); the mapped
   // original's pages are handed back.
   WeightMatrix columns_of(const WeightMatrix& w, int64_t first, int64_t n);

@@ -32,13 +32,35 @@ void LlamaModel::check_parallel_config(const ParallelConfig& p) const {
         "--tensor-parallel-size {}: the model's {} KV heads neither divide by {} nor divide it (to be replicated): "
         "choose a divisor or a multiple of {}",
         T, c.n_kv_heads, T, c.n_kv_heads);
-  if (T > 1 && c.is_moe())
-    fail("--tensor-parallel-size {}: mixture-of-experts models run with tensor parallelism 1 (use pipeline stages)", T);
-  if (c.ff_dim % T != 0) fail("--tensor-parallel-size {}: d_ff {} does not divide by {}", T, c.ff_dim, T);
+  if (!c.is_moe() && c.ff_dim % T != 0)
+    fail("--tensor-parallel-size {}: d_ff {} does not divide by {}", T, c.ff_dim, T);
+  if (c.is_moe() && !p.enable_expert_parallel && c.expert_ff_dim % T != 0)
+    fail(
+        "--tensor-parallel-size {}: the experts' d_ff_exp {} does not divide by {}: choose a divisor, or add "
+        "--enable-expert-parallel (whole experts per rank)",
+        T, c.expert_ff_dim, T);
   if (c.n_layers < P)
     fail("--pipeline-parallel-size {}: the model has only {} layers (a stage needs at least one)", P, c.n_layers);
   if (P > 1 && c.sliding_window > 0)
     fail("--pipeline-parallel-size {}: sliding-window models run with one pipeline stage", P);
+}
+
+// --enable-expert-parallel needs experts and tensor-parallel ranks to place them on, E / T whole experts each.
+void LlamaModel::check_expert_parallel(const ParallelConfig& p) const {
+  if (!p.enable_expert_parallel) return;
+  const ModelConfig& c = config_;
+  const int64_t T = p.tensor_parallel_size, E = c.n_experts;
+  if (!c.is_moe()) fail("--enable-expert-parallel: {} is a dense model (no experts to place): drop the flag", path_);
+  if (T < 2)
+    fail(
+        "--enable-expert-parallel places whole experts on the ranks of --tensor-parallel-size T > 1 (got {}): start "
+        "kvik with mpirun -np T ... --tensor-parallel-size T --enable-expert-parallel",
+        T);
+  if (E % T != 0)
+    fail(
+        "--enable-expert-parallel: the model's {} experts do not divide into {} equal shares (--tensor-parallel-size "
+        "{}): choose a divisor of {}, or drop the flag to slice every expert",
+        E, T, T, E);
 }
 
 // Every rank must read the same model: each rank's file size and shape against rank 0's.
@@ -61,6 +83,8 @@ void LlamaModel::check_same_model() const {
 void LlamaModel::shard_weights(const LoadOptions& o) {
   shard_ = ModelShard{};
   assign_layers(shard_, config_.n_layers);
+  shard_.end_expert = config_.n_experts;
+  check_expert_parallel(o.parallel);
   if (!o.parallel.enabled()) return;
   world_ = o.world ? o.world : dist::world();
   check_parallel_config(o.parallel);
@@ -73,6 +97,11 @@ void LlamaModel::shard_weights(const LoadOptions& o) {
   assign_layers(s, c.n_layers);
   tp_ = world_->split(s.stage, s.tp_rank);
   check_same_model();
+  s.expert_parallel = o.parallel.enable_expert_parallel;
+  if (s.expert_parallel) {  // tensor rank t: experts [t·E/T, (t+1)·E/T)
+    s.first_expert = s.tp_rank * (c.n_experts / s.tp_size);
+    s.end_expert = s.first_expert + c.n_experts / s.tp_size;
+  }
 
   // Heads: q [q0, q0 + nh); KV heads [kv0, kv0 + nkv), or (T > n_kv) the one KV head the rank's q heads read.
   const int64_t T = s.tp_size, dh = c.head_dim;
@@ -92,6 +121,10 @@ void LlamaModel::shard_weights(const LoadOptions& o) {
     w.wv = rows_of(w.wv, kv0 * dh, nkv * dh);
     if (w.bq) w.bq += q0 * dh, w.bk += kv0 * dh, w.bv += kv0 * dh;
     w.wo = columns_of(w.wo, q0 * dh, nh * dh);  // row parallel: this rank's input columns, then an all-reduce
+    if (c.is_moe()) {
+      shard_experts(w.moe);
+      continue;
+    }
     w.w_gate = rows_of(w.w_gate, ff0, ff);
     w.w_up = rows_of(w.w_up, ff0, ff);
     w.w_down = columns_of(w.w_down, ff0, ff);
@@ -105,6 +138,35 @@ void LlamaModel::shard_weights(const LoadOptions& o) {
   config_.n_heads = nh;
   config_.n_kv_heads = nkv;
   config_.ff_dim = ff;
+  if (c.is_moe() && !s.expert_parallel) config_.expert_ff_dim = c.expert_ff_dim / T;
+}
+
+// A MoE block on tensor rank t of T. Without expert parallelism (vLLM's default) every expert is split like the
+// dense MLP: gate and up rows [t·d_ff_exp/T, (t+1)·d_ff_exp/T) (views), down those columns (copied). With it, the
+// rank keeps whole experts [first_expert, end_expert) and drops the other experts' views: their pages are never
+// read. The router is replicated; either way the block's output is a partial sum that the all-reduce after
+// moe_mlp completes.
+void LlamaModel::shard_experts(MoeWeights& m) {
+  const ModelShard& s = shard_;
+  if (s.expert_parallel) {
+    for (auto* v : {&m.gate, &m.up, &m.down})
+      *v = std::vector<WeightMatrix>(v->begin() + s.first_expert, v->begin() + s.end_expert);
+    m.first_expert = s.first_expert;
+    return;
+  }
+  const int64_t ff = config_.expert_ff_dim / s.tp_size, ff0 = s.tp_rank * ff;
+  for (size_t e = 0; e < m.gate.size(); ++e) {
+    const DType dt = m.down[e].dtype;
+    if (!row_bytes(dt, ff0) || !row_bytes(dt, ff))
+      fail(
+          "{}: --tensor-parallel-size {} splits the experts' d_ff_exp {} into slices of {}, but their {} down "
+          "matrices hold blocks of {} values: choose a size that splits at block boundaries, or add "
+          "--enable-expert-parallel (whole experts per rank)",
+          path_, s.tp_size, config_.expert_ff_dim, ff, dtype_name(dt), traits(dt).block_size);
+    m.gate[e] = rows_of(m.gate[e], ff0, ff);
+    m.up[e] = rows_of(m.up[e], ff0, ff);
+    m.down[e] = columns_of(m.down[e], ff0, ff);
+  }
 }
 
 WeightMatrix LlamaModel::columns_of(const WeightMatrix& w, int64_t first, int64_t n) {
@@ -135,11 +197,17 @@ void LlamaModel::vocab_parallel_lm_head(int64_t N, float* logits) {
     for (int64_t i = 0; i < N; ++i) std::copy_n(&vocab_gathered_[(t * N + i) * Vt], Vt, &logits[i * V + t * Vt]);
 }
 
+int64_t LlamaModel::expert_weight_bytes() const {
+  int64_t n = 0;
+  for (const LayerWeights& l : layers_)
+    for (const auto* ws : {&l.moe.gate, &l.moe.up, &l.moe.down})
+      for (const WeightMatrix& w : *ws) n += held_bytes(w);
+  return n;
+}
+
 int64_t LlamaModel::shard_weight_bytes() const {
   int64_t n = 0;
-  for_each_matmul_weight(*this, [&n](const WeightMatrix& w) {
-    n += w.packed ? static_cast<int64_t>(packed_bytes(w)) : w.rows * static_cast<int64_t>(w.row_bytes);
-  });
+  for_each_matmul_weight(*this, [&n](const WeightMatrix& w) { n += held_bytes(w); });
   if (shard_.first_stage() && !(output_.rows > 0 && output_.data == token_embd_.data))
     n += token_embd_.rows * static_cast<int64_t>(token_embd_.row_bytes);
   const int64_t norms = (config_.is_gemma() ? 4 : 2) * config_.dim * static_cast<int64_t>(sizeof(float));

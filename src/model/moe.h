@@ -16,6 +16,9 @@ namespace kvik {
 struct MoeWeights {
   WeightMatrix router;                       // ffn_gate_inp [d → E]
   std::vector<WeightMatrix> gate, up, down;  // per expert: [d → d_ff_exp] ×2, [d_ff_exp → d]
+  // gate, up, down hold experts [first_expert, first_expert + gate.size()) of the router's E: all E in one process,
+  // a tensor rank's own under expert parallelism (model/model_shard.h).
+  int64_t first_expert = 0;
 };
 
 // The router, as both families define it (HF MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock, llama.cpp's
@@ -35,6 +38,8 @@ struct MoeWorkspace {
 
 // out [T, d] = Σ_k weight · down_e(silu(gate_e(xn)) · up_e(xn)) over each token's k routed experts, summed in
 // routing order (llama.cpp's). xn [T, d] is the normed stream. Tokens run in chunks of the workspace's capacity.
+// When `w` holds only some experts (expert parallelism), the sum runs over the routed experts it holds (0 for a
+// token with none): the partial sum that the all-reduce over the ranks completes.
 void moe_mlp(const MoeWeights& w, const ModelConfig& c, const float* xn, int64_t T, MoeWorkspace& ws, float* out);
 
 // Tokens per chunk of moe_mlp: bounds the workspace (chunk·k rows of d and d_ff_exp floats).

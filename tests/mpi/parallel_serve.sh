@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# `kvik serve` under mpirun with tensor or pipeline parallelism: 16 concurrent greedy completions and 4 with n = 4
-# (forks, copy-on-write) must return the same text as one process's server, every KV block must be free again
+# `kvik serve` under mpirun with tensor, pipeline or expert parallelism: 16 concurrent greedy completions and 4 with
+# n = 4 (forks, copy-on-write) must return the same text as one process's server, every KV block must be free again
 # afterwards (GET /v1/engine/state), and after SIGTERM to rank 0 the job exits 0 with every rank's ledger all free.
-# Usage: parallel_serve.sh KVIK MODEL TP PP
+# Usage: parallel_serve.sh KVIK MODEL TP PP [FLAGS OF THE PARALLEL SERVER...]
+#   MODEL: a path, or synth-gqa / synth-mixtral / synth-qwen3moe[-TYPE] written here (synth_model.sh).
 set -euo pipefail
 kvik=$1 model=$2 tp=$3 pp=$4
+shift 4
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/synth_model.sh"
 tmp=$(mktemp -d)
 server=
 cleanup() {
@@ -12,6 +16,9 @@ cleanup() {
   [ -n "${KEEP:-}" ] && cp -r "$tmp" /tmp/serve_keep; rm -rf "$tmp"
 }
 trap cleanup EXIT
+if [ "${model%%-*}" = synth ]; then
+  model=$(synth_model "$kvik" "$here/../../../shared/models/stories260K.gguf" "$model" "$tmp")
+fi
 port=$((20000 + RANDOM % 20000))
 
 # Starts a server (the command line in "$@"), waits for /health, runs the 16 requests into $tmp/$name.*, stops it.
@@ -51,8 +58,11 @@ run() {
 
 run one "$kvik" serve "$model"
 run par mpirun --allow-run-as-root --oversubscribe -np $((tp * pp)) "$kvik" serve "$model" \
-  --tensor-parallel-size "$tp" --pipeline-parallel-size "$pp"
+  --tensor-parallel-size "$tp" --pipeline-parallel-size "$pp" "$@"
 grep -q "parallel job: $((tp * pp)) ranks" "$tmp/par.log" || { echo "FAIL: no parallel job"; cat "$tmp/par.log"; exit 1; }
+if [[ " $* " == *" --enable-expert-parallel "* ]]; then
+  grep -q "(expert parallel)" "$tmp/par.log" || { echo "FAIL: the job did not run expert parallel"; cat "$tmp/par.log"; exit 1; }
+fi
 for i in $(seq 16); do
   a=$(grep -o '"text":"[^"]*"' "$tmp/one.$i.json" || true)
   b=$(grep -o '"text":"[^"]*"' "$tmp/par.$i.json" || true)
@@ -72,4 +82,4 @@ for r in $(seq 0 $((tp * pp - 1))); do
   grep -q "rank $r: KV blocks free at shutdown: $total of $total\$" "$tmp/par.log" ||
     { echo "FAIL: rank $r's ledger is not all free at shutdown"; grep "free at shutdown" "$tmp/par.log"; exit 1; }
 done
-echo "OK: serve TP=$tp PP=$pp: 16 concurrent completions and 4 with n = 4 equal one process's; $free of $total blocks free, every rank's ledger too"
+echo "OK: serve TP=$tp PP=$pp $*: 16 completions and 4 with n = 4 equal one process's; $free of $total blocks free"

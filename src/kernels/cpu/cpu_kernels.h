@@ -1,6 +1,6 @@
 // The per-ISA kernel table. Every entry has a generic (scalar reference) version in generic.cpp; faster
-// versions live in one translation unit per ISA level (isa_avx2.cpp, isa_avx512.cpp) and are chosen once at
-// start-up by cpu_kernels(). Tests compare each fast entry against the generic one.
+// versions live in one translation unit per ISA level (isa_avx2.cpp, isa_avx512.cpp, isa_amx.cpp) and are chosen once
+// at start-up by cpu_kernels(). Tests compare each fast entry against the generic one.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +30,10 @@ struct ActQ8 {
 void act_q8_sums(const float* x, const uint8_t* qs, float* s, int64_t n);
 inline constexpr int64_t kActQ8MaxRows = 8;
 inline constexpr int64_t kPackMaxTokens = 8;
+inline constexpr int64_t kAmxMaxTokens = 16;  // rows of an AMX tile: the tokens one AMX kernel call takes
+// Token tiles smaller than this stay on the x16 kernels (KVIK_AMX_MIN_TOKENS overrides; bench/amx_crossover.sh
+// measures the crossover on an AMX CPU). Results are equal either way.
+inline constexpr int64_t kAmxDefaultMinTokens = 8;
 // Byte offset of element j (0..31) of block b within a row of the ActQ8 layout.
 inline int64_t act_q8_offset(int64_t nb, int64_t b, int j) {
   if ((b | 1) >= nb) return 32 * b + j;  // unpaired last block
@@ -133,6 +137,22 @@ struct CpuKernels {
   // One activation row into ActQ8S (quantize_act_q8s_ref bit for bit); null where the packed kernels are.
   void (*quantize_act_q8s)(const float* x, int8_t* qs, float* d, int32_t* sums, int64_t n) = nullptr;
   void (*to_f16)(const float* x, uint16_t* y, int64_t n);
+  // AMX-INT8 (kernels/cpu/amx_gemm.h): G ≥ 1 consecutive full 16-row groups (group_bytes apart) of a packed weight
+  // against R ≤ kAmxMaxTokens activation rows, y[t·ys + 16·j + i] = dot(row i of group j, activation row t): bit for
+  // bit what the x16 kernels give (the integer sums are exact; the float epilogue is their fmas in their order), so a
+  // token's result does not depend on whether its batch ran on tiles. Null where the CPU has no usable AMX.
+  void (*amx_q8_0)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8S& x, int64_t R,
+                   float* y, int64_t ys) = nullptr;
+  void (*amx_q4_0)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8S& x, int64_t R,
+                   float* y, int64_t ys) = nullptr;
+  void (*amx_iq4_nl)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8S& x, int64_t R,
+                     float* y, int64_t ys) = nullptr;
+  void (*amx_q4_k)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8KS& x, int64_t R,
+                   float* y, int64_t ys) = nullptr;
+  void (*amx_q5_k)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8KS& x, int64_t R,
+                   float* y, int64_t ys) = nullptr;
+  void (*amx_q6_k)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8KS& x, int64_t R,
+                   float* y, int64_t ys) = nullptr;
   void (*to_bf16)(const float* x, uint16_t* y, int64_t n);
   // y = x rounded through fp16 (bf16) and widened back, round_through_half bit for bit: the input of packed F16
   // (BF16) weights. Null in tables without packed F16 / BF16 kernels.
@@ -180,7 +200,10 @@ const CpuKernels& generic_kernels();
 const CpuKernels* avx2_kernels();    // nullptr when not compiled in
 const CpuKernels* avx512_kernels();  // nullptr when not compiled in
 
-// The best table this CPU supports, chosen on first use (KVIK_ISA=generic|avx2|avx512 forces a lower level).
+// The best table this CPU supports, chosen on first use: AMX-INT8 where amx_support.h allows it, else AVX-512, AVX2
+// or generic (KVIK_ISA=generic|avx2|avx512|amx caps the level).
 const CpuKernels& cpu_kernels();
+// Tests only: cpu_kernels() returns *k until called again with nullptr (an emulated AMX table on CPUs without AMX).
+void override_cpu_kernels_for_testing(const CpuKernels* k);
 
 }  // namespace kvik

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -181,44 +182,100 @@ void rows_dot4(const X* xa, int64_t xs, int64_t T, const WeightMatrix& w, float*
     for (int64_t r = r0; r < r1; ++r) y[t * w.rows + r] = dot(reinterpret_cast<const W*>(w.row(r)), xa + t * xs, len);
 }
 
-// Rows [r0, r1) of a packed weight: r0 starts a 16-row group (tasks are whole groups).
+// The packed kernels' activations from token t on.
+ActQ8S act_q8s(const PreparedInput& in, int64_t t) {
+  const int64_t n = in.n, nb = n / kQK8_0;
+  return {in.act_s_qs->data() + (in.t0 + t) * n, in.act_s_d->data() + (in.t0 + t) * nb,
+          in.act_s_sums->data() + (in.t0 + t) * nb, nb};
+}
+ActQ8KS act_q8ks(const PreparedInput& in, int64_t t) {
+  const int64_t nb = in.n / kQK_K;
+  const int16_t* sums32 = in.q8k_sums32 ? in.q8k_sums32->data() + (in.t0 + t) * nb * 8 : nullptr;
+  return {in.q8k->data() + (in.t0 + t) * nb, sums32, nb};
+}
+
+using AmxQ8SKernel = decltype(CpuKernels::amx_q8_0);
+using AmxQ8KSKernel = decltype(CpuKernels::amx_q4_k);
+
+// Tokens below which a packed matmul stays on the x16 kernels rather than AMX tiles (KVIK_AMX_MIN_TOKENS, 1..16).
+int64_t amx_min_tokens() {
+  static const int64_t n = [] {
+    const char* e = std::getenv("KVIK_AMX_MIN_TOKENS");
+    const int64_t v = e ? std::atoll(e) : kAmxDefaultMinTokens;
+    return std::clamp<int64_t>(v, 1, kAmxMaxTokens);
+  }();
+  return n;
+}
+
+// One 16-row group at g (first row r) for tokens [t, t + R), R ≤ kPackMaxTokens, through the x16 kernels.
+void packed_group(const CpuKernels& k, const PreparedInput& in, const WeightMatrix& w, const uint8_t* g, int64_t r,
+                  int64_t t, int64_t R, float* y) {
+  const int64_t n = in.n;
+  const bool full = r + kPackRows <= w.rows;
+  float tmp[kPackMaxTokens * kPackRows];
+  float* out = full ? y + t * w.rows + r : tmp;
+  const int64_t os = full ? w.rows : kPackRows;
+  if (w.dtype == DType::F32) {
+    k.gemm_f32_x16(g, n, in.x + (in.t0 + t) * n, n, R, out, os);
+  } else if (w.dtype == DType::F16) {
+    k.gemm_f16_x16(g, n, in.x_f16->data() + (in.t0 + t) * n, n, R, out, os);
+  } else if (w.dtype == DType::BF16) {
+    k.gemm_bf16_x16(g, n, in.x_bf16->data() + (in.t0 + t) * n, n, R, out, os);
+  } else if (w.dtype == DType::Q4_K || w.dtype == DType::Q5_K || w.dtype == DType::Q6_K) {
+    const ActQ8KS x = act_q8ks(in, t);
+    (w.dtype == DType::Q4_K   ? k.gemm_q4_k_x16
+     : w.dtype == DType::Q5_K ? k.gemm_q5_k_x16
+                              : k.gemm_q6_k_x16)(g, x.nb, x, R, out, os);
+  } else {
+    const ActQ8S x = act_q8s(in, t);
+    (w.dtype == DType::Q8_0   ? k.gemm_q8_0_x16
+     : w.dtype == DType::Q4_0 ? k.gemm_q4_0_x16
+                              : k.gemm_iq4_nl_x16)(g, x.nb, x, R, out, os);
+  }
+  if (!full)
+    for (int64_t i = 0; i < R; ++i)
+      std::copy(tmp + i * kPackRows, tmp + i * kPackRows + (w.rows - r), y + (t + i) * w.rows + r);
+}
+
+// The AMX kernel of a packed weight type in table k, or null.
+AmxQ8SKernel amx_q8s_kernel(const CpuKernels& k, DType t) {
+  return t == DType::Q8_0 ? k.amx_q8_0 : t == DType::Q4_0 ? k.amx_q4_0 : t == DType::IQ4_NL ? k.amx_iq4_nl : nullptr;
+}
+AmxQ8KSKernel amx_q8ks_kernel(const CpuKernels& k, DType t) {
+  return t == DType::Q4_K ? k.amx_q4_k : t == DType::Q5_K ? k.amx_q5_k : t == DType::Q6_K ? k.amx_q6_k : nullptr;
+}
+
+// Rows [r0, r1) of a packed weight: r0 starts a 16-row group. Where the table has an AMX kernel for the type, the
+// first Ta tokens (whole tiles of 16, and a last tile of at least amx_min_tokens()) run on tiles over pairs of full
+// groups, each pair against every token tile while its weights are in L2; the other tokens and a partial last group
+// run through the x16 kernels, kPackMaxTokens tokens at a time. Both give the same results bit for bit.
 void matmul_packed(const PreparedInput& in, const WeightMatrix& w, float* y, int64_t r0, int64_t r1) {
   static_assert(kRowsPerTask % kPackRows == 0);
   const CpuKernels& k = cpu_kernels();
-  const int64_t T = in.T, n = in.n;
-  float tmp[kPackMaxTokens * kPackRows];
-  for (int64_t r = r0; r < r1; r += kPackRows) {
-    const uint8_t* g = w.packed + static_cast<size_t>(r / kPackRows) * w.packed_group_bytes;
-    const bool full = r + kPackRows <= w.rows;
-    for (int64_t t = 0; t < T; t += kPackMaxTokens) {
-      const int64_t R = std::min(kPackMaxTokens, T - t);
-      float* out = full ? y + t * w.rows + r : tmp;
-      const int64_t os = full ? w.rows : kPackRows;
-      if (w.dtype == DType::F32) {
-        k.gemm_f32_x16(g, n, in.x + (in.t0 + t) * n, n, R, out, os);
-      } else if (w.dtype == DType::F16) {
-        k.gemm_f16_x16(g, n, in.x_f16->data() + (in.t0 + t) * n, n, R, out, os);
-      } else if (w.dtype == DType::BF16) {
-        k.gemm_bf16_x16(g, n, in.x_bf16->data() + (in.t0 + t) * n, n, R, out, os);
-      } else if (w.dtype == DType::Q4_K || w.dtype == DType::Q5_K || w.dtype == DType::Q6_K) {
-        const int64_t nb = n / kQK_K;
-        const int16_t* sums32 = in.q8k_sums32 ? in.q8k_sums32->data() + (in.t0 + t) * nb * 8 : nullptr;
-        const ActQ8KS x{in.q8k->data() + (in.t0 + t) * nb, sums32, nb};
-        (w.dtype == DType::Q4_K   ? k.gemm_q4_k_x16
-         : w.dtype == DType::Q5_K ? k.gemm_q5_k_x16
-                                  : k.gemm_q6_k_x16)(g, nb, x, R, out, os);
+  const int64_t T = in.T;
+  const AmxQ8SKernel q = amx_q8s_kernel(k, w.dtype);
+  const AmxQ8KSKernel kq = amx_q8ks_kernel(k, w.dtype);
+  const int64_t full_end = std::max(r0, std::min(r1, w.rows / kPackRows * kPackRows));
+  const int64_t rem = T % kAmxMaxTokens;
+  const int64_t Ta = (q || kq) && full_end > r0 ? T - (rem < amx_min_tokens() ? rem : 0) : 0;
+  const auto group = [&](int64_t r) { return w.packed + static_cast<size_t>(r / kPackRows) * w.packed_group_bytes; };
+  for (int64_t r = r0; r < full_end && Ta > 0; r += 2 * kPackRows) {
+    const int64_t G = std::min<int64_t>(2, (full_end - r) / kPackRows);
+    for (int64_t t = 0; t < Ta; t += kAmxMaxTokens) {
+      const int64_t R = std::min(kAmxMaxTokens, Ta - t);
+      if (q) {
+        const ActQ8S x = act_q8s(in, t);
+        q(group(r), G, w.packed_group_bytes, x.nb, x, R, y + t * w.rows + r, w.rows);
       } else {
-        const int64_t nb = n / kQK8_0;
-        const ActQ8S x{in.act_s_qs->data() + (in.t0 + t) * n, in.act_s_d->data() + (in.t0 + t) * nb,
-                       in.act_s_sums->data() + (in.t0 + t) * nb, nb};
-        (w.dtype == DType::Q8_0   ? k.gemm_q8_0_x16
-         : w.dtype == DType::Q4_0 ? k.gemm_q4_0_x16
-                                  : k.gemm_iq4_nl_x16)(g, nb, x, R, out, os);
+        const ActQ8KS x = act_q8ks(in, t);
+        kq(group(r), G, w.packed_group_bytes, x.nb, x, R, y + t * w.rows + r, w.rows);
       }
-      if (!full)
-        for (int64_t i = 0; i < R; ++i)
-          std::copy(tmp + i * kPackRows, tmp + i * kPackRows + (w.rows - r), y + (t + i) * w.rows + r);
     }
+  }
+  for (int64_t r = r0; r < r1; r += kPackRows) {
+    const int64_t t_first = r < full_end ? Ta : 0;  // the AMX tiles covered the full groups' first Ta tokens
+    for (int64_t t = t_first; t < T; t += kPackMaxTokens)
+      packed_group(k, in, w, group(r), r, t, std::min(kPackMaxTokens, T - t), y);
   }
 }
 
@@ -310,10 +367,13 @@ void matmul(const float* x, int64_t T, std::initializer_list<MatmulOut> outs) {
     for (const MatmulOut& o : outs) {
       const int64_t nt = (o.w->rows + kRowsPerTask - 1) / kRowsPerTask;
       const int64_t b = std::max(task_begin, base), e = std::min(task_end, base + nt);
-      for (int64_t task = b; task < e; ++task) {
-        const int64_t r0 = (task - base) * kRowsPerTask;
-        matmul_rows(in, *o.w, o.y, r0, std::min(o.w->rows, r0 + kRowsPerTask));
-      }
+      if (o.w->packed && b < e)  // a thread's tasks of one packed weight as one range (AMX pairs its groups)
+        matmul_rows(in, *o.w, o.y, (b - base) * kRowsPerTask, std::min(o.w->rows, (e - base) * kRowsPerTask));
+      else
+        for (int64_t task = b; task < e; ++task) {
+          const int64_t r0 = (task - base) * kRowsPerTask;
+          matmul_rows(in, *o.w, o.y, r0, std::min(o.w->rows, r0 + kRowsPerTask));
+        }
       base += nt;
     }
   });

@@ -1,6 +1,7 @@
 #include "kernels/cpu/paged_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -75,60 +76,103 @@ struct AttentionTask {
 template <typename KV>
 class AttentionTile {
  public:
-  AttentionTile(const PagedAttentionArgs& a, const AttentionTask& task) : a_(a), task_(task) {}
-
-  void run() {
-    const int64_t d = a_.head_dim, kv_dim = a_.n_kv_heads * d;
+  AttentionTile(const PagedAttentionArgs& a, const AttentionTask& task) : a_(a), task_(task) {
     group_ = a_.n_heads / a_.n_kv_heads;
     lo_ = first_key(task_.t0);
-    const int32_t hi = a_.positions[task_.t1 - 1];  // rows are in position order: the last one sees the most keys
-    const int32_t n_all = hi + 1 - lo_;
-    const int32_t* table = a_.block_tables + static_cast<int64_t>(task_.r) * a_.max_blocks_per_seq;
-    off_ = scratch(obuf_, static_cast<size_t>(n_all));  // element offset of key lo_ + i's row for this KV head
-    for (int32_t i = 0; i < n_all; ++i) {
-      const int32_t p = lo_ + i;
-      off_[i] =
-          (static_cast<int64_t>(table[p / a_.block_size]) * a_.block_size + p % a_.block_size) * kv_dim + task_.kvh * d;
-    }
+    hi_ = a_.positions[task_.t1 - 1];  // rows are in position order: the last one sees the most keys
+    stride_ = hi_ + 1 - lo_;
+  }
+
+  // The whole task on the calling thread.
+  void run() {
     const int64_t rows = task_.t1 - task_.t0;
-    stride_ = n_all;
-    scores_ = scratch(sbuf_, static_cast<size_t>(rows * group_ * n_all));
-    prefetch(a_.k_cache, lo_, std::min(lo_ - lo_ % kKeyChunk + kKeyChunk - 1, hi));
+    use(scratch(obuf_, static_cast<size_t>(stride_)), scratch(sbuf_, static_cast<size_t>(rows * group_ * stride_)));
+    offsets(0, num_chunks());
+    score_chunks(0, num_chunks());
+    softmax_rows(0, rows * group_);
+    sum_value_chunks(0, num_chunks(), nullptr);
+    scale_outputs(0, rows * group_);
+  }
+
+  // The pieces of run() for a task split across threads (flash-decoding): chunks [k0, k1) of its keys, or its
+  // queries [i0, i1) (row-major by (row, head)). Split tasks have one query row, so every chunk reaches every query.
+  int32_t num_keys() const { return stride_; }
+  int32_t num_chunks() const { return (hi_ - chunk_start(0)) / kKeyChunk + 1; }
+  int64_t num_queries() const { return (task_.t1 - task_.t0) * group_; }
+  void use(int64_t* off, float* scores) { off_ = off, scores_ = scores; }
+  void offsets(int32_t k0, int32_t k1) {  // element offsets of the keys of chunks [k0, k1) for this KV head
+    const int64_t kv_dim = a_.n_kv_heads * a_.head_dim;
+    const int32_t* table = a_.block_tables + static_cast<int64_t>(task_.r) * a_.max_blocks_per_seq;
+    for (int32_t p = std::max(lo_, chunk_start(k0)), e = chunk_last(k1 - 1); p <= e; ++p)
+      off_[p - lo_] = (static_cast<int64_t>(table[p / a_.block_size]) * a_.block_size + p % a_.block_size) * kv_dim +
+                      task_.kvh * a_.head_dim;
+  }
+  void score_chunks(int32_t k0, int32_t k1) {
+    const int32_t last = chunk_last(k1 - 1);
+    prefetch(a_.k_cache, std::max(lo_, chunk_start(k0)), std::min(chunk_start(k0) + kKeyChunk - 1, last));
     if constexpr (std::is_same_v<KV, float> || std::is_same_v<KV, uint16_t>)
-      score_tile(hi);
+      score_tile(k0, k1);
     else
-      for_each_chunk(hi, a_.k_cache, [&](int32_t t, int64_t h, int32_t b, int32_t n, float* s) {
-        score(a_.q + (static_cast<int64_t>(t) * a_.n_heads + task_.kvh * group_ + h) * d, b, n, s);
+      for_each_chunk(k0, k1, a_.k_cache, [&](int32_t t, int64_t h, int32_t b, int32_t n, float* s) {
+        score(a_.q + (static_cast<int64_t>(t) * a_.n_heads + task_.kvh * group_ + h) * a_.head_dim, b, n, s);
       });
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t h = 0; h < group_; ++h) {
-        const int32_t t = task_.t0 + static_cast<int32_t>(i);
-        float* s = row_scores(t, h);
-        const int32_t n = a_.positions[t] + 1 - first_key(t);
-        if (a_.softcap > 0)  // Gemma 2: cap · tanh(s / cap) on each scaled score
-          for (int32_t x = 0; x < n; ++x) s[x] = a_.softcap * std::tanh(s[x] / a_.softcap);
-        cpu_kernels().softmax(s, n);
-        std::fill_n(out(t, h), d, 0.0f);
-      }
-    prefetch(a_.v_cache, lo_, std::min(lo_ - lo_ % kKeyChunk + kKeyChunk - 1, hi));
+  }
+  void softmax_rows(int64_t i0, int64_t i1) {  // and zeroes the outputs the value sums add to
+    for (int64_t i = i0; i < i1; ++i) {
+      const int32_t t = task_.t0 + static_cast<int32_t>(i / group_);
+      const int64_t h = i % group_;
+      float* s = row_scores(t, h);
+      const int32_t n = a_.positions[t] + 1 - first_key(t);
+      if (a_.softcap > 0)  // Gemma 2: cap · tanh(s / cap) on each scaled score
+        for (int32_t x = 0; x < n; ++x) s[x] = a_.softcap * std::tanh(s[x] / a_.softcap);
+      cpu_kernels().softmax(s, n);
+      std::fill_n(out(t, h), a_.head_dim, 0.0f);
+    }
+  }
+  // Value sums of chunks [k0, k1): added to the outputs in key order (parts == nullptr), or chunk k's sums for every
+  // query stored at parts + (k·num_queries() + i)·d_h for sum_parts() to add in that same order.
+  void sum_value_chunks(int32_t k0, int32_t k1, float* parts) {
+    const int32_t last = chunk_last(k1 - 1);
+    prefetch(a_.v_cache, std::max(lo_, chunk_start(k0)), std::min(chunk_start(k0) + kKeyChunk - 1, last));
     if constexpr (std::is_same_v<KV, float> || std::is_same_v<KV, uint16_t>) {
-      sum_values_tile(hi);
+      sum_values_tile(k0, k1, parts);
     } else {
+      const int64_t d = a_.head_dim;
       float* part = scratch(pbuf_, static_cast<size_t>(d));
-      for_each_chunk(hi, a_.v_cache, [&](int32_t t, int64_t h, int32_t b, int32_t n, float* p) {
+      for_each_chunk(k0, k1, a_.v_cache, [&](int32_t t, int64_t h, int32_t b, int32_t n, float* p) {
+        if (parts) {
+          const int64_t k = (lo_ + b - chunk_start(0)) / kKeyChunk;
+          value_sum(p, b, n, parts + (k * num_queries() + h) * d);
+          return;
+        }
         value_sum(p, b, n, part);
         float* o = out(t, h);
         for (int64_t c = 0; c < d; ++c) o[c] += part[c];
       });
     }
-    if constexpr (std::is_same_v<KV, uint8_t>)
-      if (a_.v_scale != 1.0f)
-        for (int32_t t = task_.t0; t < task_.t1; ++t)
-          for (int64_t h = 0; h < group_; ++h)
-            for (int64_t c = 0; c < d; ++c) out(t, h)[c] *= a_.v_scale;
+  }
+  void sum_parts(const float* parts, int64_t i0, int64_t i1) {
+    const int64_t d = a_.head_dim, nq = num_queries();
+    for (int64_t i = i0; i < i1; ++i) {
+      float* o = out(task_.t0 + static_cast<int32_t>(i / group_), i % group_);
+      for (int32_t k = 0; k < num_chunks(); ++k)
+        for (int64_t x = 0; x < d; ++x) o[x] += parts[(k * nq + i) * d + x];
+    }
+    scale_outputs(i0, i1);
   }
 
  private:
+  void scale_outputs(int64_t i0, int64_t i1) {
+    if constexpr (std::is_same_v<KV, uint8_t>)
+      if (a_.v_scale != 1.0f)
+        for (int64_t i = i0; i < i1; ++i) {
+          float* o = out(task_.t0 + static_cast<int32_t>(i / group_), i % group_);
+          for (int64_t c = 0; c < a_.head_dim; ++c) o[c] *= a_.v_scale;
+        }
+  }
+  // Chunk k's first and last key: chunks are kKeyChunk positions aligned to multiples of kKeyChunk.
+  int32_t chunk_start(int32_t k) const { return lo_ - lo_ % kKeyChunk + k * kKeyChunk; }
+  int32_t chunk_last(int32_t k) const { return std::min(chunk_start(k) + kKeyChunk - 1, hi_); }
   // Keys first..p of row t: all of them, or the last W (the blocks before `first` need not be in the table).
   int32_t first_key(int32_t t) const {
     return a_.sliding_window > 0 ? std::max(0, a_.positions[t] - a_.sliding_window + 1) : 0;
@@ -145,9 +189,10 @@ class AttentionTile {
   // The next chunk's rows of `cache` are prefetched first: a KV head's rows are a row of every slot apart
   // (n_kv·d_h values) in blocks anywhere in the pool, a pattern the hardware prefetchers do not follow.
   template <typename Fn>
-  void for_each_chunk(int32_t hi, const void* cache, Fn&& fn) {
-    for (int32_t c = lo_ - lo_ % kKeyChunk; c <= hi; c += kKeyChunk) {
-      prefetch(cache, std::max(c + kKeyChunk, lo_), std::min(c + 2 * kKeyChunk - 1, hi));
+  void for_each_chunk(int32_t k0, int32_t k1, const void* cache, Fn&& fn) {
+    const int32_t last = chunk_last(k1 - 1);  // the prefetch stays within the range (a split task's off_ is shared)
+    for (int32_t c = chunk_start(k0); c <= last; c += kKeyChunk) {
+      prefetch(cache, std::max(c + kKeyChunk, lo_), std::min(c + 2 * kKeyChunk - 1, last));
       for_each_row(c, fn);
     }
   }
@@ -173,14 +218,15 @@ class AttentionTile {
   // F32/F16 caches: each chunk's keys scored for every query of the tile (its rows × the group's heads) in one
   // multi-query call over the chunk's keys any row sees, then each row's own keys copied out. A score is the same
   // whatever else is in the call (scores_multi_*), so a row's scores do not depend on the tile.
-  void score_tile(int32_t hi) {
+  void score_tile(int32_t k0, int32_t k1) {
+    const int32_t hi = chunk_last(k1 - 1);
     const int64_t d = a_.head_dim, rows = task_.t1 - task_.t0, nq = rows * group_;
     float* q = scratch(qbuf_, static_cast<size_t>(nq * d));  // the tile's queries, row-major by (row, head)
     for (int64_t i = 0; i < rows; ++i)
       std::copy_n(a_.q + ((task_.t0 + i) * a_.n_heads + task_.kvh * group_) * d, group_ * d, q + i * group_ * d);
     float* tmp = scratch(tbuf_, static_cast<size_t>(nq * kKeyChunk));
     const CpuKernels& k = cpu_kernels();
-    for (int32_t c = lo_ - lo_ % kKeyChunk; c <= hi; c += kKeyChunk) {
+    for (int32_t c = chunk_start(k0); c <= hi; c += kKeyChunk) {
       prefetch(a_.k_cache, std::max(c + kKeyChunk, lo_), std::min(c + 2 * kKeyChunk - 1, hi));
       const int32_t cb = std::max(c, lo_), ce = std::min(c + kKeyChunk - 1, hi), n = ce + 1 - cb;
       if constexpr (std::is_same_v<KV, float>)
@@ -200,11 +246,13 @@ class AttentionTile {
   // F32/F16 caches: per chunk, the rows of the tile that see the same keys of it (all but the diagonal chunk's, in
   // a prefill) sum their value rows in one multi-query call for all their heads; each chunk's sums are added to
   // the outputs in key order, as the one-query kernel would.
-  void sum_values_tile(int32_t hi) {
+  void sum_values_tile(int32_t k0, int32_t k1, float* parts) {
     const int64_t d = a_.head_dim, rows = task_.t1 - task_.t0;
+    const int32_t hi = chunk_last(k1 - 1);
     float* part = scratch(pbuf_, static_cast<size_t>(rows * group_ * d));
     const CpuKernels& k = cpu_kernels();
-    for (int32_t c = lo_ - lo_ % kKeyChunk; c <= hi; c += kKeyChunk) {
+    for (int32_t c = chunk_start(k0); c <= hi; c += kKeyChunk) {
+      if (parts) part = parts + (c - chunk_start(0)) / kKeyChunk * num_queries() * d;  // one query row: t = t0
       prefetch(a_.v_cache, std::max(c + kKeyChunk, lo_), std::min(c + 2 * kKeyChunk - 1, hi));
       for (int32_t t = task_.t0; t < task_.t1;) {
         const int32_t first = first_key(t), b = std::max(c, first), e = std::min(c + kKeyChunk - 1, a_.positions[t]);
@@ -218,7 +266,7 @@ class AttentionTile {
           else
             k.wsum_multi_f16(row_scores(t, 0) + (b - first), stride_, nq, static_cast<const uint16_t*>(a_.v_cache),
                              off_ + (b - lo_), e + 1 - b, d, part, d);
-          for (int64_t i = 0; i < nq; ++i) {
+          for (int64_t i = 0; i < nq && !parts; ++i) {
             float* o = out(t + static_cast<int32_t>(i / group_), i % group_);
             for (int64_t x = 0; x < d; ++x) o[x] += part[i * d + x];
           }
@@ -259,7 +307,7 @@ class AttentionTile {
   const PagedAttentionArgs& a_;
   const AttentionTask& task_;
   int64_t group_ = 1, stride_ = 0;
-  int32_t lo_ = 0;
+  int32_t lo_ = 0, hi_ = 0;
   int64_t* off_ = nullptr;
   float* scores_ = nullptr;
   static thread_local std::vector<int64_t> obuf_;
@@ -276,6 +324,105 @@ thread_local std::vector<float> AttentionTile<KV>::qbuf_;
 template <typename KV>
 thread_local std::vector<float> AttentionTile<KV>::tbuf_;
 
+// Flash-decoding: when the tasks are fewer than the threads (a batch-1 decode of a model with fewer KV heads than
+// cores), a one-row task over at least kSplitMinKeys keys is cut into partitions of whole key chunks that run on
+// different threads: scores per partition, the softmax per query over the whole row, value sums per partition
+// (kept per chunk), then per query the chunks' sums added in key order. Every floating-point operation is the one
+// the unsplit task does, in the same order, so splitting changes no result (tested bit for bit).
+constexpr int32_t kSplitMinKeys = 1024;
+std::atomic<bool> g_split_attention{true};
+std::atomic<int64_t> g_split_tasks{0};
+bool split_attention_enabled() { return g_split_attention.load(std::memory_order_relaxed); }
+constexpr int32_t kSplitMinChunks = 8;  // chunks per partition at least (512 keys)
+
+struct SplitTask {
+  AttentionTask task;
+  int32_t chunks = 0, parts = 0;         // key chunks, partitions
+  size_t off = 0, scores = 0, sums = 0;  // offsets into the shared buffers
+};
+
+template <typename KV>
+void run_split(const PagedAttentionArgs& a, std::vector<AttentionTask>& tasks, int threads) {
+  thread_local std::vector<SplitTask> split_tl;
+  thread_local std::vector<int64_t> offs;
+  thread_local std::vector<float> buf;
+  std::vector<SplitTask>& split = split_tl;  // the caller's (the pool's threads have their own thread_locals)
+  split.clear();
+  size_t n_off = 0, n_buf = 0;
+  int64_t units = 0;                 // unsplit tasks + partitions
+  const int64_t want = 2 * threads;  // partitions a lone task is cut into
+  for (auto it = tasks.begin(); it != tasks.end();) {
+    AttentionTile<KV> tile(a, *it);
+    const int32_t chunks = tile.num_chunks();
+    if (it->t1 - it->t0 != 1 || tile.num_keys() < kSplitMinKeys) {
+      ++it, ++units;
+      continue;
+    }
+    const int64_t per_task = (want + static_cast<int64_t>(tasks.size()) - 1) / static_cast<int64_t>(tasks.size());
+    SplitTask st{*it, chunks,
+                 static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(per_task, chunks / kSplitMinChunks)))};
+    st.off = n_off, n_off += static_cast<size_t>(tile.num_keys());
+    st.scores = n_buf, n_buf += static_cast<size_t>(tile.num_queries() * tile.num_keys());
+    st.sums = n_buf, n_buf += static_cast<size_t>(chunks * tile.num_queries() * a.head_dim);
+    units += st.parts;
+    split.push_back(st);
+    it = tasks.erase(it);
+  }
+  g_split_tasks.fetch_add(static_cast<int64_t>(split.size()), std::memory_order_relaxed);
+  int64_t* off = scratch(offs, n_off);
+  float* fb = scratch(buf, n_buf);
+  auto tile_of = [&](const SplitTask& st) {
+    AttentionTile<KV> t(a, st.task);
+    t.use(off + st.off, fb + st.scores);
+    return t;
+  };
+  auto partition = [](const SplitTask& st, int32_t p) {  // chunks [k0, k1) of partition p
+    return std::pair<int32_t, int32_t>{static_cast<int32_t>(int64_t{st.chunks} * p / st.parts),
+                                       static_cast<int32_t>(int64_t{st.chunks} * (p + 1) / st.parts)};
+  };
+  // unit u: an unsplit task (run whole), or one partition of a split task.
+  auto for_unit = [&](int64_t u, auto&& whole, auto&& part) {
+    if (u < static_cast<int64_t>(tasks.size())) return whole(tasks[static_cast<size_t>(u)]);
+    u -= static_cast<int64_t>(tasks.size());
+    for (const SplitTask& st : split) {
+      if (u < st.parts) return part(st, static_cast<int32_t>(u));
+      u -= st.parts;
+    }
+  };
+  ThreadPool& pool = ThreadPool::global();
+  pool.parallel_for_dynamic(units, 1, [&](int64_t b, int64_t e) {  // scores (unsplit tasks: everything)
+    for (int64_t u = b; u < e; ++u)
+      for_unit(
+          u, [&](const AttentionTask& t) { AttentionTile<KV>(a, t).run(); },
+          [&](const SplitTask& st, int32_t p) {
+            auto [k0, k1] = partition(st, p);
+            AttentionTile<KV> t = tile_of(st);
+            t.offsets(k0, k1);
+            t.score_chunks(k0, k1);
+          });
+  });
+  const int64_t group = a.n_heads / a.n_kv_heads, nq = static_cast<int64_t>(split.size()) * group;
+  pool.parallel_for_dynamic(nq, 1, [&](int64_t b, int64_t e) {  // the softmax of each split query
+    for (int64_t i = b; i < e; ++i)
+      tile_of(split[static_cast<size_t>(i / group)]).softmax_rows(i % group, i % group + 1);
+  });
+  pool.parallel_for_dynamic(units - static_cast<int64_t>(tasks.size()), 1, [&](int64_t b, int64_t e) {  // value sums
+    for (int64_t u = b; u < e; ++u)
+      for_unit(
+          u + static_cast<int64_t>(tasks.size()), [](const AttentionTask&) {},
+          [&](const SplitTask& st, int32_t p) {
+            auto [k0, k1] = partition(st, p);
+            tile_of(st).sum_value_chunks(k0, k1, fb + st.sums);
+          });
+  });
+  pool.parallel_for_dynamic(nq, 1, [&](int64_t b, int64_t e) {  // each split query's chunk sums, in key order
+    for (int64_t i = b; i < e; ++i) {
+      const SplitTask& st = split[static_cast<size_t>(i / group)];
+      tile_of(st).sum_parts(fb + st.sums, i % group, i % group + 1);
+    }
+  });
+}
+
 template <typename KV>
 void attention_impl(const PagedAttentionArgs& a) {
   thread_local std::vector<AttentionTask> per_thread;
@@ -290,10 +437,13 @@ void attention_impl(const PagedAttentionArgs& a) {
       for (int32_t kvh = 0; kvh < a.n_kv_heads; ++kvh) tasks.push_back({r, t0, std::min(qe, t0 + kRowTile), kvh});
   }
   work *= 2 * a.n_heads * a.head_dim;
+  const auto n = static_cast<int64_t>(tasks.size());
+  const int threads = ThreadPool::global().num_threads();
+  if (work >= kMinParallelWork && threads > 1 && split_attention_enabled() && n < threads)
+    return run_split<KV>(a, tasks, threads);
   auto range = [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) AttentionTile<KV>(a, tasks[static_cast<size_t>(i)]).run();
   };
-  const auto n = static_cast<int64_t>(tasks.size());
   if (work < kMinParallelWork)
     range(0, n);
   else
@@ -301,6 +451,9 @@ void attention_impl(const PagedAttentionArgs& a) {
 }
 
 }  // namespace
+
+void set_split_attention(bool on) { g_split_attention.store(on, std::memory_order_relaxed); }
+int64_t split_attention_tasks() { return g_split_tasks.load(std::memory_order_relaxed); }
 
 void paged_attention(const PagedAttentionArgs& a) {
   switch (a.kv_dtype) {

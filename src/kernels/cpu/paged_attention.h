@@ -35,6 +35,11 @@ struct PagedAttentionArgs {
   float softcap = 0.0f;        // Gemma 2: each scaled score s becomes softcap · tanh(s / softcap); 0: none
 };
 void paged_attention(const PagedAttentionArgs& a);
+// Flash-decoding: when a step has fewer (request, KV head) tasks than threads, a one-row task over
+// 1024 keys or more is split across threads by key range and the parts combined in key order. On by default; the
+// results are the same bit for bit either way (off: to measure what it buys).
+void set_split_attention(bool on);
+int64_t split_attention_tasks();  // tasks split so far in this process
 
 // Writes k/v rows [T, n_kv, d_h] into the cache slots slot_mapping[t] (= block * block_size + offset), each row
 // converted to `dtype` on its own (F8_E4M3: divided by k_scale / v_scale first).

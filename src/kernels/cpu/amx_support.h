@@ -1,0 +1,26 @@
+// Whether this process may run AMX tile instructions (Intel Sapphire Rapids and later), decided once:
+//  1. the CPU reports AMX-TILE and AMX-INT8 (cpuid);
+//  2. the Linux kernel grants this process the tile-data state (arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA); without
+//     it the first tile instruction dies with SIGILL, the failure a native llama.cpp build shows on some VMs);
+//  3. a self-test in a forked child runs the AMX kernels on a small packed Q8_0 and Q4_0 weight and compares them
+//     bit for bit with the AVX-512 kernels; a child that faults or disagrees leaves the process on AVX-512.
+// The reason is logged at start-up when the CPU has AMX and it is not used.
+#pragma once
+
+#include <string>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace kvik {
+
+struct AmxStatus {
+  bool cpu_has_amx = false;  // cpuid reports AMX-TILE and AMX-INT8
+  bool usable = false;       // all three checks passed
+  std::string reason;        // why not, when !usable
+};
+const AmxStatus& amx_status();
+
+// The AVX-512 table with the AMX-INT8 entries (isa_amx.cpp); nullptr when the compiler could not build it.
+const CpuKernels* amx_kernels();
+
+}  // namespace kvik
