@@ -109,6 +109,27 @@ inline void multiply(int n, const uint8_t* const* b, int32_t (*c)[kAmxMaxTokens]
   if (n == 2) Tiles::template store<kC1>(c[1], 64);
 }
 
+// The float accumulators of two groups' 16 rows for up to kAmxMaxTokens tokens: acc[u][t] is token t's row sums of
+// group u.
+using Accumulators = __m512[2][kAmxMaxTokens];
+
+// The groups two at a time (the last one alone when G is odd): block(grp, n, b, acc) adds block b of the n groups at
+// grp[0..n) into acc; each pair's sums then go to y[t·ys + 16·j + i].
+template <class Block>
+inline void for_group_pairs(const uint8_t* groups, int64_t G, size_t gb, int64_t nb, int64_t R, float* y, int64_t ys,
+                            Block&& block) {
+  for (int64_t j = 0; j < G; j += 2) {
+    const int n = G - j >= 2 ? 2 : 1;
+    const uint8_t* grp[2] = {groups + gb * j, groups + gb * (j + n - 1)};
+    Accumulators acc;
+    for (int u = 0; u < 2; ++u)
+      for (int64_t t = 0; t < kAmxMaxTokens; ++t) acc[u][t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) block(grp, n, b, acc);
+    for (int u = 0; u < n; ++u)
+      for (int64_t t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys + 16 * (j + u), acc[u][t]);
+  }
+}
+
 template <class Tiles, Quant kQuant>
 void gemm_q(const uint8_t* groups, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   constexpr int64_t Q = kQuant == Quant::kQ8_0 ? kQ8_0PackedQs : kQ4_0PackedQs;
@@ -116,37 +137,28 @@ void gemm_q(const uint8_t* groups, int64_t G, size_t gb, int64_t nb, const ActQ8
   Tiles::configure(static_cast<int>(R), kQK8_0);
   alignas(64) int32_t c[2][kAmxMaxTokens][16];
   alignas(64) uint8_t wb[2][512];
-  for (int64_t j = 0; j < G; j += 2) {
-    const int n = G - j >= 2 ? 2 : 1;
-    const uint8_t* grp[2] = {groups + gb * j, groups + gb * (j + n - 1)};
-    __m512 acc[2][kAmxMaxTokens];
-    for (int u = 0; u < 2; ++u)
-      for (int64_t t = 0; t < kAmxMaxTokens; ++t) acc[u][t] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* bsrc[2];
-      for (int u = 0; u < n; ++u) {
-        const uint8_t* qs = grp[u] + packed_qs_offset(b, Q);
-        if constexpr (kQuant == Quant::kQ8_0) {
-          bsrc[u] = qs;
-        } else {
-          unpack_nibbles<kQuant == Quant::kIQ4NL>(qs, nullptr, wb[u]);
-          bsrc[u] = wb[u];
-        }
-      }
-      Tiles::template load<kA>(x.qs + b * kQK8_0, nb * kQK8_0);
-      multiply<Tiles>(n, bsrc, c);
-      for (int u = 0; u < n; ++u) {
-        const __m512 dw = load_f16x16(grp[u] + packed_d_offset(b, Q));
-        for (int64_t t = 0; t < R; ++t) {
-          const __m512i s = _mm512_add_epi32(load512(c[u][t]), _mm512_set1_epi32(-kOffset * x.sums[t * nb + b]));
-          acc[u][t] =
-              _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[t * nb + b])), acc[u][t]);
-        }
+  for_group_pairs(groups, G, gb, nb, R, y, ys, [&](const uint8_t* const* grp, int n, int64_t b, Accumulators& acc) {
+    const uint8_t* bsrc[2];
+    for (int u = 0; u < n; ++u) {
+      const uint8_t* qs = grp[u] + packed_qs_offset(b, Q);
+      if constexpr (kQuant == Quant::kQ8_0) {
+        bsrc[u] = qs;
+      } else {
+        unpack_nibbles<kQuant == Quant::kIQ4NL>(qs, nullptr, wb[u]);
+        bsrc[u] = wb[u];
       }
     }
-    for (int u = 0; u < n; ++u)
-      for (int64_t t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys + 16 * (j + u), acc[u][t]);
-  }
+    Tiles::template load<kA>(x.qs + b * kQK8_0, nb * kQK8_0);
+    multiply<Tiles>(n, bsrc, c);
+    for (int u = 0; u < n; ++u) {
+      const __m512 dw = load_f16x16(grp[u] + packed_d_offset(b, Q));
+      for (int64_t t = 0; t < R; ++t) {
+        const __m512i s = _mm512_add_epi32(load512(c[u][t]), _mm512_set1_epi32(-kOffset * x.sums[t * nb + b]));
+        acc[u][t] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[t * nb + b])), acc[u][t]);
+      }
+    }
+  });
 }
 
 // Q4_K / Q5_K: per 32-element sub-block one tile multiply, its sums times the row's 6-bit scale into an integer
@@ -159,51 +171,42 @@ void gemm_k_scale_min(const uint8_t* groups, int64_t G, size_t gb, int64_t nb, c
   alignas(64) int32_t c[2][kAmxMaxTokens][16];
   alignas(64) uint8_t wb[2][512];
   const int64_t xstride = nb * static_cast<int64_t>(sizeof(BlockQ8_K));
-  for (int64_t j = 0; j < G; j += 2) {
-    const int n = G - j >= 2 ? 2 : 1;
-    const uint8_t* grp[2] = {groups + gb * j, groups + gb * (j + n - 1)};
-    __m512 acc[2][kAmxMaxTokens];
+  for_group_pairs(groups, G, gb, nb, R, y, ys, [&](const uint8_t* const* grp, int n, int64_t b, Accumulators& acc) {
+    __m512i isum[2][kAmxMaxTokens], msum[2][kAmxMaxTokens];
     for (int u = 0; u < 2; ++u)
-      for (int64_t t = 0; t < kAmxMaxTokens; ++t) acc[u][t] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      __m512i isum[2][kAmxMaxTokens], msum[2][kAmxMaxTokens];
-      for (int u = 0; u < 2; ++u)
-        for (int64_t t = 0; t < kAmxMaxTokens; ++t) isum[u][t] = msum[u][t] = _mm512_setzero_si512();
-      const uint8_t* rec[2] = {grp[0] + b * L.record, grp[1] + b * L.record};
-      for (int sb = 0; sb < 8; ++sb) {
-        const uint8_t* bsrc[2];
-        for (int u = 0; u < n; ++u) {
-          unpack_nibbles<false>(rec[u] + sb * 256, kFifth ? rec[u] + L.fifth + sb * 64 : nullptr, wb[u]);
-          bsrc[u] = wb[u];
-        }
-        Tiles::template load<kA>(x.x[b].qs + 32 * sb, xstride);
-        multiply<Tiles>(n, bsrc, c);
-        for (int u = 0; u < n; ++u) {
-          const __m512i sc =
-              _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[u] + L.sc + sb * 16)));
-          const __m256i mpair = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[u] + L.m + (sb / 2) * 32));
-          const __m256i m16 =
-              sb % 2 == 0 ? _mm256_and_si256(mpair, _mm256_set1_epi16(0xFF)) : _mm256_srli_epi16(mpair, 8);
-          const __m512i m = _mm512_cvtepi16_epi32(m16);
-          for (int64_t t = 0; t < R; ++t) {
-            isum[u][t] = _mm512_add_epi32(isum[u][t], _mm512_mullo_epi32(sc, load512(c[u][t])));
-            msum[u][t] =
-                _mm512_add_epi32(msum[u][t], _mm512_mullo_epi32(m, _mm512_set1_epi32(x.sums32[(t * nb + b) * 8 + sb])));
-          }
-        }
-      }
+      for (int64_t t = 0; t < kAmxMaxTokens; ++t) isum[u][t] = msum[u][t] = _mm512_setzero_si512();
+    const uint8_t* rec[2] = {grp[0] + b * L.record, grp[1] + b * L.record};
+    for (int sb = 0; sb < 8; ++sb) {
+      const uint8_t* bsrc[2];
       for (int u = 0; u < n; ++u) {
-        const __m512 d = load_f16x16(rec[u] + L.d), dmin = load_f16x16(rec[u] + L.dmin);
+        unpack_nibbles<false>(rec[u] + sb * 256, kFifth ? rec[u] + L.fifth + sb * 64 : nullptr, wb[u]);
+        bsrc[u] = wb[u];
+      }
+      Tiles::template load<kA>(x.x[b].qs + 32 * sb, xstride);
+      multiply<Tiles>(n, bsrc, c);
+      for (int u = 0; u < n; ++u) {
+        const __m512i sc =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec[u] + L.sc + sb * 16)));
+        const __m256i mpair = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[u] + L.m + (sb / 2) * 32));
+        const __m256i m16 =
+            sb % 2 == 0 ? _mm256_and_si256(mpair, _mm256_set1_epi16(0xFF)) : _mm256_srli_epi16(mpair, 8);
+        const __m512i m = _mm512_cvtepi16_epi32(m16);
         for (int64_t t = 0; t < R; ++t) {
-          const __m512 xd = _mm512_set1_ps(x.x[t * nb + b].d);
-          acc[u][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[u][t]), _mm512_mul_ps(d, xd), acc[u][t]);
-          acc[u][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[u][t]), _mm512_mul_ps(dmin, xd), acc[u][t]);
+          isum[u][t] = _mm512_add_epi32(isum[u][t], _mm512_mullo_epi32(sc, load512(c[u][t])));
+          msum[u][t] =
+              _mm512_add_epi32(msum[u][t], _mm512_mullo_epi32(m, _mm512_set1_epi32(x.sums32[(t * nb + b) * 8 + sb])));
         }
       }
     }
-    for (int u = 0; u < n; ++u)
-      for (int64_t t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys + 16 * (j + u), acc[u][t]);
-  }
+    for (int u = 0; u < n; ++u) {
+      const __m512 d = load_f16x16(rec[u] + L.d), dmin = load_f16x16(rec[u] + L.dmin);
+      for (int64_t t = 0; t < R; ++t) {
+        const __m512 xd = _mm512_set1_ps(x.x[t * nb + b].d);
+        acc[u][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[u][t]), _mm512_mul_ps(d, xd), acc[u][t]);
+        acc[u][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[u][t]), _mm512_mul_ps(dmin, xd), acc[u][t]);
+      }
+    }
+  });
 }
 
 // Q6_K: per 32-element chunk two tile multiplies (16 elements each: one scale per half), the −32 offset as
@@ -215,49 +218,40 @@ void gemm_q6_k(const uint8_t* groups, int64_t G, size_t gb, int64_t nb, const Ac
   alignas(64) int32_t c[2][2][kAmxMaxTokens][16];  // [half][group]
   alignas(64) uint8_t wb[2][512];
   const int64_t xstride = nb * static_cast<int64_t>(sizeof(BlockQ8_K));
-  for (int64_t j = 0; j < G; j += 2) {
-    const int n = G - j >= 2 ? 2 : 1;
-    const uint8_t* grp[2] = {groups + gb * j, groups + gb * (j + n - 1)};
-    __m512 acc[2][kAmxMaxTokens];
+  for_group_pairs(groups, G, gb, nb, R, y, ys, [&](const uint8_t* const* grp, int n, int64_t b, Accumulators& acc) {
+    __m512i isum[2][kAmxMaxTokens];
     for (int u = 0; u < 2; ++u)
-      for (int64_t t = 0; t < kAmxMaxTokens; ++t) acc[u][t] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      __m512i isum[2][kAmxMaxTokens];
-      for (int u = 0; u < 2; ++u)
-        for (int64_t t = 0; t < kAmxMaxTokens; ++t) isum[u][t] = _mm512_setzero_si512();
-      const uint8_t* rec[2] = {grp[0] + b * kQ6KRecord, grp[1] + b * kQ6KRecord};
-      for (int ch = 0; ch < 8; ++ch) {
-        for (int u = 0; u < n; ++u) unpack_q6(rec[u] + ch * kQ6KChunk, wb[u]);
-        for (int h = 0; h < 2; ++h) {
-          const uint8_t* bsrc[2] = {wb[0] + 256 * h, wb[1] + 256 * h};
-          Tiles::template load<kA>(x.x[b].qs + 32 * ch + 16 * h, xstride);
-          multiply<Tiles>(n, bsrc, c[h]);
-        }
-        for (int u = 0; u < n; ++u) {
-          const __m256i pair = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[u] + kQ6KSc + ch * 32));
-          const __m512i sc_lo = _mm512_cvtepi16_epi32(_mm256_srai_epi16(_mm256_slli_epi16(pair, 8), 8));
-          const __m512i sc_hi = _mm512_cvtepi16_epi32(_mm256_srai_epi16(pair, 8));
-          for (int64_t t = 0; t < R; ++t) {
-            const BlockQ8_K& xb = x.x[t * nb + b];
-            const __m512i off =
-                _mm512_add_epi32(_mm512_mullo_epi32(sc_lo, _mm512_set1_epi32(-32 * xb.bsums[2 * ch])),
-                                 _mm512_mullo_epi32(sc_hi, _mm512_set1_epi32(-32 * xb.bsums[2 * ch + 1])));
-            const __m512i p = _mm512_add_epi32(_mm512_mullo_epi32(sc_lo, load512(c[0][u][t])),
-                                               _mm512_mullo_epi32(sc_hi, load512(c[1][u][t])));
-            isum[u][t] = _mm512_add_epi32(isum[u][t], _mm512_add_epi32(p, off));
-          }
-        }
+      for (int64_t t = 0; t < kAmxMaxTokens; ++t) isum[u][t] = _mm512_setzero_si512();
+    const uint8_t* rec[2] = {grp[0] + b * kQ6KRecord, grp[1] + b * kQ6KRecord};
+    for (int ch = 0; ch < 8; ++ch) {
+      for (int u = 0; u < n; ++u) unpack_q6(rec[u] + ch * kQ6KChunk, wb[u]);
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* bsrc[2] = {wb[0] + 256 * h, wb[1] + 256 * h};
+        Tiles::template load<kA>(x.x[b].qs + 32 * ch + 16 * h, xstride);
+        multiply<Tiles>(n, bsrc, c[h]);
       }
       for (int u = 0; u < n; ++u) {
-        const __m512 d = load_f16x16(rec[u] + kQ6KD);
-        for (int64_t t = 0; t < R; ++t)
-          acc[u][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[u][t]),
-                                      _mm512_mul_ps(d, _mm512_set1_ps(x.x[t * nb + b].d)), acc[u][t]);
+        const __m256i pair = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[u] + kQ6KSc + ch * 32));
+        const __m512i sc_lo = _mm512_cvtepi16_epi32(_mm256_srai_epi16(_mm256_slli_epi16(pair, 8), 8));
+        const __m512i sc_hi = _mm512_cvtepi16_epi32(_mm256_srai_epi16(pair, 8));
+        for (int64_t t = 0; t < R; ++t) {
+          const BlockQ8_K& xb = x.x[t * nb + b];
+          const __m512i off =
+              _mm512_add_epi32(_mm512_mullo_epi32(sc_lo, _mm512_set1_epi32(-32 * xb.bsums[2 * ch])),
+                               _mm512_mullo_epi32(sc_hi, _mm512_set1_epi32(-32 * xb.bsums[2 * ch + 1])));
+          const __m512i p = _mm512_add_epi32(_mm512_mullo_epi32(sc_lo, load512(c[0][u][t])),
+                                             _mm512_mullo_epi32(sc_hi, load512(c[1][u][t])));
+          isum[u][t] = _mm512_add_epi32(isum[u][t], _mm512_add_epi32(p, off));
+        }
       }
     }
-    for (int u = 0; u < n; ++u)
-      for (int64_t t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys + 16 * (j + u), acc[u][t]);
-  }
+    for (int u = 0; u < n; ++u) {
+      const __m512 d = load_f16x16(rec[u] + kQ6KD);
+      for (int64_t t = 0; t < R; ++t)
+        acc[u][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[u][t]), _mm512_mul_ps(d, _mm512_set1_ps(x.x[t * nb + b].d)),
+                                    acc[u][t]);
+    }
+  });
 }
 
 }  // namespace detail
