@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# AMX-INT8 vs AVX-512 on one packed matmul (bench_matmul_packed, 2048 x 2048 by default), per weight type and token
+# AMX-INT8 / AMX-BF16 vs AVX-512 on one packed matmul (bench_matmul_packed, 2048 x 2048 by default), per weight type and token
 # count, alternating the two tables ROUNDS times: the AVX-512 run with KVIK_ISA=avx512, the AMX run with
 # KVIK_AMX_MIN_TOKENS=1 (tiles for every token count). Prints JSON with the medians, the ratio avx512_us / amx_us
 # and, per type, the crossover: the smallest token count from which AMX stays faster (set kAmxDefaultMinTokens or
@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
 tokens=${TOKENS:-1,2,4,6,8,12,16,32,64,256}
-types=${TYPES:-q8_0,q4_0,iq4_nl,q4_K,q5_K,q6_K}
+types=${TYPES:-q8_0,q4_0,iq4_nl,q4_K,q5_K,q6_K,bf16}
 bin=build/bench/bench_matmul_packed
 [ -x "$bin" ] || cmake --build build --target bench_matmul_packed >/dev/null
 args=(--rows "${ROWS:-2048}" --cols "${COLS:-2048}" --tokens "$tokens" --types "$types")
@@ -19,6 +19,12 @@ if ! grep -q '"amx_usable": true' <<<"$probe"; then
   node -e 'const j=JSON.parse(process.argv[1]);console.log(JSON.stringify({cpu:require("os").cpus()[0].model,
     amx_usable:false,reason:j.amx_reason}))' "$probe"
   exit 0
+fi
+if grep -q '"amx_bf16_usable": false' <<<"$probe" && [[ ",$types," == *,bf16,* ]]; then
+  echo "AMX-BF16 not usable ($(sed -n 's/.*"amx_bf16_reason": "\([^"]*\)".*/\1/p' <<<"$probe")): bf16 left out" >&2
+  types=$(tr ',' '\n' <<<"$types" | grep -vx bf16 | paste -sd, -)
+  args=(--rows "${ROWS:-2048}" --cols "${COLS:-2048}" --tokens "$tokens" --types "$types")
+  [ -n "${THREADS:-}" ] && args+=(--threads "$THREADS")
 fi
 runs=()
 for r in $(seq "$rounds"); do

@@ -39,7 +39,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 int main(int argc, char** argv) {
   int64_t rows = 2048, cols = 2048;
   int iters = 0, threads = 0;
-  std::string tokens = "1,2,4,8,12,16,32,64,256", types = "q8_0,q4_0,iq4_nl,q4_K,q5_K,q6_K";
+  std::string tokens = "1,2,4,8,12,16,32,64,256", types = "q8_0,q4_0,iq4_nl,q4_K,q5_K,q6_K,bf16";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
     if (f == "--rows")
@@ -66,10 +66,11 @@ int main(int argc, char** argv) {
   for (auto& v : wf) v = g(rng);
   const AmxStatus& amx = amx_status();
   std::printf(
-      "{\"isa\": \"%s\", \"amx_usable\": %s, \"amx_reason\": \"%s\", \"threads\": %d, \"rows\": %lld, "
-      "\"cols\": %lld, \"results\": [",
+      "{\"isa\": \"%s\", \"amx_usable\": %s, \"amx_reason\": \"%s\", \"amx_bf16_usable\": %s, "
+      "\"amx_bf16_reason\": \"%s\", \"threads\": %d, \"rows\": %lld, \"cols\": %lld, \"results\": [",
       std::string(cpu_kernels().isa).c_str(), amx.usable ? "true" : "false", amx.reason.c_str(),
-      ThreadPool::global().num_threads(), (long long)rows, (long long)cols);
+      amx.bf16_usable ? "true" : "false", amx.bf16_reason.c_str(), ThreadPool::global().num_threads(), (long long)rows,
+      (long long)cols);
   bool first = true;
   for (const std::string& name : split_list(types)) {
     const std::optional<DType> t = dtype_from_name(name);

@@ -1,10 +1,12 @@
 // The AMX kernels (kernels/cpu/amx_gemm.h) over a software model of the tile instructions, so their tile logic is
 // tested on every CPU with AVX-512. The model follows Intel's pseudocode for LDTILECFG (palette 1), TILELOADD,
-// TILEZERO, TDPBSUD and TILESTORED, and checks the shape rules whose violation faults on hardware (rows ≤ 16,
-// colsb ≤ 64, A.colsb = 4·B.rows, C.colsb = B.colsb, C.rows = A.rows). Compiled with the AVX-512 flags (the
+// TILEZERO, TDPBSUD, TDPBF16PS (fp32 adds of each pair's two products in order, round to nearest even, denormal
+// inputs and results as zero) and TILESTORED, and checks the shape rules whose violation faults on hardware
+// (rows ≤ 16, colsb ≤ 64, A.colsb = 4·B.rows, C.colsb = B.colsb, C.rows = A.rows). Compiled with the AVX-512 flags (the
 // kernels' epilogue); call only where the CPU has AVX-512.
 #include "amx_emulated_kernels.h"
 
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -34,9 +36,9 @@ struct EmulatedTiles {
   static void configure(int R, int ka) {
     if (R < 1 || R > 16 || ka < 4 || ka > 64 || ka % 4) fault("bad shape R " + std::to_string(R));
     g_tiles = TileState{};
-    g_tiles.rows[amx::kA] = R, g_tiles.colsb[amx::kA] = ka;
+    for (int t : {amx::kA, amx::kA1}) g_tiles.rows[t] = R, g_tiles.colsb[t] = ka;
     for (int t : {amx::kB0, amx::kB1}) g_tiles.rows[t] = ka / 4, g_tiles.colsb[t] = 64;
-    for (int t : {amx::kC0, amx::kC1}) g_tiles.rows[t] = R, g_tiles.colsb[t] = 64;
+    for (int t : {amx::kC0, amx::kC1, amx::kC2, amx::kC3}) g_tiles.rows[t] = R, g_tiles.colsb[t] = 64;
     g_tiles.configured = true;
     ++g_configs;
   }
@@ -71,6 +73,33 @@ struct EmulatedTiles {
         std::memcpy(&g_tiles.data[C][m][4 * n], &acc, 4);
       }
   }
+  template <int C, int A, int B>
+  static void dot_bf16() {
+    check_tile(C), check_tile(A), check_tile(B);
+    const int M = g_tiles.rows[C], K = g_tiles.colsb[A] / 4, N = g_tiles.colsb[C] / 4;
+    if (g_tiles.colsb[A] != 4 * g_tiles.rows[B] || g_tiles.colsb[C] != g_tiles.colsb[B] || g_tiles.rows[A] != M)
+      fault("tdpbf16ps with inconsistent tile shapes");
+    const auto flush = [](float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; };
+    const auto bf16 = [&](const uint8_t* p) {
+      uint32_t bits = 0;
+      std::memcpy(reinterpret_cast<uint8_t*>(&bits) + 2, p, 2);
+      float v;
+      std::memcpy(&v, &bits, 4);
+      return flush(v);
+    };
+    for (int m = 0; m < M; ++m)
+      for (int n = 0; n < N; ++n) {
+        float acc;
+        std::memcpy(&acc, &g_tiles.data[C][m][4 * n], 4);
+        for (int k = 0; k < K; ++k)
+          for (int e = 0; e < 2; ++e) {  // the pair's even element, then its odd one
+            const float prod =
+                flush(bf16(&g_tiles.data[A][m][4 * k + 2 * e]) * bf16(&g_tiles.data[B][k][4 * n + 2 * e]));
+            acc = flush(acc + prod);
+          }
+        std::memcpy(&g_tiles.data[C][m][4 * n], &acc, 4);
+      }
+  }
   template <int T>
   static void store(void* p, int64_t stride) {
     check_tile(T);
@@ -82,7 +111,8 @@ struct EmulatedTiles {
 }  // namespace
 
 const CpuKernels& emulated_amx_kernels() {
-  static const CpuKernels k = amx::with_amx<EmulatedTiles>(*avx512_kernels(), "amx_int8(emulated)+avx512_vnni");
+  static const CpuKernels k =
+      amx::with_amx<EmulatedTiles>(*avx512_kernels(), "amx_int8+amx_bf16(emulated)+avx512_vnni", true);
   return k;
 }
 

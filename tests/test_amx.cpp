@@ -1,4 +1,4 @@
-// AMX-INT8 kernels (kernels/cpu/amx_gemm.h, amx_support.h).
+// AMX-INT8 and AMX-BF16 kernels (kernels/cpu/amx_gemm.h, amx_support.h).
 //  - Over emulated tile instructions (amx_emulated_kernels.cpp, every CPU with AVX-512): every AMX entry equals the
 //    x16 scalar reference bit for bit, for every token count 1..16, one to three groups (a pair and a single), and
 //    the shapes of real models; matmul through a table with AMX entries equals matmul without them for every token
@@ -37,6 +37,14 @@ bool cpu_has_avx512() {
 
 bool is_k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 
+// Activation rows [t0, t0 + R) of a in the AMX-BF16 tile layout.
+std::vector<uint16_t> bf16_tiles(const Acts& a, int64_t t0, int64_t R) {
+  const int64_t row = bf16_blocks(a.n) * 2 * kBF16TileK;
+  std::vector<uint16_t> tiles(R * row);
+  for (int64_t t = 0; t < R; ++t) bf16_tile_activations(a.xb.data() + (t0 + t) * a.n, a.n, tiles.data() + t * row);
+  return tiles;
+}
+
 // The scalar reference over G groups for R tokens: y[t·16G + 16g + i].
 void reference(DType t, const uint8_t* packed, size_t gb, int64_t G, const Acts& a, int64_t R, float* y) {
   for (int64_t g = 0; g < G; ++g)
@@ -50,6 +58,7 @@ void reference(DType t, const uint8_t* packed, size_t gb, int64_t G, const Acts&
         case DType::IQ4_NL: gemm_iq4_nl_x16_ref(grp, a.n / kQK8_0, a.s8(t0), r, out, 16 * G); break;
         case DType::Q4_K: gemm_q4_k_x16_ref(grp, a.n / kQK_K, a.k(t0), r, out, 16 * G); break;
         case DType::Q5_K: gemm_q5_k_x16_ref(grp, a.n / kQK_K, a.k(t0), r, out, 16 * G); break;
+        case DType::BF16: gemm_bf16_x16_ref(grp, a.n, a.xb.data() + t0 * a.n, a.n, r, out, 16 * G); break;
         default: gemm_q6_k_x16_ref(grp, a.n / kQK_K, a.k(t0), r, out, 16 * G); break;
       }
     }
@@ -63,14 +72,18 @@ void run_amx(const CpuKernels& k, DType t, const uint8_t* packed, size_t gb, int
     case DType::IQ4_NL: return k.amx_iq4_nl(packed, G, gb, a.n / kQK8_0, a.s8(), R, y, 16 * G);
     case DType::Q4_K: return k.amx_q4_k(packed, G, gb, a.n / kQK_K, a.k(), R, y, 16 * G);
     case DType::Q5_K: return k.amx_q5_k(packed, G, gb, a.n / kQK_K, a.k(), R, y, 16 * G);
+    case DType::BF16: return k.amx_bf16(packed, G, gb, bf16_blocks(a.n), bf16_tiles(a, 0, R).data(), R, y, 16 * G);
     default: return k.amx_q6_k(packed, G, gb, a.n / kQK_K, a.k(), R, y, 16 * G);
   }
 }
 
-// Every AMX entry of table k against the reference: 1..3 groups, R = 1..16, two widths.
+// Every AMX entry of table k against the reference: 1..3 groups, R = 1..16, two widths (BF16 also a partial last
+// block and an odd width).
 void expect_kernels_equal_reference(const CpuKernels& k, DType t) {
   std::mt19937 rng(29);
-  for (int64_t cols : {int64_t{256}, int64_t{2048}}) {
+  const std::vector<int64_t> widths =
+      t == DType::BF16 ? std::vector<int64_t>{100, 257, 2048} : std::vector<int64_t>{256, 2048};
+  for (int64_t cols : widths) {
     for (int64_t G : {1, 2, 3}) {
       const Weights w = random_weights(t, 16 * G, cols, rng, false);
       const PackedBuffer p = pack_rows(w.m);
@@ -98,10 +111,22 @@ TEST_P(AmxTypes, EmulatedTileKernelsEqualTheScalarReferenceBitForBit) {
   EXPECT_GT(test::emulated_tile_configs(), configs);  // the kernels really ran on the (emulated) tiles
 }
 
-TEST_P(AmxTypes, HardwareTileKernelsEqualTheScalarReferenceBitForBit) {
+// The real tiles where amx_status() allows them (AMX-BF16 for BF16), skipping with the reason otherwise.
+const CpuKernels* hardware_tiles(DType t, std::string& why) {
   const AmxStatus& s = amx_status();
-  if (!s.usable) GTEST_SKIP() << "AMX-INT8 not usable here: " << s.reason;
-  expect_kernels_equal_reference(*amx_kernels(), GetParam());
+  if (t == DType::BF16) {
+    if (!s.bf16_usable) why = "AMX-BF16 not usable here: " + s.bf16_reason;
+    return s.bf16_usable ? amx_kernels(true) : nullptr;
+  }
+  if (!s.usable) why = "AMX-INT8 not usable here: " + s.reason;
+  return s.usable ? amx_kernels(false) : nullptr;
+}
+
+TEST_P(AmxTypes, HardwareTileKernelsEqualTheScalarReferenceBitForBit) {
+  std::string why;
+  const CpuKernels* k = hardware_tiles(GetParam(), why);
+  if (!k) GTEST_SKIP() << why;
+  expect_kernels_equal_reference(*k, GetParam());
 }
 
 // matmul with the AMX entries (emulated, or real where usable) against matmul without them: every token count
@@ -109,7 +134,8 @@ TEST_P(AmxTypes, HardwareTileKernelsEqualTheScalarReferenceBitForBit) {
 void expect_matmul_unchanged(const CpuKernels& with_amx, DType t) {
   std::mt19937 rng(31);
   std::normal_distribution<float> g(0.0f, 1.0f);
-  const int64_t rows = 16 * 5 + 7, cols = is_k_quant(t) ? 512 : 256;  // five full groups and a partial one
+  // Five full groups and a partial one; BF16 with a partial last block.
+  const int64_t rows = 16 * 5 + 7, cols = is_k_quant(t) ? 512 : t == DType::BF16 ? 200 : 256;
   Weights plain = random_weights(t, rows, cols, rng, false);
   WeightMatrix packed = plain.m;
   const PackedBuffer owner = pack_rows(packed);
@@ -135,14 +161,15 @@ TEST_P(AmxTypes, MatmulOnEmulatedTilesIsBatchInvariantForEveryTokenCount) {
 }
 
 TEST_P(AmxTypes, MatmulOnHardwareTilesIsBatchInvariantForEveryTokenCount) {
-  const AmxStatus& s = amx_status();
-  if (!s.usable) GTEST_SKIP() << "AMX-INT8 not usable here: " << s.reason;
-  expect_matmul_unchanged(*amx_kernels(), GetParam());
+  std::string why;
+  const CpuKernels* k = hardware_tiles(GetParam(), why);
+  if (!k) GTEST_SKIP() << why;
+  expect_matmul_unchanged(*k, GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(AmxWeightTypes, AmxTypes,
                          ::testing::Values(DType::Q8_0, DType::Q4_0, DType::IQ4_NL, DType::Q4_K, DType::Q5_K,
-                                           DType::Q6_K),
+                                           DType::Q6_K, DType::BF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // The start-up decision as a user sees it: the table cpu_kernels() chose and the reason AMX is not used.
@@ -150,15 +177,20 @@ TEST(Amx, StartupChoiceFollowsTheCpuAndKvikIsa) {
   const AmxStatus& s = amx_status();
   const char* force = std::getenv("KVIK_ISA");
   if (s.usable && !force) {
-    EXPECT_EQ(cpu_kernels().isa, "amx_int8+avx512_vnni");
+    EXPECT_EQ(cpu_kernels().isa, s.bf16_usable ? "amx_int8+amx_bf16+avx512_vnni" : "amx_int8+avx512_vnni");
+    EXPECT_EQ(cpu_kernels().amx_bf16 != nullptr, s.bf16_usable);
   } else {
-    EXPECT_NE(cpu_kernels().isa, "amx_int8+avx512_vnni");
+    EXPECT_EQ(cpu_kernels().amx_q8_0, nullptr);
+    EXPECT_EQ(cpu_kernels().amx_bf16, nullptr);
     if (!s.usable) EXPECT_FALSE(s.reason.empty());
   }
+  if (!s.bf16_usable) EXPECT_FALSE(s.bf16_reason.empty());
+  EXPECT_TRUE(!s.bf16_usable || s.usable);  // AMX-BF16 is decided only after AMX-INT8
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("amx-int8")) {
     EXPECT_FALSE(s.cpu_has_amx);
     EXPECT_EQ(s.reason, "the CPU has no AMX-INT8");
+    EXPECT_EQ(s.bf16_reason, "the CPU has no AMX-INT8");
   }
 }
 

@@ -23,6 +23,8 @@ std::unique_ptr<LlamaModel> load_model(const std::string& path, const EngineConf
   log_info("CPU kernels: {}, {} threads", cpu_kernels().isa, ThreadPool::global().num_threads());
   if (const AmxStatus& amx = amx_status(); amx.cpu_has_amx && !cpu_kernels().amx_q8_0)
     log_info("AMX-INT8 not used: {}", amx.usable ? "KVIK_ISA caps the kernels below amx" : amx.reason);
+  else if (amx.cpu_has_amx && !cpu_kernels().amx_bf16)
+    log_info("AMX-BF16 not used: {}", amx.bf16_reason);
   LoadOptions options;
   options.repack_weights = config.repack_weights;
   options.parallel = config.parallel;

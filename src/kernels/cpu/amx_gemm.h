@@ -1,5 +1,6 @@
-// AMX-INT8 matmul over the packed weight layouts (packed.h), written once against a tile back end:
-//  - amx::HwTiles (isa_amx.cpp): the real instructions (ldtilecfg, tileloadd, tdpbsud, tilestored);
+// AMX-INT8 (and AMX-BF16, at the end) matmul over the packed weight layouts (packed.h), written once against a tile
+// back end:
+//  - amx::HwTiles (isa_amx.cpp): the real instructions (ldtilecfg, tileloadd, tdpbsud, tdpbf16ps, tilestored);
 //  - a software emulation of the same instructions in the tests, so the tile logic is checked on every CPU with
 //    AVX-512, not only on the Sapphire / Emerald / Granite Rapids machines that run it for real.
 // Only translation units compiled with AVX-512 flags include this header (the epilogue is AVX-512).
@@ -32,16 +33,18 @@
 
 namespace kvik::amx {
 
-enum Tile : int { kA = 0, kB0 = 1, kB1 = 2, kC0 = 3, kC1 = 4 };
+// A1, C2 and C3 are used by AMX-BF16 only (A1: the odd inputs' activations; C2 / C3: their sums per group).
+enum Tile : int { kA = 0, kB0 = 1, kB1 = 2, kC0 = 3, kC1 = 4, kA1 = 5, kC2 = 6, kC3 = 7 };
 
-// The tile shapes every kernel uses: A [R][ka bytes], B0/B1 [ka / 4][64 bytes], C0/C1 [R][64 bytes]. The back end
-// loads a configuration only when (R, ka) changes on the calling thread.
+// The tile shapes every kernel uses: A / A1 [R][ka bytes], B0/B1 [ka / 4][64 bytes], C0..C3 [R][64 bytes]. The back
+// end loads a configuration only when (R, ka) changes on the calling thread.
 //
 // struct Tiles {
 //   static void configure(int R, int ka);
 //   template <int T> static void load(const void* p, int64_t stride);
 //   template <int T> static void zero();
-//   template <int C, int A, int B> static void dot();  // C += A (s8) · B (u8), tdpbsud
+//   template <int C, int A, int B> static void dot();       // C += A (s8) · B (u8), tdpbsud
+//   template <int C, int A, int B> static void dot_bf16();  // C += A (bf16 pairs) · B (bf16 pairs), tdpbf16ps
 //   template <int T> static void store(void* p, int64_t stride);
 // };
 
@@ -254,9 +257,52 @@ void gemm_q6_k(const uint8_t* groups, int64_t G, size_t gb, int64_t nb, const Ac
   });
 }
 
+// BF16 (AMX-BF16): per 32-input block one B tile [16 pairs][16 rows × 2] read in place from the packed group, against
+// two A tiles of the same tokens: the block's bf16 activations with the odd inputs zeroed (A) and with the even ones
+// zeroed (A1). tdpbf16ps adds to each fp32 accumulator, pair by pair in input order, both products of a pair; one of
+// them is then an exact zero, and adding a zero leaves a sum that started at +0 unchanged, so C0 / C2 hold exactly the
+// reference's even-input and odd-input fma chains (each bf16 product is exact in fp32), over all blocks in order.
+// The result is their sum, as the reference's. (The tiles treat denormal inputs and results as zero: a sum this
+// small, below 2^−126, is where the two could differ.)
+template <class Tiles>
+void gemm_bf16(const uint8_t* groups, int64_t G, size_t gb, int64_t nblk, const uint16_t* x, int64_t R, float* y,
+               int64_t ys) {
+  Tiles::configure(static_cast<int>(R), 64);
+  alignas(64) float c[4][kAmxMaxTokens][16];          // group 0 even, group 0 odd, group 1 even, group 1 odd
+  const int64_t xstride = nblk * 2 * kBF16TileK * 2;  // bytes from one token's row to the next
+  const uint8_t* xa = reinterpret_cast<const uint8_t*>(x);
+  for (int64_t j = 0; j < G; j += 2) {
+    const bool two = G - j >= 2;
+    const uint8_t* g0 = groups + gb * j;
+    const uint8_t* g1 = groups + gb * (j + 1);
+    Tiles::template zero<kC0>();
+    Tiles::template zero<kC2>();
+    if (two) Tiles::template zero<kC1>(), Tiles::template zero<kC3>();
+    for (int64_t b = 0; b < nblk; ++b) {
+      Tiles::template load<kA>(xa + b * 128, xstride);
+      Tiles::template load<kA1>(xa + b * 128 + 64, xstride);
+      Tiles::template load<kB0>(g0 + b * kBF16PackedBlock, 64);
+      Tiles::template dot_bf16<kC0, kA, kB0>();
+      Tiles::template dot_bf16<kC2, kA1, kB0>();
+      if (two) {
+        Tiles::template load<kB1>(g1 + b * kBF16PackedBlock, 64);
+        Tiles::template dot_bf16<kC1, kA, kB1>();
+        Tiles::template dot_bf16<kC3, kA1, kB1>();
+      }
+    }
+    Tiles::template store<kC0>(c[0], 64);
+    Tiles::template store<kC2>(c[1], 64);
+    if (two) Tiles::template store<kC1>(c[2], 64), Tiles::template store<kC3>(c[3], 64);
+    for (int u = 0; u < (two ? 2 : 1); ++u)
+      for (int64_t t = 0; t < R; ++t)
+        _mm512_storeu_ps(y + t * ys + 16 * (j + u),
+                         _mm512_add_ps(_mm512_load_ps(c[2 * u][t]), _mm512_load_ps(c[2 * u + 1][t])));
+  }
+}
+
 }  // namespace detail
 
-// The six table entries over a tile back end.
+// The seven table entries over a tile back end.
 template <class Tiles>
 void gemm_q8_0(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   detail::gemm_q<Tiles, detail::Quant::kQ8_0>(g, G, gb, nb, x, R, y, ys);
@@ -282,9 +328,16 @@ void gemm_q6_k(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8KS
   detail::gemm_q6_k<Tiles>(g, G, gb, nb, x, R, y, ys);
 }
 
-// A kernel table with the AMX entries over Tiles, the rest from `base` (the AVX-512 table).
 template <class Tiles>
-CpuKernels with_amx(const CpuKernels& base, std::string_view isa) {
+void gemm_bf16(const uint8_t* g, int64_t G, size_t gb, int64_t nblk, const uint16_t* x, int64_t R, float* y,
+               int64_t ys) {
+  detail::gemm_bf16<Tiles>(g, G, gb, nblk, x, R, y, ys);
+}
+
+// A kernel table with the AMX entries over Tiles (AMX-BF16's only when bf16), the rest from `base` (the AVX-512
+// table).
+template <class Tiles>
+CpuKernels with_amx(const CpuKernels& base, std::string_view isa, bool bf16) {
   CpuKernels k = base;
   k.isa = isa;
   k.amx_q8_0 = gemm_q8_0<Tiles>;
@@ -293,6 +346,7 @@ CpuKernels with_amx(const CpuKernels& base, std::string_view isa) {
   k.amx_q4_k = gemm_q4_k<Tiles>;
   k.amx_q5_k = gemm_q5_k<Tiles>;
   k.amx_q6_k = gemm_q6_k<Tiles>;
+  if (bf16) k.amx_bf16 = gemm_bf16<Tiles>;
   return k;
 }
 

@@ -70,10 +70,43 @@ struct SelfTestCase {
   ActQ8S x() const { return {qs.data(), d.data(), sums.data(), nb}; }
 };
 
+// A packed BF16 weight of 3 groups (a pair and a single) with 3 blocks of inputs, and R activation rows (rounded
+// through bf16 for the x16 kernel, in tile layout for AMX); weights and inputs in [−2, 2].
+struct Bf16SelfTestCase {
+  int64_t n = 3 * kBF16TileK, groups = 3, R = kAmxMaxTokens;
+  size_t gb = packed_group_bytes(DType::BF16, n);
+  std::vector<uint8_t> w = std::vector<uint8_t>(gb * groups);
+  std::vector<float> x = std::vector<float>(R * n);
+  std::vector<uint16_t> tiles = std::vector<uint16_t>(R * bf16_blocks(n) * 2 * kBF16TileK);
+  std::vector<float> want = std::vector<float>(R * groups * kPackRows), got = want;
+  explicit Bf16SelfTestCase(uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> v(-2.0f, 2.0f);
+    for (int64_t g = 0; g < groups; ++g)
+      for (int i = 0; i < kPackRows; ++i)
+        for (int64_t k = 0; k < n; ++k) {
+          const uint16_t h = f32_to_bf16(v(rng));
+          std::memcpy(&w[gb * g + 2 * packed_bf16_index(k, i)], &h, 2);
+        }
+    for (auto& f : x) f = bf16_to_f32(f32_to_bf16(v(rng)));
+    for (int64_t t = 0; t < R; ++t) bf16_tile_activations(&x[t * n], n, &tiles[t * bf16_blocks(n) * 2 * kBF16TileK]);
+  }
+};
+
 // In the child: the AMX kernels against the AVX-512 ones. 0 = equal, 1 = different.
+int run_bf16_self_test(Bf16SelfTestCase& c) {
+  const CpuKernels& base = *avx512_kernels();
+  const CpuKernels& amx = *amx_kernels(true);
+  for (int64_t g = 0; g < c.groups; ++g)
+    base.gemm_bf16_x16(c.w.data() + c.gb * g, c.n, c.x.data(), c.n, c.R, c.want.data() + g * kPackRows,
+                       c.groups * kPackRows);
+  amx.amx_bf16(c.w.data(), c.groups, c.gb, bf16_blocks(c.n), c.tiles.data(), c.R, c.got.data(), c.groups * kPackRows);
+  return std::memcmp(c.want.data(), c.got.data(), c.want.size() * sizeof(float)) == 0 ? 0 : 1;
+}
+
 int run_self_test(SelfTestCase& q8, SelfTestCase& q4) {
   const CpuKernels& base = *avx512_kernels();
-  const CpuKernels& amx = *amx_kernels();
+  const CpuKernels& amx = *amx_kernels(false);
   for (SelfTestCase* c : {&q8, &q4}) {
     const bool is_q8 = c == &q8;
     for (int64_t g = 0; g < c->groups; ++g)
@@ -86,24 +119,37 @@ int run_self_test(SelfTestCase& q8, SelfTestCase& q4) {
   return 0;
 }
 
-AmxStatus probe() {
-  AmxStatus s;
-  s.cpu_has_amx = cpu_reports_amx();
-  if (!s.cpu_has_amx) return s.reason = "the CPU has no AMX-INT8", s;
-  if (!amx_kernels() || !avx512_kernels()) return s.reason = "this build has no AMX kernels", s;
-  if (std::string why = request_tile_permission(); !why.empty()) return s.reason = why, s;
-  SelfTestCase q8(DType::Q8_0, 1), q4(DType::Q4_0, 2);  // allocated before the fork: the child allocates nothing
+// Runs test() in a forked child: empty when it exits 0, else why not (`what` names the test).
+template <class Test>
+std::string in_child(const char* what, Test&& test) {
   const pid_t pid = fork();
-  if (pid < 0) return s.reason = std::string("the AMX self-test could not fork: ") + std::strerror(errno), s;
-  if (pid == 0) _exit(run_self_test(q8, q4));
+  if (pid < 0) return std::string("the ") + what + " self-test could not fork: " + std::strerror(errno);
+  if (pid == 0) _exit(test());
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (WIFSIGNALED(status))
-    return s.reason = std::string("the AMX self-test died with signal ") + strsignal(WTERMSIG(status)), s;
+    return std::string("the ") + what + " self-test died with signal " + strsignal(WTERMSIG(status));
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return s.reason = "the AMX self-test's results differ from the AVX-512 kernels'", s;
+    return std::string("the ") + what + " self-test's results differ from the AVX-512 kernels'";
+  return {};
+}
+
+AmxStatus probe() {
+  AmxStatus s;
+  s.cpu_has_amx = cpu_reports_amx();
+  if (!s.cpu_has_amx) return s.reason = s.bf16_reason = "the CPU has no AMX-INT8", s;
+  if (!amx_kernels(false) || !avx512_kernels()) return s.reason = s.bf16_reason = "this build has no AMX kernels", s;
+  if (std::string why = request_tile_permission(); !why.empty()) return s.reason = s.bf16_reason = why, s;
+  SelfTestCase q8(DType::Q8_0, 1), q4(DType::Q4_0, 2);  // allocated before the fork: the child allocates nothing
+  if (std::string why = in_child("AMX", [&] { return run_self_test(q8, q4); }); !why.empty())
+    return s.reason = s.bf16_reason = why, s;
   s.usable = true;
+  if (!__builtin_cpu_supports("amx-bf16")) return s.bf16_reason = "the CPU has no AMX-BF16", s;
+  Bf16SelfTestCase bf16(3);
+  if (std::string why = in_child("AMX-BF16", [&] { return run_bf16_self_test(bf16); }); !why.empty())
+    return s.bf16_reason = why, s;
+  s.bf16_usable = true;
   return s;
 }
 

@@ -4,7 +4,10 @@
 //     it the first tile instruction dies with SIGILL, the failure a native llama.cpp build shows on some VMs);
 //  3. a self-test in a forked child runs the AMX kernels on a small packed Q8_0 and Q4_0 weight and compares them
 //     bit for bit with the AVX-512 kernels; a child that faults or disagrees leaves the process on AVX-512.
-// The reason is logged at start-up when the CPU has AMX and it is not used.
+// AMX-BF16 (packed BF16 weights) is decided after that, the same way: cpuid's AMX-BF16 and a second child comparing
+// the BF16 tile kernel with the AVX-512 one bit for bit (tdpbf16ps must round as Intel's pseudocode says, which only
+// the hardware can show); without it the INT8 kernels are still used.
+// The reasons are logged at start-up when the CPU has AMX and it is not used.
 #pragma once
 
 #include <string>
@@ -17,10 +20,13 @@ struct AmxStatus {
   bool cpu_has_amx = false;  // cpuid reports AMX-TILE and AMX-INT8
   bool usable = false;       // all three checks passed
   std::string reason;        // why not, when !usable
+  bool bf16_usable = false;  // usable, cpuid reports AMX-BF16 and its self-test passed
+  std::string bf16_reason;   // why not, when !bf16_usable
 };
 const AmxStatus& amx_status();
 
-// The AVX-512 table with the AMX-INT8 entries (isa_amx.cpp); nullptr when the compiler could not build it.
-const CpuKernels* amx_kernels();
+// The AVX-512 table with the AMX-INT8 entries, and with AMX-BF16's when bf16 (isa_amx.cpp); nullptr when the
+// compiler could not build them.
+const CpuKernels* amx_kernels(bool bf16);
 
 }  // namespace kvik

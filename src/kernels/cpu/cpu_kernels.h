@@ -153,6 +153,11 @@ struct CpuKernels {
                    float* y, int64_t ys) = nullptr;
   void (*amx_q6_k)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8KS& x, int64_t R,
                    float* y, int64_t ys) = nullptr;
+  // AMX-BF16: G full groups of a packed BF16 weight against R ≤ kAmxMaxTokens rows of bf16_tile_activations (packed.h;
+  // row t at x + t·nblk·64, nblk = bf16_blocks(n)), y as above: bit for bit gemm_bf16_x16's result (the even and odd
+  // inputs' fp32 sums in input order, then added). Null where the CPU has no usable AMX-BF16.
+  void (*amx_bf16)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nblk, const uint16_t* x, int64_t R,
+                   float* y, int64_t ys) = nullptr;
   void (*to_bf16)(const float* x, uint16_t* y, int64_t n);
   // y = x rounded through fp16 (bf16) and widened back, round_through_half bit for bit: the input of packed F16
   // (BF16) weights. Null in tables without packed F16 / BF16 kernels.

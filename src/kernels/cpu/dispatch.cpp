@@ -19,7 +19,7 @@ const CpuKernels& choose() {
   const bool allow_amx = !force || std::strcmp(force, "amx") == 0;
   const bool allow_avx512 = allow_amx || std::strcmp(force, "avx512") == 0;
   const bool allow_avx2 = allow_avx512 || std::strcmp(force, "avx2") == 0;
-  if (allow_amx && avx512_usable() && amx_status().usable) return *amx_kernels();
+  if (allow_amx && avx512_usable() && amx_status().usable) return *amx_kernels(amx_status().bf16_usable);
   if (allow_avx512 && avx512_usable()) return *avx512_kernels();
   // Every AVX2 CPU also has F16C (clang cannot query "f16c" through __builtin_cpu_supports).
   if (allow_avx2 && avx2_kernels() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))

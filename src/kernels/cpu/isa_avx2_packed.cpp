@@ -1,8 +1,9 @@
 // AVX2 kernels on repacked F32 / F16 / BF16 weights: a 16-row group is two 8-lane halves. Per input k the group's
-// 16 weights (two loads, widened for F16 / BF16) meet the input broadcast, into two accumulators per token and
-// half (even and odd k), added at the end: the operations and their order of gemm_*_x16_ref, so the results are
-// theirs bit for bit. Sixteen ymm registers hold the accumulators of two tokens at a time; a tile of R tokens
-// runs in pairs, each token with its own accumulators, so no result depends on R.
+// 16 weights (two loads, widened for F16 / BF16; BF16's pair layout gives inputs k and k + 1 from the same loads) meet
+// the input broadcast, into two accumulators per token and half (even and odd k), added at the end: the operations and
+// their order of gemm_*_x16_ref, so the results are theirs bit for bit. Sixteen ymm registers hold the accumulators of
+// two tokens at a time; a tile of R tokens runs in pairs, each token with its own accumulators, so no result depends on
+// R.
 #include <immintrin.h>
 
 #include "kernels/cpu/avx2_packed.h"
@@ -13,14 +14,25 @@ namespace {
 
 enum class Kind { kF32, kF16, kBF16 };
 
+// Input k's weights of rows 8·half .. 8·half + 7 (F32 / F16).
 template <Kind K>
 inline __m256 load8(const uint8_t* g, int64_t k, int half) {
   if constexpr (K == Kind::kF32) {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(g) + k * kPackRows + 8 * half);
   } else {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 2 * (k * kPackRows + 8 * half)));
-    if constexpr (K == Kind::kF16) return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 2 * (k * kPackRows + 8 * half))));
+  }
+}
+
+// Inputs k and k + 1 (k even), rows 8·half .. 8·half + 7: BF16 stores them as pairs in one 32-bit word (packed.h).
+template <Kind K>
+inline void load8_pair(const uint8_t* g, int64_t k, int half, __m256& w0, __m256& w1) {
+  if constexpr (K == Kind::kBF16) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 2 * (k * kPackRows + 16 * half)));
+    w0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    w1 = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u))));
+  } else {
+    w0 = load8<K>(g, k, half), w1 = load8<K>(g, k + 1, half);
   }
 }
 
@@ -30,8 +42,9 @@ void gemm_x16_r(const uint8_t* g, int64_t n, const float* x, int64_t xs, float* 
   for (int t = 0; t < R; ++t) even[t][0] = even[t][1] = odd[t][0] = odd[t][1] = _mm256_setzero_ps();
   int64_t k = 0;
   for (; k + 2 <= n; k += 2) {
-    const __m256 w0l = load8<K>(g, k, 0), w0h = load8<K>(g, k, 1);
-    const __m256 w1l = load8<K>(g, k + 1, 0), w1h = load8<K>(g, k + 1, 1);
+    __m256 w0l, w0h, w1l, w1h;
+    load8_pair<K>(g, k, 0, w0l, w1l);
+    load8_pair<K>(g, k, 1, w0h, w1h);
     for (int t = 0; t < R; ++t) {
       const __m256 x0 = _mm256_broadcast_ss(x + t * xs + k), x1 = _mm256_broadcast_ss(x + t * xs + k + 1);
       even[t][0] = _mm256_fmadd_ps(w0l, x0, even[t][0]);
@@ -40,8 +53,12 @@ void gemm_x16_r(const uint8_t* g, int64_t n, const float* x, int64_t xs, float* 
       odd[t][1] = _mm256_fmadd_ps(w1h, x1, odd[t][1]);
     }
   }
-  if (k < n) {
-    const __m256 w0l = load8<K>(g, k, 0), w0h = load8<K>(g, k, 1);
+  if (k < n) {  // an odd last input (BF16: its pair's zero partner is not used)
+    __m256 w0l, w0h, unused;
+    if constexpr (K == Kind::kBF16)
+      load8_pair<K>(g, k, 0, w0l, unused), load8_pair<K>(g, k, 1, w0h, unused);
+    else
+      w0l = load8<K>(g, k, 0), w0h = load8<K>(g, k, 1);
     for (int t = 0; t < R; ++t) {
       const __m256 x0 = _mm256_broadcast_ss(x + t * xs + k);
       even[t][0] = _mm256_fmadd_ps(w0l, x0, even[t][0]);

@@ -47,6 +47,19 @@ void gemm_f32_x16_r(const uint8_t* g, int64_t n, const float* x, int64_t xs, flo
 }
 
 // F16 / BF16: F32's loop over 16-bit weights widened per load (x is already rounded through the weight's type).
+// F16 stores inputs k and k + 1 as two 32-byte vectors; BF16 as one 64-byte vector of pairs (packed.h), whose words
+// shifted left by 16 are input k's weights and masked to their high half input k + 1's.
+template <bool kF16>
+inline void load_half_pair(const uint16_t* w, int64_t k, __m512& w0, __m512& w1) {
+  if constexpr (kF16) {
+    w0 = load_half<true>(w + k * kPackRows), w1 = load_half<true>(w + (k + 1) * kPackRows);
+  } else {
+    const __m512i v = _mm512_loadu_si512(w + k * kPackRows);  // pair k / 2
+    w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    w1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u))));
+  }
+}
+
 template <int R, bool kF16>
 void gemm_half_x16_r(const uint8_t* g, int64_t n, const float* x, int64_t xs, float* y, int64_t ys) {
   const uint16_t* w = reinterpret_cast<const uint16_t*>(g);
@@ -55,14 +68,19 @@ void gemm_half_x16_r(const uint8_t* g, int64_t n, const float* x, int64_t xs, fl
   int64_t k = 0;
   for (; k + 2 <= n; k += 2) {
     prefetch_span(g + k * kPackRows * 2, 64);
-    const __m512 w0 = load_half<kF16>(w + k * kPackRows), w1 = load_half<kF16>(w + (k + 1) * kPackRows);
+    __m512 w0, w1;
+    load_half_pair<kF16>(w, k, w0, w1);
     for (int t = 0; t < R; ++t) {
       a0[t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t * xs + k]), a0[t]);
       a1[t] = _mm512_fmadd_ps(w1, _mm512_set1_ps(x[t * xs + k + 1]), a1[t]);
     }
   }
-  if (k < n) {
-    const __m512 w0 = load_half<kF16>(w + k * kPackRows);
+  if (k < n) {  // an odd last input (BF16: its pair's zero partner is not used)
+    __m512 w0, w1;
+    if constexpr (kF16)
+      w0 = load_half<true>(w + k * kPackRows);
+    else
+      load_half_pair<false>(w, k, w0, w1);
     for (int t = 0; t < R; ++t) a0[t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t * xs + k]), a0[t]);
   }
   for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, _mm512_add_ps(a0[t], a1[t]));

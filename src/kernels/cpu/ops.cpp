@@ -38,10 +38,21 @@ struct PreparedInput {
   std::vector<int8_t>* act_s_qs = nullptr;  // ActQ8S (packed Q8_0 / Q4_0)
   std::vector<float>* act_s_d = nullptr;
   std::vector<int32_t>* act_s_sums = nullptr;
-  std::vector<int16_t>* q8k_sums32 = nullptr;  // with q8k, for packed Q4_K / Q5_K
-  std::vector<float>* x_f16 = nullptr;         // x rounded through fp16, as f32 (packed F16)
-  std::vector<float>* x_bf16 = nullptr;        // through bf16 (packed BF16)
+  std::vector<int16_t>* q8k_sums32 = nullptr;     // with q8k, for packed Q4_K / Q5_K
+  std::vector<float>* x_f16 = nullptr;            // x rounded through fp16, as f32 (packed F16)
+  std::vector<float>* x_bf16 = nullptr;           // through bf16 (packed BF16)
+  std::vector<uint16_t>* x_bf16_tiles = nullptr;  // bf16_tile_activations rows, t·bf16_blocks(n)·64 apart (AMX-BF16)
 };
+
+// Tokens below which a packed matmul stays on the x16 kernels rather than AMX tiles (KVIK_AMX_MIN_TOKENS, 1..16).
+int64_t amx_min_tokens() {
+  static const int64_t n = [] {
+    const char* e = std::getenv("KVIK_AMX_MIN_TOKENS");
+    const int64_t v = e ? std::atoll(e) : kAmxDefaultMinTokens;
+    return std::clamp<int64_t>(v, 1, kAmxMaxTokens);
+  }();
+  return n;
+}
 
 // Which conversion a weight type needs (one per kind and input).
 enum class Partner { kF32, kF16, kBF16, kActQ8, kActQ8Sums, kQ8K, kActQ8S, kQ8KSums, kF16Wide, kBF16Wide, kCount };
@@ -101,6 +112,15 @@ void prepare(PreparedInput& in, Partner p) {
       auto round = f16 ? k.round_f16 : k.round_bf16;  // present wherever packed F16 / BF16 kernels are
       split(T, T * n * 4, [&](int64_t t0, int64_t t1) { round(x + t0 * n, h + t0 * n, (t1 - t0) * n); });
       (f16 ? in.x_f16 : in.x_bf16) = f16 ? &f16_buf : &bf16_buf;
+      if (!f16 && k.amx_bf16 && T >= amx_min_tokens()) {  // else matmul_packed gives no tokens to the tiles
+        thread_local std::vector<uint16_t> tiles_buf;
+        const int64_t row = bf16_blocks(n) * 2 * kBF16TileK;
+        uint16_t* tiles = scratch(tiles_buf, static_cast<size_t>(T * row));
+        split(T, T * n * 4, [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; ++t) bf16_tile_activations(x + t * n, n, tiles + t * row);
+        });
+        in.x_bf16_tiles = &tiles_buf;
+      }
       return;
     }
     case Partner::kActQ8Sums: {
@@ -197,16 +217,6 @@ ActQ8KS act_q8ks(const PreparedInput& in, int64_t t) {
 using AmxQ8SKernel = decltype(CpuKernels::amx_q8_0);
 using AmxQ8KSKernel = decltype(CpuKernels::amx_q4_k);
 
-// Tokens below which a packed matmul stays on the x16 kernels rather than AMX tiles (KVIK_AMX_MIN_TOKENS, 1..16).
-int64_t amx_min_tokens() {
-  static const int64_t n = [] {
-    const char* e = std::getenv("KVIK_AMX_MIN_TOKENS");
-    const int64_t v = e ? std::atoll(e) : kAmxDefaultMinTokens;
-    return std::clamp<int64_t>(v, 1, kAmxMaxTokens);
-  }();
-  return n;
-}
-
 // One 16-row group at g (first row r) for tokens [t, t + R), R ≤ kPackMaxTokens, through the x16 kernels.
 void packed_group(const CpuKernels& k, const PreparedInput& in, const WeightMatrix& w, const uint8_t* g, int64_t r,
                   int64_t t, int64_t R, float* y) {
@@ -255,9 +265,10 @@ void matmul_packed(const PreparedInput& in, const WeightMatrix& w, float* y, int
   const int64_t T = in.T;
   const AmxQ8SKernel q = amx_q8s_kernel(k, w.dtype);
   const AmxQ8KSKernel kq = amx_q8ks_kernel(k, w.dtype);
+  const bool bf16 = w.dtype == DType::BF16 && k.amx_bf16 && in.x_bf16_tiles;
   const int64_t full_end = std::max(r0, std::min(r1, w.rows / kPackRows * kPackRows));
   const int64_t rem = T % kAmxMaxTokens;
-  const int64_t Ta = (q || kq) && full_end > r0 ? T - (rem < amx_min_tokens() ? rem : 0) : 0;
+  const int64_t Ta = (q || kq || bf16) && full_end > r0 ? T - (rem < amx_min_tokens() ? rem : 0) : 0;
   const auto group = [&](int64_t r) { return w.packed + static_cast<size_t>(r / kPackRows) * w.packed_group_bytes; };
   for (int64_t r = r0; r < full_end && Ta > 0; r += 2 * kPackRows) {
     const int64_t G = std::min<int64_t>(2, (full_end - r) / kPackRows);
@@ -266,9 +277,13 @@ void matmul_packed(const PreparedInput& in, const WeightMatrix& w, float* y, int
       if (q) {
         const ActQ8S x = act_q8s(in, t);
         q(group(r), G, w.packed_group_bytes, x.nb, x, R, y + t * w.rows + r, w.rows);
-      } else {
+      } else if (kq) {
         const ActQ8KS x = act_q8ks(in, t);
         kq(group(r), G, w.packed_group_bytes, x.nb, x, R, y + t * w.rows + r, w.rows);
+      } else {
+        const int64_t nblk = bf16_blocks(in.n);
+        const uint16_t* x = in.x_bf16_tiles->data() + (in.t0 + t) * nblk * 2 * kBF16TileK;
+        k.amx_bf16(group(r), G, w.packed_group_bytes, nblk, x, R, y + t * w.rows + r, w.rows);
       }
     }
   }

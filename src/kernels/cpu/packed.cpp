@@ -27,21 +27,28 @@ void pack_row_f32(const float* src, int64_t n, int i, uint8_t* g) {
   for (int64_t k = 0; k < n; ++k) w[k * kPackRows + i] = src[k];
 }
 
-void pack_row_half(const uint16_t* src, int64_t n, int i, uint8_t* g) {
+void pack_row_f16(const uint16_t* src, int64_t n, int i, uint8_t* g) {
   uint16_t* w = reinterpret_cast<uint16_t*>(g);
   for (int64_t k = 0; k < n; ++k) w[k * kPackRows + i] = src[k];
 }
 
-template <float (*Widen)(uint16_t)>
+void pack_row_bf16(const uint16_t* src, int64_t n, int i, uint8_t* g) {
+  uint16_t* w = reinterpret_cast<uint16_t*>(g);
+  for (int64_t k = 0; k < n; ++k) w[packed_bf16_index(k, i)] = src[k];
+}
+
+// Weight (k, i) of a packed F16 / BF16 group is w[Index(k, i)].
+template <float (*Widen)(uint16_t), int64_t (*Index)(int64_t, int)>
 void gemm_half_x16_ref(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
   const uint16_t* w = reinterpret_cast<const uint16_t*>(g);
   for (int64_t t = 0; t < R; ++t)
     for (int i = 0; i < kPackRows; ++i) {
       float s[2] = {0.0f, 0.0f};
-      for (int64_t k = 0; k < n; ++k) s[k % 2] = std::fma(Widen(w[k * kPackRows + i]), x[t * xs + k], s[k % 2]);
+      for (int64_t k = 0; k < n; ++k) s[k % 2] = std::fma(Widen(w[Index(k, i)]), x[t * xs + k], s[k % 2]);
       y[t * ys + i] = s[0] + s[1];
     }
 }
+constexpr int64_t f16_index(int64_t k, int i) { return k * kPackRows + i; }
 
 void set_d(uint8_t* g, int64_t b, int64_t Q, int i, uint16_t d) {
   std::memcpy(g + packed_d_offset(b, Q) + 2 * i, &d, 2);
@@ -130,8 +137,8 @@ void AlignedFree::operator()(uint8_t* p) const { std::free(p); }
 size_t packed_group_bytes(DType t, int64_t cols) {
   switch (t) {
     case DType::F32: return static_cast<size_t>(cols) * kPackRows * sizeof(float);
-    case DType::F16:
-    case DType::BF16: return static_cast<size_t>(cols) * kPackRows * sizeof(uint16_t);
+    case DType::F16: return static_cast<size_t>(cols) * kPackRows * sizeof(uint16_t);
+    case DType::BF16: return static_cast<size_t>(bf16_blocks(cols)) * kBF16PackedBlock;
     case DType::Q8_0: return static_cast<size_t>((cols / kQK8_0 + 1) / 2 * (2 * kQ8_0PackedQs + 64));
     case DType::Q4_0:
     case DType::IQ4_NL: return static_cast<size_t>((cols / kQK4_0 + 1) / 2 * (2 * kQ4_0PackedQs + 64));
@@ -185,8 +192,8 @@ void pack_into(WeightMatrix& w, uint8_t* dst) {
         const uint8_t* row = w.row(gi * kPackRows + i);
         switch (w.dtype) {
           case DType::F32: pack_row_f32(reinterpret_cast<const float*>(row), w.cols, i, g); break;
-          case DType::F16:
-          case DType::BF16: pack_row_half(reinterpret_cast<const uint16_t*>(row), w.cols, i, g); break;
+          case DType::F16: pack_row_f16(reinterpret_cast<const uint16_t*>(row), w.cols, i, g); break;
+          case DType::BF16: pack_row_bf16(reinterpret_cast<const uint16_t*>(row), w.cols, i, g); break;
           case DType::Q8_0: pack_row_q8_0(reinterpret_cast<const BlockQ8_0*>(row), nb, i, g); break;
           case DType::Q4_0:
           case DType::IQ4_NL: pack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(row), nb, i, g); break;  // same layout
@@ -232,10 +239,20 @@ void gemm_f32_x16_ref(const uint8_t* g, int64_t n, const float* x, int64_t xs, i
 }
 
 void gemm_f16_x16_ref(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
-  gemm_half_x16_ref<fp16_to_f32>(g, n, x, xs, R, y, ys);
+  gemm_half_x16_ref<fp16_to_f32, f16_index>(g, n, x, xs, R, y, ys);
 }
 void gemm_bf16_x16_ref(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
-  gemm_half_x16_ref<bf16_to_f32>(g, n, x, xs, R, y, ys);
+  gemm_half_x16_ref<bf16_to_f32, packed_bf16_index>(g, n, x, xs, R, y, ys);
+}
+
+void bf16_tile_activations(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t b = 0; b < bf16_blocks(n); ++b)
+    for (int64_t e = 0; e < kBF16TileK; ++e) {
+      const int64_t k = b * kBF16TileK + e;
+      const uint16_t v = k < n ? f32_to_bf16(x[k]) : uint16_t{0};
+      out[b * 2 * kBF16TileK + e] = e % 2 == 0 ? v : uint16_t{0};
+      out[b * 2 * kBF16TileK + kBF16TileK + e] = e % 2 == 1 ? v : uint16_t{0};
+    }
 }
 
 void round_through_half(const float* x, float* y, int64_t n, bool f16) {

@@ -11,8 +11,12 @@
 //
 // Group layouts (nb blocks per row; a last partial group is padded with zero rows):
 //   F32:  [cols][16 rows] floats (each input's 16 weights side by side; FMA with the input broadcast).
-//   F16, BF16: [cols][16 rows] of the 16-bit values (widened to f32 per load; the input is rounded through the
-//         same 16-bit type first, as llama.cpp pairs F16 weights with F16 activations, then FMA'd as F32's).
+//   F16:  [cols][16 rows] of the 16-bit values (widened to f32 per load; the input is rounded through the same
+//         16-bit type first, as llama.cpp pairs F16 weights with F16 activations, then FMA'd as F32's).
+//   BF16: as F16, but inputs in pairs: [cols / 2][16 rows][2] (row i's inputs 2p and 2p + 1 side by side in one
+//         32-bit word; an odd last input gets a zero partner), padded with zeros to whole 32-input blocks. One
+//         64-byte load then gives the even inputs' weights (word << 16) and the odd ones' (word & 0xFFFF0000), and
+//         each 1 KiB block is exactly an AMX-BF16 B tile (16 pair rows × 16 outputs × 2).
 //   Q8_0: per block qs [8 k-groups][16 rows][4] u8 (q + 128) (Q = 512 bytes) and d [16] fp16;
 //   Q4_0: per block qs [4 v][16 rows][4]: low nibble = element 4v + e, high nibble = element 16 + 4v + e
 //         (Q = 256 bytes) and d [16] fp16;
@@ -60,6 +64,12 @@ struct ActQ8KS {
   int64_t nb;
 };
 
+// Packed BF16: inputs per block (one AMX tile's depth), bytes per block of a group, blocks per row, and the index
+// of weight (k, row i) among a group's 16-bit values.
+inline constexpr int64_t kBF16TileK = 32, kBF16PackedBlock = kBF16TileK * kPackRows * 2;
+inline constexpr int64_t bf16_blocks(int64_t cols) { return (cols + kBF16TileK - 1) / kBF16TileK; }
+inline constexpr int64_t packed_bf16_index(int64_t k, int i) { return (k / 2) * 2 * kPackRows + 2 * i + k % 2; }
+
 // Offsets of block b's quants and scales in a Q8_0 / Q4_0 group with Q quant bytes per block.
 inline constexpr int64_t packed_qs_offset(int64_t b, int64_t Q) { return (b / 2) * (2 * Q + 64) + (b % 2) * Q; }
 inline constexpr int64_t packed_d_offset(int64_t b, int64_t Q) { return (b / 2) * (2 * Q + 64) + 2 * Q + (b % 2) * 32; }
@@ -106,6 +116,10 @@ void gemm_f32_x16_ref(const uint8_t* group, int64_t n, const float* x, int64_t x
 // 16-bit type (round_through_half), as f32.
 void gemm_f16_x16_ref(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys);
 void gemm_bf16_x16_ref(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys);
+// One activation row as the AMX-BF16 kernel's A tiles take it (bf16_blocks(n) · 64 values): per 32-input block b,
+// the row's bf16 values with the odd inputs zeroed, then with the even ones zeroed (tail inputs ≥ n are zero).
+// Multiplying a weight block by each gives the even and odd inputs' sums apart, the reference's two chains.
+void bf16_tile_activations(const float* x, int64_t n, uint16_t* out);
 // y[i] = x[i] rounded to fp16 (bf16 when !f16, nearest even as f32_to_fp16 / f32_to_bf16) and widened back.
 void round_through_half(const float* x, float* y, int64_t n, bool f16);
 void gemm_q8_0_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
