@@ -434,8 +434,12 @@ uint64_t stream_sum(const uint8_t* p, int64_t bytes, StreamLoad how) {
     for (int l = 0; l < 4; ++l) a[l] = _mm512_add_epi64(a[l], stream_line(p + i + 64 * l, how));
   }
   for (; i < bytes; i += 64) a[0] = _mm512_add_epi64(a[0], stream_line(p + i, how));
-  return static_cast<uint64_t>(
-      _mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a[0], a[1]), _mm512_add_epi64(a[2], a[3]))));
+  // Lanes added as unsigned (GCC's _mm512_reduce_add_epi64 adds them as signed long long: overflow, UB).
+  alignas(64) uint64_t lanes[8];
+  _mm512_store_si512(lanes, _mm512_add_epi64(_mm512_add_epi64(a[0], a[1]), _mm512_add_epi64(a[2], a[3])));
+  uint64_t sum = 0;
+  for (uint64_t v : lanes) sum += v;
+  return sum;
 }
 
 constexpr CpuKernels kAvx512 = {
