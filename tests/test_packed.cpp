@@ -110,14 +110,17 @@ Exact exact(const WeightMatrix& w, int64_t r, const Acts& a, int64_t t) {
         q = reinterpret_cast<const BlockQ8_0*>(row)[b].qs[j];
       else if (w.dtype == DType::IQ4_NL)
         q = iq4_nl_quant(reinterpret_cast<const BlockIQ4_NL*>(row)[b], j);
+      else if (w.dtype == DType::Q5_0)
+        q = q5_0_quant(reinterpret_cast<const BlockQ5_0*>(row)[b], j);
       else {
         const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
         q = (j < 16 ? (blk.qs[j] & 15) : (blk.qs[j - 16] >> 4)) - 8;
       }
       sumi += q * a.qs[t * w.cols + b * kQK8_0 + j];
     }
-    dw = fp16_to_f32(w.dtype == DType::Q8_0 ? reinterpret_cast<const BlockQ8_0*>(row)[b].d
-                                            : reinterpret_cast<const BlockQ4_0*>(row)[b].d);
+    dw = fp16_to_f32(w.dtype == DType::Q8_0   ? reinterpret_cast<const BlockQ8_0*>(row)[b].d
+                     : w.dtype == DType::Q5_0 ? reinterpret_cast<const BlockQ5_0*>(row)[b].d
+                                              : reinterpret_cast<const BlockQ4_0*>(row)[b].d);
     const double term = double(dw) * a.d[t * nb + b] * sumi;
     e.value += term, e.mag += std::fabs(term);
   }
@@ -148,6 +151,9 @@ void run_packed(const WeightMatrix& w, const uint8_t* packed, const Acts& a, int
         break;
       case DType::IQ4_NL:
         (k ? k->gemm_iq4_nl_x16 : gemm_iq4_nl_x16_ref)(grp, w.cols / kQK8_0, a.s8(), R, tmp, kPackRows);
+        break;
+      case DType::Q5_0:
+        (k ? k->gemm_q5_0_x16 : gemm_q5_0_x16_ref)(grp, w.cols / kQK8_0, a.s8(), R, tmp, kPackRows);
         break;
       case DType::Q4_K:
         (k ? k->gemm_q4_k_x16 : gemm_q4_k_x16_ref)(grp, w.cols / kQK_K, a.k(), R, tmp, kPackRows);
@@ -206,6 +212,7 @@ TEST_P(PackedTypes, EveryTableKernelEqualsReferenceBitForBitForEveryTokenCount) 
                      : t == DType::Q8_0   ? k->gemm_q8_0_x16 != nullptr
                      : t == DType::Q4_0   ? k->gemm_q4_0_x16 != nullptr
                      : t == DType::IQ4_NL ? k->gemm_iq4_nl_x16 != nullptr
+                     : t == DType::Q5_0   ? k->gemm_q5_0_x16 != nullptr
                      : t == DType::Q4_K   ? k->gemm_q4_k_x16 != nullptr
                      : t == DType::Q5_K   ? k->gemm_q5_k_x16 != nullptr
                                           : k->gemm_q6_k_x16 != nullptr;
@@ -271,7 +278,7 @@ TEST_P(PackedTypes, MatmulOnPackedWeightsIsBatchInvariantAndAgreesWithUnpacked) 
 
 INSTANTIATE_TEST_SUITE_P(PackedWeightTypes, PackedTypes,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::IQ4_NL,
-                                           DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                                           DType::Q5_0, DType::Q4_K, DType::Q5_K, DType::Q6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // The packed F16 / BF16 input: every table's rounding equals the scalar round trip bit for bit (ties, denormals of

@@ -8,7 +8,7 @@
 // One tile multiply per 32-element block (Q6_K: per 16-element half block, the span of one scale):
 //   A [R tokens][32 bytes]  the activations' s8 quants, read in place (row t of ActQ8S / of Q8_K blocks);
 //   B [8][64 bytes]         the weights' u8 quants of one 16-row group, k-group by k-group: exactly the packed Q8_0
-//                           block (read in place); Q4_0 / IQ4_NL / K-quant nibbles are unpacked into a 512-byte
+//                           block (read in place); Q4_0 / IQ4_NL / Q5_0 / K-quant nibbles are unpacked into a 512-byte
 //                           buffer first;
 //   C [R][16 int32]         C[t][i] = Σ_k x[t][k]·w[i][k] (tdpbsud: signed A times unsigned B), exact.
 // Each block's integer sums then go through the x16 kernels' epilogue: the offset (−128·Σx, −8·Σx), the K-quant
@@ -50,7 +50,7 @@ enum Tile : int { kA = 0, kB0 = 1, kB1 = 2, kC0 = 3, kC1 = 4, kA1 = 5, kC2 = 6, 
 
 namespace detail {
 
-enum class Quant { kQ8_0, kQ4_0, kIQ4NL };
+enum class Quant { kQ8_0, kQ4_0, kIQ4NL, kQ5_0 };
 
 inline __m512 load_f16x16(const uint8_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -135,8 +135,8 @@ inline void for_group_pairs(const uint8_t* groups, int64_t G, size_t gb, int64_t
 
 template <class Tiles, Quant kQuant>
 void gemm_q(const uint8_t* groups, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  constexpr int64_t Q = kQuant == Quant::kQ8_0 ? kQ8_0PackedQs : kQ4_0PackedQs;
-  constexpr int32_t kOffset = kQuant == Quant::kQ4_0 ? 8 : 128;
+  constexpr int64_t Q = kQuant == Quant::kQ8_0 ? kQ8_0PackedQs : kQuant == Quant::kQ5_0 ? kQ5_0PackedQs : kQ4_0PackedQs;
+  constexpr int32_t kOffset = kQuant == Quant::kQ4_0 ? 8 : kQuant == Quant::kQ5_0 ? 16 : 128;
   Tiles::configure(static_cast<int>(R), kQK8_0);
   alignas(64) int32_t c[2][kAmxMaxTokens][16];
   alignas(64) uint8_t wb[2][512];
@@ -147,7 +147,7 @@ void gemm_q(const uint8_t* groups, int64_t G, size_t gb, int64_t nb, const ActQ8
       if constexpr (kQuant == Quant::kQ8_0) {
         bsrc[u] = qs;
       } else {
-        unpack_nibbles<kQuant == Quant::kIQ4NL>(qs, nullptr, wb[u]);
+        unpack_nibbles<kQuant == Quant::kIQ4NL>(qs, kQuant == Quant::kQ5_0 ? qs + kQ4_0PackedQs : nullptr, wb[u]);
         bsrc[u] = wb[u];
       }
     }
@@ -302,7 +302,7 @@ void gemm_bf16(const uint8_t* groups, int64_t G, size_t gb, int64_t nblk, const 
 
 }  // namespace detail
 
-// The seven table entries over a tile back end.
+// The eight table entries over a tile back end.
 template <class Tiles>
 void gemm_q8_0(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   detail::gemm_q<Tiles, detail::Quant::kQ8_0>(g, G, gb, nb, x, R, y, ys);
@@ -314,6 +314,10 @@ void gemm_q4_0(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8S&
 template <class Tiles>
 void gemm_iq4_nl(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   detail::gemm_q<Tiles, detail::Quant::kIQ4NL>(g, G, gb, nb, x, R, y, ys);
+}
+template <class Tiles>
+void gemm_q5_0(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  detail::gemm_q<Tiles, detail::Quant::kQ5_0>(g, G, gb, nb, x, R, y, ys);
 }
 template <class Tiles>
 void gemm_q4_k(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
@@ -343,6 +347,7 @@ CpuKernels with_amx(const CpuKernels& base, std::string_view isa, bool bf16) {
   k.amx_q8_0 = gemm_q8_0<Tiles>;
   k.amx_q4_0 = gemm_q4_0<Tiles>;
   k.amx_iq4_nl = gemm_iq4_nl<Tiles>;
+  k.amx_q5_0 = gemm_q5_0<Tiles>;
   k.amx_q4_k = gemm_q4_k<Tiles>;
   k.amx_q5_k = gemm_q5_k<Tiles>;
   k.amx_q6_k = gemm_q6_k<Tiles>;

@@ -485,6 +485,7 @@ constexpr CpuKernels kAvx512 = {
     .gemm_q8_0_x16 = gemm_q8_0_x16,
     .gemm_q4_0_x16 = gemm_q4_0_x16,
     .gemm_iq4_nl_x16 = gemm_iq4_nl_x16,
+    .gemm_q5_0_x16 = gemm_q5_0_x16,
     .gemm_q4_k_x16 = gemm_q4_k_x16,
     .gemm_q5_k_x16 = gemm_q5_k_x16,
     .gemm_q6_k_x16 = gemm_q6_k_x16,

@@ -108,24 +108,33 @@ void gemm_q8_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
   for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
 }
 
-// Q4_0 and IQ4_NL (kCodebook: each nibble looked up as kIQ4NLValues + 128 by vpshufb, offset 128 instead of 8).
-template <int R, bool kCodebook>
+// Q4_0, IQ4_NL (kCodebook: each nibble looked up as kIQ4NLValues + 128 by vpshufb, offset 128 instead of 8) and
+// Q5_0 (kFifth: the fifth bits or-ed in at bit 4 as Q5_K's, offset 16).
+template <int R, bool kCodebook, bool kFifth = false>
 void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  constexpr int64_t Q = kFifth ? kQ5_0PackedQs : kQ4_0PackedQs;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
   const __m512i book = _mm512_add_epi8(
       _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues))), _mm512_set1_epi8(-128));
-  constexpr int32_t kOffset = kCodebook ? 128 : 8;
+  constexpr int32_t kOffset = kCodebook ? 128 : kFifth ? 16 : 8;
   __m512 acc[R];
   for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     __m512i lo[4], hi[4];
-    if (b % 2 == 0) prefetch_span(g + packed_qs_offset(b, kQ4_0PackedQs), 2 * kQ4_0PackedQs + 64);
+    const uint8_t* qs = g + packed_qs_offset(b, Q);
+    if (b % 2 == 0) prefetch_span(qs, 2 * Q + 64);
+    __m512i fb = _mm512_setzero_si512();
+    if constexpr (kFifth) fb = _mm512_load_si512(qs + kQ4_0PackedQs);
     for (int v = 0; v < 4; ++v) {
-      const __m512i raw = _mm512_load_si512(g + packed_qs_offset(b, kQ4_0PackedQs) + 64 * v);
+      const __m512i raw = _mm512_load_si512(qs + 64 * v);
       lo[v] = _mm512_and_si512(raw, m4), hi[v] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
       if constexpr (kCodebook) lo[v] = _mm512_shuffle_epi8(book, lo[v]), hi[v] = _mm512_shuffle_epi8(book, hi[v]);
+      if constexpr (kFifth) {  // bit v → bit 4 and bit 4 + v → bit 4 (epi16 shifts: strays are masked off)
+        lo[v] = _mm512_or_si512(lo[v], _mm512_and_si512(_mm512_slli_epi16(fb, 4 - v), bit4));
+        hi[v] = _mm512_or_si512(hi[v], _mm512_and_si512(_mm512_srli_epi16(fb, v), bit4));
+      }
     }
-    const __m512 dw = _mm512_cvtph_ps(load256(g + packed_d_offset(b, kQ4_0PackedQs)));
+    const __m512 dw = _mm512_cvtph_ps(load256(g + packed_d_offset(b, Q)));
     for (int t = 0; t < R; ++t) {
       const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
       __m512i s = _mm512_set1_epi32(-kOffset * x.sums[t * nb + b]);
@@ -274,6 +283,10 @@ struct IQ4_NLx16 {
   static constexpr auto run = gemm_q4_0_x16_r<R, true>;
 };
 template <int R>
+struct Q5_0x16 {
+  static constexpr auto run = gemm_q4_0_x16_r<R, false, true>;
+};
+template <int R>
 struct Q4_Kx16 {
   static constexpr auto run = gemm_k_scale_min_x16_r<R, false>;
 };
@@ -302,6 +315,9 @@ void gemm_q4_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, flo
 }
 void gemm_iq4_nl_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   by_tokens<IQ4_NLx16>(R, g, nb, x, y, ys);
+}
+void gemm_q5_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  by_tokens<Q5_0x16>(R, g, nb, x, y, ys);
 }
 void gemm_q4_k_x16(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
   by_tokens<Q4_Kx16>(R, g, nb, x, y, ys);

@@ -240,6 +240,7 @@ void packed_group(const CpuKernels& k, const PreparedInput& in, const WeightMatr
     const ActQ8S x = act_q8s(in, t);
     (w.dtype == DType::Q8_0   ? k.gemm_q8_0_x16
      : w.dtype == DType::Q4_0 ? k.gemm_q4_0_x16
+     : w.dtype == DType::Q5_0 ? k.gemm_q5_0_x16
                               : k.gemm_iq4_nl_x16)(g, x.nb, x, R, out, os);
   }
   if (!full)
@@ -249,7 +250,13 @@ void packed_group(const CpuKernels& k, const PreparedInput& in, const WeightMatr
 
 // The AMX kernel of a packed weight type in table k, or null.
 AmxQ8SKernel amx_q8s_kernel(const CpuKernels& k, DType t) {
-  return t == DType::Q8_0 ? k.amx_q8_0 : t == DType::Q4_0 ? k.amx_q4_0 : t == DType::IQ4_NL ? k.amx_iq4_nl : nullptr;
+  switch (t) {
+    case DType::Q8_0: return k.amx_q8_0;
+    case DType::Q4_0: return k.amx_q4_0;
+    case DType::IQ4_NL: return k.amx_iq4_nl;
+    case DType::Q5_0: return k.amx_q5_0;
+    default: return nullptr;
+  }
 }
 AmxQ8KSKernel amx_q8ks_kernel(const CpuKernels& k, DType t) {
   return t == DType::Q4_K ? k.amx_q4_k : t == DType::Q5_K ? k.amx_q5_k : t == DType::Q6_K ? k.amx_q6_k : nullptr;

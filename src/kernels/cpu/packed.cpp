@@ -11,6 +11,7 @@
 #include "core/fp16.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "tensor/quantize.h"
 
 namespace kvik {
 namespace {
@@ -82,6 +83,19 @@ void pack_row_q4_0(const BlockQ4_0* src, int64_t nb, int i, uint8_t* g) {
   }
 }
 
+// Q4_0's nibbles, then each element's fifth bit into the fb vector (bit l / 4 of byte l % 4: element l; bit
+// 4 + l / 4: element 16 + l).
+void pack_row_q5_0(const BlockQ5_0* src, int64_t nb, int i, uint8_t* g) {
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* qs = g + packed_qs_offset(b, kQ5_0PackedQs);
+    move_words(src[b].qs, 4, i, qs, 0);
+    for (int l = 0; l < 16; ++l)
+      qs[kQ4_0PackedQs + lane_byte(l % 4, i)] |=
+          static_cast<uint8_t>(q5_fifth_bit(src[b].qh, l) << (l / 4) | q5_fifth_bit(src[b].qh, 16 + l) << (4 + l / 4));
+    set_d(g, b, kQ5_0PackedQs, i, src[b].d);
+  }
+}
+
 template <typename Block, int (*Quant)(const Block&, int)>
 void pack_row_k_scale_min(const Block* src, int64_t nb, int i, uint8_t* g, const PackedKScaleMin& L) {
   for (int64_t b = 0; b < nb; ++b) {
@@ -142,6 +156,7 @@ size_t packed_group_bytes(DType t, int64_t cols) {
     case DType::Q8_0: return static_cast<size_t>((cols / kQK8_0 + 1) / 2 * (2 * kQ8_0PackedQs + 64));
     case DType::Q4_0:
     case DType::IQ4_NL: return static_cast<size_t>((cols / kQK4_0 + 1) / 2 * (2 * kQ4_0PackedQs + 64));
+    case DType::Q5_0: return static_cast<size_t>((cols / kQK8_0 + 1) / 2 * (2 * kQ5_0PackedQs + 64));
     case DType::Q4_K: return static_cast<size_t>(cols / kQK_K * kPackedQ4K.record);
     case DType::Q5_K: return static_cast<size_t>(cols / kQK_K * kPackedQ5K.record);
     case DType::Q6_K: return static_cast<size_t>(cols / kQK_K * kQ6KRecord);
@@ -158,6 +173,7 @@ bool packable(DType t) {
     case DType::Q8_0: return k.gemm_q8_0_x16 != nullptr;
     case DType::Q4_0: return k.gemm_q4_0_x16 != nullptr;
     case DType::IQ4_NL: return k.gemm_iq4_nl_x16 != nullptr;
+    case DType::Q5_0: return k.gemm_q5_0_x16 != nullptr;
     case DType::Q4_K: return k.gemm_q4_k_x16 != nullptr;
     case DType::Q5_K: return k.gemm_q5_k_x16 != nullptr;
     case DType::Q6_K: return k.gemm_q6_k_x16 != nullptr;
@@ -197,6 +213,7 @@ void pack_into(WeightMatrix& w, uint8_t* dst) {
           case DType::Q8_0: pack_row_q8_0(reinterpret_cast<const BlockQ8_0*>(row), nb, i, g); break;
           case DType::Q4_0:
           case DType::IQ4_NL: pack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(row), nb, i, g); break;  // same layout
+          case DType::Q5_0: pack_row_q5_0(reinterpret_cast<const BlockQ5_0*>(row), nb, i, g); break;
           case DType::Q4_K:
             pack_row_k_scale_min<BlockQ4_K, q4_k_quant>(reinterpret_cast<const BlockQ4_K*>(row), nb, i, g, kPackedQ4K);
             break;
@@ -285,8 +302,17 @@ int32_t block_sum_iq4_nl(const uint8_t* qs, int i, const int8_t* xq) {
   }
   return s;
 }
+int32_t block_sum_q5_0(const uint8_t* qs, int i, const int8_t* xq) {
+  int32_t s = 0;
+  for (int l = 0; l < 16; ++l) {
+    const uint8_t v = qs[lane_byte(l, i)], f = qs[kQ4_0PackedQs + lane_byte(l % 4, i)];
+    s += ((v & 0x0F) | ((f >> (l / 4)) & 1) << 4) * xq[l] + ((v >> 4) | ((f >> (4 + l / 4)) & 1) << 4) * xq[16 + l];
+  }
+  return s;
+}
 
-// Q8_0 / Q4_0 / IQ4_NL: per block the stored-quant sum less Offset·Σx, times d_w·d_x into the row's sum by one fma.
+// Q8_0 / Q4_0 / IQ4_NL / Q5_0: per block the stored-quant sum less Offset·Σx, times d_w·d_x into the row's sum by
+// one fma.
 template <int64_t Q, int32_t Offset, int32_t (*BlockSum)(const uint8_t*, int, const int8_t*)>
 void gemm_q_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   for (int64_t t = 0; t < R; ++t)
@@ -310,6 +336,9 @@ void gemm_q4_0_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R,
 }
 void gemm_iq4_nl_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   gemm_q_x16_ref<kQ4_0PackedQs, 128, block_sum_iq4_nl>(g, nb, x, R, y, ys);
+}
+void gemm_q5_0_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  gemm_q_x16_ref<kQ5_0PackedQs, 16, block_sum_q5_0>(g, nb, x, R, y, ys);
 }
 
 namespace {

@@ -22,7 +22,10 @@
 //         (Q = 256 bytes) and d [16] fp16;
 //   IQ4_NL: Q4_0's layout (its nibbles are codebook indices); the kernels look each index up as
 //         kIQ4NLValues + 128 (u8) and take 128·Σx off.
-//         all three with blocks in pairs: [qs of block 2p][qs of 2p + 1][d of 2p][d of 2p + 1] (a multiple of 64 bytes;
+//   Q5_0: Q4_0's nibbles, then the fifth bits fb [16 rows][4] (bit v of byte e = element 4v + e, bit 4 + v =
+//         element 16 + 4v + e), as one 320-byte quant record (Q = 320); the kernels or bit 4 in (u8 q + 16, 0..31)
+//         and take 16·Σx off.
+//         all four with blocks in pairs: [qs of block 2p][qs of 2p + 1][d of 2p][d of 2p + 1] (a multiple of 64 bytes;
 //         an odd last block gets a zero partner), so quants and scales arrive in one sequential stream.
 //   Q4_K: per 256-element super-block (2368 bytes, a multiple of 64):
 //         qs [8 sub-blocks j][4 v][16 rows][4]: low nibble = element 32j + 4v + e, high = 32j + 16 + 4v + e;
@@ -73,7 +76,7 @@ inline constexpr int64_t packed_bf16_index(int64_t k, int i) { return (k / 2) * 
 // Offsets of block b's quants and scales in a Q8_0 / Q4_0 group with Q quant bytes per block.
 inline constexpr int64_t packed_qs_offset(int64_t b, int64_t Q) { return (b / 2) * (2 * Q + 64) + (b % 2) * Q; }
 inline constexpr int64_t packed_d_offset(int64_t b, int64_t Q) { return (b / 2) * (2 * Q + 64) + 2 * Q + (b % 2) * 32; }
-inline constexpr int64_t kQ8_0PackedQs = 512, kQ4_0PackedQs = 256;
+inline constexpr int64_t kQ8_0PackedQs = 512, kQ4_0PackedQs = 256, kQ5_0PackedQs = 320;
 
 // Byte offsets inside a packed K-quant super-block record.
 struct PackedKScaleMin {
@@ -125,6 +128,7 @@ void round_through_half(const float* x, float* y, int64_t n, bool f16);
 void gemm_q8_0_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
 void gemm_q4_0_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
 void gemm_iq4_nl_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
+void gemm_q5_0_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
 void gemm_q4_k_x16_ref(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys);
 void gemm_q5_k_x16_ref(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys);
 void gemm_q6_k_x16_ref(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys);
