@@ -12,9 +12,7 @@ tokens=${TOKENS:-1,2,4,6,8,12,16,32,64,256}
 types=${TYPES:-q8_0,q4_0,iq4_nl,q4_K,q5_K,q6_K,bf16}
 bin=build/bench/bench_matmul_packed
 [ -x "$bin" ] || cmake --build build --target bench_matmul_packed >/dev/null
-args=(--rows "${ROWS:-2048}" --cols "${COLS:-2048}" --tokens "$tokens" --types "$types")
-[ -n "${THREADS:-}" ] && args+=(--threads "$THREADS")
-probe=$(KVIK_AMX_MIN_TOKENS=1 "$bin" "${args[@]}" --tokens 1 --types q8_0 --iters 1)
+probe=$("$bin" --rows 16 --cols 32 --tokens 1 --types q8_0 --iters 1)  # only for amx_usable and the reasons
 if ! grep -q '"amx_usable": true' <<<"$probe"; then
   node -e 'const j=JSON.parse(process.argv[1]);console.log(JSON.stringify({cpu:require("os").cpus()[0].model,
     amx_usable:false,reason:j.amx_reason}))' "$probe"
@@ -23,9 +21,9 @@ fi
 if grep -q '"amx_bf16_usable": false' <<<"$probe" && [[ ",$types," == *,bf16,* ]]; then
   echo "AMX-BF16 not usable ($(sed -n 's/.*"amx_bf16_reason": "\([^"]*\)".*/\1/p' <<<"$probe")): bf16 left out" >&2
   types=$(tr ',' '\n' <<<"$types" | grep -vx bf16 | paste -sd, -)
-  args=(--rows "${ROWS:-2048}" --cols "${COLS:-2048}" --tokens "$tokens" --types "$types")
-  [ -n "${THREADS:-}" ] && args+=(--threads "$THREADS")
 fi
+args=(--rows "${ROWS:-2048}" --cols "${COLS:-2048}" --tokens "$tokens" --types "$types")
+[ -n "${THREADS:-}" ] && args+=(--threads "$THREADS")
 runs=()
 for r in $(seq "$rounds"); do
   runs+=("$(KVIK_ISA=avx512 "$bin" "${args[@]}")")

@@ -32,6 +32,19 @@ void check_tile(int t) {
     fault("tile " + std::to_string(t) + " is not configured");
 }
 
+// M, K, N of C [M][N] += A [M][K] · B [K][N] (in 4-byte units), after the shape rules whose violation faults on
+// hardware.
+struct DotShape {
+  int M, K, N;
+};
+DotShape dot_shape(int C, int A, int B, const char* instruction) {
+  check_tile(C), check_tile(A), check_tile(B);
+  const int M = g_tiles.rows[C];
+  if (g_tiles.colsb[A] != 4 * g_tiles.rows[B] || g_tiles.colsb[C] != g_tiles.colsb[B] || g_tiles.rows[A] != M)
+    fault(std::string(instruction) + " with inconsistent tile shapes");
+  return {M, g_tiles.colsb[A] / 4, g_tiles.colsb[C] / 4};
+}
+
 struct EmulatedTiles {
   static void configure(int R, int ka) {
     if (R < 1 || R > 16 || ka < 4 || ka > 64 || ka % 4) fault("bad shape R " + std::to_string(R));
@@ -58,10 +71,7 @@ struct EmulatedTiles {
   }
   template <int C, int A, int B>
   static void dot() {
-    check_tile(C), check_tile(A), check_tile(B);
-    const int M = g_tiles.rows[C], K = g_tiles.colsb[A] / 4, N = g_tiles.colsb[C] / 4;
-    if (g_tiles.colsb[A] != 4 * g_tiles.rows[B] || g_tiles.colsb[C] != g_tiles.colsb[B] || g_tiles.rows[A] != M)
-      fault("tdpbsud with inconsistent tile shapes");
+    const auto [M, K, N] = dot_shape(C, A, B, "tdpbsud");
     for (int m = 0; m < M; ++m)
       for (int n = 0; n < N; ++n) {
         int32_t acc;
@@ -75,10 +85,7 @@ struct EmulatedTiles {
   }
   template <int C, int A, int B>
   static void dot_bf16() {
-    check_tile(C), check_tile(A), check_tile(B);
-    const int M = g_tiles.rows[C], K = g_tiles.colsb[A] / 4, N = g_tiles.colsb[C] / 4;
-    if (g_tiles.colsb[A] != 4 * g_tiles.rows[B] || g_tiles.colsb[C] != g_tiles.colsb[B] || g_tiles.rows[A] != M)
-      fault("tdpbf16ps with inconsistent tile shapes");
+    const auto [M, K, N] = dot_shape(C, A, B, "tdpbf16ps");
     const auto flush = [](float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; };
     const auto bf16 = [&](const uint8_t* p) {
       uint32_t bits = 0;

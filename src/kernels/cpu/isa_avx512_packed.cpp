@@ -108,12 +108,20 @@ void gemm_q8_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
   for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
 }
 
+// Q5_0's / Q5_K's fifth bits of nibble vector v (fb: bit v of a byte = the low element's, bit 4 + v = the high
+// one's) or-ed in at bit 4 of lo / hi (epi16 shifts: the strays are masked off).
+inline void or_fifth_bits(__m512i& lo, __m512i& hi, __m512i fb, int v) {
+  const __m512i bit4 = _mm512_set1_epi8(0x10);
+  lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi16(fb, 4 - v), bit4));
+  hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srli_epi16(fb, v), bit4));
+}
+
 // Q4_0, IQ4_NL (kCodebook: each nibble looked up as kIQ4NLValues + 128 by vpshufb, offset 128 instead of 8) and
 // Q5_0 (kFifth: the fifth bits or-ed in at bit 4 as Q5_K's, offset 16).
 template <int R, bool kCodebook, bool kFifth = false>
 void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys) {
   constexpr int64_t Q = kFifth ? kQ5_0PackedQs : kQ4_0PackedQs;
-  const __m512i m4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i book = _mm512_add_epi8(
       _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues))), _mm512_set1_epi8(-128));
   constexpr int32_t kOffset = kCodebook ? 128 : kFifth ? 16 : 8;
@@ -129,10 +137,7 @@ void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
       const __m512i raw = _mm512_load_si512(qs + 64 * v);
       lo[v] = _mm512_and_si512(raw, m4), hi[v] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
       if constexpr (kCodebook) lo[v] = _mm512_shuffle_epi8(book, lo[v]), hi[v] = _mm512_shuffle_epi8(book, hi[v]);
-      if constexpr (kFifth) {  // bit v → bit 4 and bit 4 + v → bit 4 (epi16 shifts: strays are masked off)
-        lo[v] = _mm512_or_si512(lo[v], _mm512_and_si512(_mm512_slli_epi16(fb, 4 - v), bit4));
-        hi[v] = _mm512_or_si512(hi[v], _mm512_and_si512(_mm512_srli_epi16(fb, v), bit4));
-      }
+      if constexpr (kFifth) or_fifth_bits(lo[v], hi[v], fb, v);
     }
     const __m512 dw = _mm512_cvtph_ps(load256(g + packed_d_offset(b, Q)));
     for (int t = 0; t < R; ++t) {
@@ -154,7 +159,7 @@ void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
 template <int R, bool kFifth>
 void gemm_k_scale_min_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, int64_t ys) {
   constexpr PackedKScaleMin L = kFifth ? kPackedQ5K : kPackedQ4K;
-  const __m512i m4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
   __m512 acc[R];
   for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -169,10 +174,7 @@ void gemm_k_scale_min_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, floa
       for (int v = 0; v < 4; ++v) {
         const __m512i raw = _mm512_load_si512(rec + j * 256 + 64 * v);
         lo[v] = _mm512_and_si512(raw, m4), hi[v] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-        if constexpr (kFifth) {  // bit v → bit 4 and bit 4 + v → bit 4 (epi16 shifts: strays are masked off)
-          lo[v] = _mm512_or_si512(lo[v], _mm512_and_si512(_mm512_slli_epi16(fb, 4 - v), bit4));
-          hi[v] = _mm512_or_si512(hi[v], _mm512_and_si512(_mm512_srli_epi16(fb, v), bit4));
-        }
+        if constexpr (kFifth) or_fifth_bits(lo[v], hi[v], fb, v);
       }
       const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(rec + L.sc + 16 * j)));
       for (int t = 0; t < R; ++t) {
