@@ -9,7 +9,8 @@
 # and with LONG=1 also (#18's rows; a round then takes several minutes more):
 #   batch64   output tokens/s with 64 parallel sequences (BP-token prompts, BG new tokens each)
 #   decode8k  batch-1 decode tokens/s after an 8192-token prompt (the KV read dominates; the model's context must
-#             hold 8192 + G16 tokens: kvik synth --context 16384)
+#             hold 8192 + 16 tokens: kvik synth --context 16384). DECODE_CTX=32768 makes it decode32k (context
+#             --context 40960; the 32k-token prefill takes each engine many minutes per round on 2 cores)
 #   prefill4k prefill of a 4096-token prompt at batch 1 (tokens/s)
 #   cold      seconds from process start to the first generated token of a 5-token prompt (file in the page
 #             cache): kvik generate -n 1 timed from outside; llama.cpp from node-llama-cpp's start-up, minus the
@@ -23,7 +24,10 @@
 #
 # Usage: bench/compare_llamacpp.sh MODEL.gguf [THREADS]
 # Environment: KVIK (default build/kvik), ROUNDS (5), P (512), G (128), NSEQ (16), BP (64), BG (64),
-#              KVIK_PEER_DIR (/tmp/kvik-peer), KVIK_SHARED_DIR (../shared).
+#              KVIK_PEER_DIR (/tmp/kvik-peer), KVIK_SHARED_DIR (../shared), DECODE_CTX (8192),
+#              LONG_ROWS (with LONG=1, a subset of "batch64 decodectx prefill4k cold"),
+#              KV_TYPE (f16; q8_0 or f32: both engines' KV cache of that type - kvik --kv-cache-dtype, llama.cpp
+#              through tools/llamacpp_bench.mjs with flash attention, ik_llama.cpp -ctk/-ctv; the JSON says kv_cache_type).
 # Time: about ROUNDS × (2 single-sequence runs + 2 batch runs); on a 2-core machine with a 1B Q8_0 model and the
 # defaults, roughly 1.5–2 min per round. Run it on a quiet machine (check `uptime`).
 set -euo pipefail
@@ -32,6 +36,9 @@ MODEL="${1:?usage: bench/compare_llamacpp.sh MODEL.gguf [THREADS]}"
 THREADS="${2:-$(nproc)}"
 KVIK="${KVIK:-$ROOT/build/kvik}"
 ROUNDS="${ROUNDS:-5}" P="${P:-512}" G="${G:-128}" NSEQ="${NSEQ:-16}" BP="${BP:-64}" BG="${BG:-64}"
+DCTX="${DECODE_CTX:-8192}" KV_TYPE="${KV_TYPE:-f16}"
+case "$KV_TYPE" in f16 | f32 | q8_0) ;; *) echo "KV_TYPE must be f16, f32 or q8_0 (types both engines have): $KV_TYPE" >&2; exit 1 ;; esac
+DROW="decode$((DCTX / 1024))k"  # the long-context decode row's name: decode8k for 8192
 PEER="${KVIK_PEER_DIR:-/tmp/kvik-peer}"
 SHARED="${KVIK_SHARED_DIR:-$ROOT/../shared}"
 
@@ -46,23 +53,39 @@ fi
 
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
+[[ "$KV_TYPE" == f16 ]] || cp "$ROOT/tools/llamacpp_bench.mjs" "$PEER/"
 echo "model $MODEL, $THREADS threads, $ROUNDS rounds; load: $(uptime | sed 's/.*load average: //')" >&2
 
 MAXLEN=$(( (P + G > BP + BG ? P + G : BP + BG) + 64 ))
+# The KV cache type of every run: kvik --kv-cache-dtype; llama.cpp through tools/llamacpp_bench.mjs (K and V of that
+# type, flash attention on) unless it is f16, the peer script's default; ik_llama.cpp -ctk / -ctv.
+KV_ARGS=(--kv-cache-dtype "$KV_TYPE")
+llama_bench() {  # PROMPT_TOKENS GEN_TOKENS
+  if [[ "$KV_TYPE" == f16 ]]; then (cd "$PEER" && node llamacpp-ref.mjs bench "$MODEL" "$1" "$2" "$THREADS" 2>/dev/null | tail -n 1)
+  else (cd "$PEER" && node llamacpp_bench.mjs bench "$MODEL" "$1" "$2" "$THREADS" "$KV_TYPE" 2>/dev/null | tail -n 1); fi
+}
+llama_bench_batch() {  # SEQUENCES
+  if [[ "$KV_TYPE" == f16 ]]; then
+    (cd "$PEER" && node llamacpp-ref.mjs bench-batch "$MODEL" "$1" "$BP" "$BG" "$THREADS" 2>/dev/null | tail -n 1)
+  else
+    (cd "$PEER" && node llamacpp_bench.mjs bench-batch "$MODEL" "$1" "$BP" "$BG" "$THREADS" "$KV_TYPE" 2>/dev/null |
+      tail -n 1)
+  fi
+}
 kvik_single() {
-  "$KVIK" bench -m "$MODEL" --no-bandwidth --threads "$THREADS" --max-model-len "$MAXLEN" --num-prompts 1 --input-len "$P" \
+  "$KVIK" bench -m "$MODEL" "${KV_ARGS[@]}" --no-bandwidth --threads "$THREADS" --max-model-len "$MAXLEN" --num-prompts 1 --input-len "$P" \
     --output-len "$G" --json 2>/dev/null | tail -n 1
 }
 kvik_batch() {
-  "$KVIK" bench -m "$MODEL" --no-bandwidth --threads "$THREADS" --max-model-len "$MAXLEN" --num-prompts "$NSEQ" \
+  "$KVIK" bench -m "$MODEL" "${KV_ARGS[@]}" --no-bandwidth --threads "$THREADS" --max-model-len "$MAXLEN" --num-prompts "$NSEQ" \
     --concurrency "$NSEQ" --input-len "$BP" --output-len "$BG" --json 2>/dev/null | tail -n 1
 }
 kvik_run() {  # INPUT_LEN OUTPUT_LEN NUM_PROMPTS MAXLEN
-  "$KVIK" bench -m "$MODEL" --no-bandwidth --threads "$THREADS" --max-model-len "$4" --num-prompts "$3" \
+  "$KVIK" bench -m "$MODEL" "${KV_ARGS[@]}" --no-bandwidth --threads "$THREADS" --max-model-len "$4" --num-prompts "$3" \
     --concurrency "$3" --input-len "$1" --output-len "$2" --json 2>/dev/null | tail -n 1
 }
 kvik_batch64() { kvik_run "$BP" "$BG" 64 "$MAXLEN"; }
-kvik_decode8k() { kvik_run 8192 16 1 8300; }
+kvik_decodectx() { kvik_run "$DCTX" 16 1 "$((DCTX + 108))"; }
 kvik_prefill4k() { kvik_run 4096 1 1 4200; }
 kvik_cold() {
   local t0 t1
@@ -71,33 +94,34 @@ kvik_cold() {
   t1=$(date +%s%N)
   jq -n --argjson ns "$((t1 - t0))" '{cold_s: ($ns / 1e9)}'
 }
-llama_batch64() { (cd "$PEER" && node llamacpp-ref.mjs bench-batch "$MODEL" 64 "$BP" "$BG" "$THREADS" 2>/dev/null | tail -n 1); }
-llama_decode8k() { (cd "$PEER" && node llamacpp-ref.mjs bench "$MODEL" 8192 16 "$THREADS" 2>/dev/null | tail -n 1); }
-llama_prefill4k() { (cd "$PEER" && node llamacpp-ref.mjs bench "$MODEL" 4096 1 "$THREADS" 2>/dev/null | tail -n 1); }
+llama_batch64() { llama_bench_batch 64; }
+llama_decodectx() { llama_bench "$DCTX" 16; }
+llama_prefill4k() { llama_bench 4096 1; }
 llama_cold() {
   (cd "$PEER" && node llamacpp_cold_start.mjs "$MODEL" "$THREADS" 2>/dev/null | tail -n 1) |
     jq -c '{cold_s: ((.first_token_ms - .imported_ms) / 1000)}'
 }
-llama_single() { (cd "$PEER" && node llamacpp-ref.mjs bench "$MODEL" "$P" "$G" "$THREADS" 2>/dev/null | tail -n 1); }
+llama_single() { llama_bench "$P" "$G"; }
 # ik_llama.cpp: one llama-bench run of a P-token prefill and a G-token decode, as {prefill_tok_s, decode_tok_s}.
 ik_single() {
-  "$IK_LLAMA_BENCH" -m "$MODEL" -t "$THREADS" -p "$P" -n "$G" -r 1 -rtr 1 -fa 1 -o json 2>/dev/null |
+  "$IK_LLAMA_BENCH" -m "$MODEL" -t "$THREADS" -p "$P" -n "$G" -r 1 -rtr 1 -fa 1 -ctk "$KV_TYPE" -ctv "$KV_TYPE" -o json 2>/dev/null |
     jq -c '{prefill_tok_s: (map(select(.n_prompt > 0)) | .[0].avg_ts), decode_tok_s: (map(select(.n_gen > 0)) | .[0].avg_ts)}'
 }
-llama_batch() { (cd "$PEER" && node llamacpp-ref.mjs bench-batch "$MODEL" "$NSEQ" "$BP" "$BG" "$THREADS" 2>/dev/null | tail -n 1); }
+llama_batch() { llama_bench_batch "$NSEQ"; }
 
 EXTRA_ROWS=""
 if [[ "${LONG:-0}" == 1 ]]; then
-  EXTRA_ROWS="batch64 decode8k prefill4k cold"
+  EXTRA_ROWS="${LONG_ROWS:-batch64 decodectx prefill4k cold}"
   cp "$ROOT/tools/llamacpp_cold_start.mjs" "$PEER/"
 fi
 for r in $(seq 1 "$ROUNDS"); do
   # Alternate which engine goes first, so neither always runs on the warmer (or colder) machine.
   if (( r % 2 )); then order="kvik llama"; else order="llama kvik"; fi
   for e in $order; do
-    "${e}_single" > "$OUT/$e.single.$r.json"
-    "${e}_batch" > "$OUT/$e.batch.$r.json"
-    for row in $EXTRA_ROWS; do "${e}_$row" > "$OUT/$e.$row.$r.json"; done
+    for row in single batch $EXTRA_ROWS; do
+      "${e}_$row" > "$OUT/$e.$row.$r.json" ||
+        { echo "the $e $row run failed (round $r; its stderr is discarded: run that command by hand to see why)" >&2; exit 1; }
+    done
   done
   [[ -n "${IK_LLAMA_BENCH:-}" ]] && ik_single > "$OUT/ik.single.$r.json"
   echo "round $r/$ROUNDS done" >&2
@@ -122,27 +146,28 @@ for r in $(seq 1 "$ROUNDS"); do
   for row in $EXTRA_ROWS; do
     jq -cn --arg row "$row" --slurpfile k "$OUT/kvik.$row.$r.json" --slurpfile l "$OUT/llama.$row.$r.json" '
       {($row): (if $row == "batch64" then [$k[0].output_tok_s, $l[0].output_tok_s]
-                elif $row == "decode8k" then [1000 / $k[0].itl_ms.p50, $l[0].decode_tok_s]
+                elif $row == "decodectx" then [1000 / $k[0].itl_ms.p50, $l[0].decode_tok_s]
                 elif $row == "prefill4k" then [4096 / ($k[0].ttft_ms.p50 / 1000), $l[0].prefill_tok_s]
                 else [$k[0].cold_s, $l[0].cold_s] end)}'
   done | jq -sc --slurpfile base "$OUT/row.$r.json" 'add + $base[0]'
 done | jq -s --arg cpu "$CPU" --arg amx "$AMX" --arg kisa "$KVIK_ISA" --arg lisa "$LLAMA_ISA" \
   --argjson threads "$THREADS" --arg model "$MODEL" --argjson rounds "$ROUNDS" \
-  --argjson p "$P" --argjson g "$G" --argjson nseq "$NSEQ" '
+  --argjson p "$P" --argjson g "$G" --argjson nseq "$NSEQ" --arg kv "$KV_TYPE" --arg drow "$DROW" --argjson dctx "$DCTX" '
   def median: map(select(. != null)) | sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor]
                                                 else (.[length / 2 - 1] + .[length / 2]) / 2 end;
   def r2: if . == null then null else . * 100 | round / 100 end;
   . as $runs | {cpu: $cpu, amx: $amx, kvik_kernels: $kisa, llama_cpp_system_info: $lisa, threads: $threads,
-    model: $model, rounds: $rounds,
-    rows: (["prefill", "decode", "batch", "batch64", "decode8k", "prefill4k", "cold"] | map(select(. as $k | $runs[0] | has($k))) |
+    model: $model, rounds: $rounds, kv_cache_type: $kv,
+    rows: (["prefill", "decode", "batch", "batch64", "decodectx", "prefill4k", "cold"] | map(select(. as $k | $runs[0] | has($k))) |
       map(. as $k |
       {key: $k, value: {what: ({prefill: "prefill \($p) tok/s", decode: "decode \($g) tok/s (batch 1)",
                                 batch: "output tok/s (\($nseq) seqs)", batch64: "output tok/s (64 seqs)",
-                                decode8k: "decode tok/s at 8192 tokens of context (batch 1)",
+                                decodectx: "decode tok/s at \($dctx) tokens of context (batch 1)",
                                 prefill4k: "prefill 4096 tok/s", cold: "seconds to the first token (lower is better)"}[$k]),
                         kvik: ($runs | map(.[$k][0]) | median | r2), llama_cpp: ($runs | map(.[$k][1]) | median | r2),
                         kvik_runs: ($runs | map(.[$k][0] | r2)), llama_cpp_runs: ($runs | map(.[$k][1] | r2)),
                         ik_llama_cpp: ($runs | map(.[$k][2]) | median | r2), ik_llama_cpp_runs: ($runs | map(.[$k][2] | r2))}})
       | from_entries | map_values(. + {ratio: (if .llama_cpp then (.kvik / .llama_cpp | r2) else null end),
                                        ratio_ik: (if .ik_llama_cpp then (.kvik / .ik_llama_cpp | r2) else null end)})
+      | with_entries(if .key == "decodectx" then .key = $drow else . end)
       | map_values(if .ik_llama_cpp == null then del(.ik_llama_cpp, .ik_llama_cpp_runs, .ratio_ik) else . end))}'
