@@ -217,7 +217,7 @@ int run(ServeOpts& o) {
   ::signal(SIGPIPE, SIG_IGN);  // a client that hangs up is a failed write, not a dead server
 
   server::HttpServer http(o.server);
-  http.bind();
+  o.server.port = http.bind();  // --port 0: the port the kernel chose, for the log line below and its readers
   std::atomic<bool> stopping{false};
   std::thread listener([&] { http.listen(); });
   // The web pages' address: a wildcard listen address is reached through the loopback.
@@ -259,7 +259,10 @@ Run add_serve(CLI::App& app) {
   auto* c = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
   c->add_option("model", o->model, "GGUF model file (default: ../shared/models/stories260K.gguf when it exists)");
   c->add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
-  c->add_option("--port", o->server.port, "Port to listen on")->check(CLI::Range(1, 65535))->capture_default_str();
+  c->add_option("--port", o->server.port,
+                "Port to listen on (0: a free port the kernel picks, named by the log line 'Listening on ...')")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
   c->add_option("--served-model-name", o->server.served_model_name,
                 "Model name in the API (default: the model file's name without .gguf)");
   c->add_option("--api-key", o->server.api_key, "Require 'Authorization: Bearer KEY' on /v1/* and tokenizer routes");

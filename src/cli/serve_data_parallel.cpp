@@ -172,7 +172,7 @@ void adopt_block_hash_seed() {
   ::unsetenv(kBlockHashSeedEnv);
 }
 
-int serve_data_parallel(const DataParallelOptions& o) {
+int serve_data_parallel(DataParallelOptions o) {
   // Signals go to one thread that waits for them; every thread started below (and every replica) inherits the mask.
   sigset_t signals;
   sigemptyset(&signals);
@@ -187,7 +187,7 @@ int serve_data_parallel(const DataParallelOptions& o) {
   http.router().set_handler([&router](const server::HttpRequest& req, std::function<void()> wake) {
     return router.handle(req, std::move(wake));
   });
-  http.bind();
+  o.server.port = http.bind();  // --port 0: the port the kernel chose
   std::atomic<bool> stopping{false};
   std::thread listener([&] { http.listen(); });
   log_info("Listening on {}:{} with {} data-parallel replicas (/health answers 503 until they are ready)",

@@ -25,7 +25,7 @@ struct DataParallelOptions {
 inline constexpr const char* kBlockHashSeedEnv = "KVIK_DP_BLOCK_HASH_SEED";
 
 // Runs the front until SIGINT/SIGTERM; returns the exit status.
-int serve_data_parallel(const DataParallelOptions& o);
+int serve_data_parallel(DataParallelOptions o);
 
 // In a replica: adopts the front's block-hash seed when one was handed down (kBlockHashSeedEnv).
 void adopt_block_hash_seed();

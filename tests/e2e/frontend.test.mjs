@@ -9,7 +9,7 @@ import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { startServer, post, curl, sleep, freePort, BINARY, MODEL } from './helpers.mjs';
+import { startServer, post, curl, sleep, listeningPort, BINARY, MODEL } from './helpers.mjs';
 
 // Sends raw bytes on a fresh connection and resolves with everything the server sent until it closed.
 function raw(port, text, { waitMs = 0 } = {}) {
@@ -139,10 +139,10 @@ test('TLS: --ssl-keyfile/--ssl-certfile serve HTTPS, streaming included', async 
   const key = path.join(dir, 'key.pem');
   const cert = path.join(dir, 'cert.pem');
   execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', key, '-out', cert, '-days', '1', '-subj', '/CN=127.0.0.1'], { stdio: 'ignore' });
-  const port = await freePort();
-  const proc = spawn(BINARY, ['serve', MODEL, '--port', String(port), '--threads', '1', '--ssl-keyfile', key, '--ssl-certfile', cert], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(BINARY, ['serve', MODEL, '--port', '0', '--threads', '1', '--ssl-keyfile', key, '--ssl-certfile', cert], { stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   proc.stderr.on('data', (d) => (log += d));
+  const port = await listeningPort(proc);
   const exited = new Promise((resolve) => proc.on('exit', (code) => resolve(code)));
   const request = (p, body) =>
     new Promise((resolve, reject) => {

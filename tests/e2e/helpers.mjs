@@ -1,6 +1,5 @@
 // Starting and stopping `kvik serve` for the end-to-end tests, and small HTTP helpers.
 import { spawn, execFileSync } from 'node:child_process';
-import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -8,15 +7,31 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 export const BINARY = process.env.KVIK_BINARY ?? path.join(here, '../../build/kvik');
 export const MODEL = process.env.KVIK_MODEL ?? path.join(here, '../../../shared/models/stories260K.gguf');
 
-export async function freePort() {
+// The port a `kvik serve --port 0` listens on, from its start-up line "Listening on http://HOST:PORT ..." (the
+// kernel picks a free port at bind time, so no other test can take it between a choice and the bind, as it could
+// with a port picked in advance). Rejects, with what the process printed, if it exits or prints no such line in
+// `timeoutMs`. `line` picks the line and its port (a data-parallel front's replicas print lines of their own).
+export function listeningPort(proc, line = /Listening on \S*:(\d+)/, timeoutMs = 30000) {
   return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.unref();
-    s.on('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
+    let text = '';
+    const done = (f) => {
+      clearTimeout(timer);
+      proc.stdout?.off('data', onData);
+      proc.stderr?.off('data', onData);
+      proc.off('exit', onExit);
+      f();
+    };
+    const onData = (d) => {
+      text += d;
+      const m = line.exec(text);
+      if (m) done(() => resolve(Number(m[1])));
+    };
+    const onExit = (code) => done(() => reject(new Error(`kvik serve exited (${code}) before listening:\n${text}`)));
+    const timer = setTimeout(() => done(() => reject(new Error(`kvik serve printed no "Listening on" line:\n${text}`))),
+      timeoutMs);
+    proc.stdout?.on('data', onData);
+    proc.stderr?.on('data', onData);
+    proc.on('exit', onExit);
   });
 }
 
@@ -24,8 +39,7 @@ export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // Starts a server (on `model`, stories260K by default) and waits for /health 200. Returns { url, proc, log(), stop() }.
 export async function startServer(args = [], env = {}, model = MODEL) {
-  const port = await freePort();
-  const proc = spawn(BINARY, ['serve', model, '--host', '127.0.0.1', '--port', String(port), ...args], {
+  const proc = spawn(BINARY, ['serve', model, '--host', '127.0.0.1', '--port', '0', ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -33,6 +47,8 @@ export async function startServer(args = [], env = {}, model = MODEL) {
   proc.stdout.on('data', (d) => (log += d));
   proc.stderr.on('data', (d) => (log += d));
   const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  // With --data-parallel-size the front's own line, not one of its replicas' (they share its stderr).
+  const port = await listeningPort(proc, args.includes('--data-parallel-size') ? /Listening on \S*:(\d+) with / : undefined);
   const url = `http://127.0.0.1:${port}`;
   const server = {
     url,

@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { startServer, post, sleep, freePort, BINARY, MODEL } from './helpers.mjs';
+import { startServer, post, sleep, listeningPort, BINARY, MODEL } from './helpers.mjs';
 
 test('a burst beyond --max-waiting gets 429 with Retry-After and nothing else fails', async () => {
   const srv = await startServer(['--max-waiting', '4', '--max-num-seqs', '2', '--threads', '1']);
@@ -34,11 +34,11 @@ test('a burst beyond --max-waiting gets 429 with Retry-After and nothing else fa
 });
 
 test('/health answers 503 while the model loads, then 200', async () => {
-  const port = await freePort();
-  const proc = spawn(BINARY, ['serve', MODEL, '--port', String(port), '--threads', '1'], {
+  const proc = spawn(BINARY, ['serve', MODEL, '--port', '0', '--threads', '1'], {
     env: { ...process.env, KVIK_SERVE_TEST_LOAD_DELAY_MS: '1500' },
-    stdio: 'ignore',
+    stdio: ['ignore', 'pipe', 'pipe'],
   });
+  const port = await listeningPort(proc);
   const exited = new Promise((resolve) => proc.on('exit', (code) => resolve(code)));
   const seen = [];
   try {
