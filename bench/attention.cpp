@@ -2,7 +2,7 @@
 // keys (R = 1: decode, the KV read dominates; R = N: a whole prefill) on shuffled blocks of a KV cache of the given
 // type, and for decode the KV bytes read per second.
 //   bench_attention [--keys 8192] [--rows 1] [--reqs 1] [--heads 32] [--kv-heads 8] [--head-dim 64]
-//                   [--kv f16|f32|q8_0] [--iters 20] [--threads N] [--split 1|0]
+//                   [--kv f16|f32|q8_0|fp8] [--iters 20] [--threads N] [--split 1|0]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -52,7 +52,11 @@ int main(int argc, char** argv) {
     }
   }
   if (threads > 0) ThreadPool::global().set_num_threads(threads);
-  const DType dt = kv == "f32" ? DType::F32 : kv == "q8_0" ? DType::Q8_0 : DType::F16;
+  if (kv != "f32" && kv != "f16" && kv != "q8_0" && kv != "fp8") {
+    std::fprintf(stderr, "--kv must be f32, f16, q8_0 or fp8, not %s\n", kv.c_str());
+    return 2;
+  }
+  const DType dt = kv == "f32" ? DType::F32 : kv == "q8_0" ? DType::Q8_0 : kv == "fp8" ? DType::F8_E4M3 : DType::F16;
   const int32_t bs = 16, nb = (keys + bs - 1) / bs;
   const int64_t kv_dim = kv_heads * d, row = kv_row_bytes(dt, kv_dim);
   std::vector<int32_t> table(static_cast<size_t>(nb) * reqs);

@@ -124,6 +124,97 @@ TEST(KvQuant, AttentionKernelsMatchReference) {
       }
 }
 
+// Every table's FP8 value sums read each of the 256 codes as fp8_e4m3_to_f32 does (one value row holding every code,
+// weight 1: the sum is the value itself; the AVX-512 kernels convert through fp16 instead of the table).
+TEST(KvQuant, Fp8RowsReadEveryCodeAsTheTable) {
+  std::vector<uint8_t> codes(256);
+  for (int b = 0; b < 256; ++b) codes[b] = static_cast<uint8_t>(b);
+  const int64_t off = 0;
+  const float p = 1.0f;
+  for (const CpuKernels* k : runnable_tables()) {
+    std::vector<float> out(256);
+    k->wsum_multi_fp8(&p, 1, 1, codes.data(), &off, 1, 256, out.data(), 256);
+    for (int b = 0; b < 256; ++b) {
+      const float want = fp8_e4m3_to_f32(static_cast<uint8_t>(b));
+      if (std::isnan(want))
+        EXPECT_TRUE(std::isnan(out[b])) << k->isa << " code " << b;
+      else
+        EXPECT_EQ(out[b], want) << k->isa << " code " << b;  // exact (the sum of +0 and -0 is +0)
+    }
+  }
+}
+
+// The multi-query forms the paged attention calls: every runnable table within the reference's bound, and a query's
+// scores and value sums bit for bit the same computed alone, among 9 queries, or (scores) with the key range started
+// 3 keys earlier: what keeps attention over a quantized cache batch-invariant. Head dims 8 and 40 (Q8_0 rows inside
+// a block: the AVX-512 table's per-row fallback), 32, 64 and 128 (rows on block boundaries).
+TEST(KvQuant, MultiQueryKernelsMatchReferenceAndDoNotDependOnTheTile) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const CpuKernels* k : runnable_tables())
+    for (int64_t d : {8, 32, 40, 64, 128})
+      for (int64_t keys : {1, 15, 16, 17, 64, 100}) {
+        SCOPED_TRACE(std::string(k->isa) + " d=" + std::to_string(d) + " keys=" + std::to_string(keys));
+        const int64_t row = d * 4 % 32 == 0 ? d * 4 : 160, rows = keys + 8, nq = 9;
+        std::vector<float> x(rows * row), q(nq * d), p(nq * (keys + 3));
+        for (auto& v : x) v = nd(rng) * 3;
+        for (auto& v : q) v = nd(rng);
+        for (auto& v : p) v = std::fabs(nd(rng)) / static_cast<float>(keys);
+        std::vector<BlockQ8_0> q8(rows * row / 32);
+        std::vector<uint8_t> f8(rows * row);
+        quantize_row(DType::Q8_0, x.data(), q8.data(), rows * row);
+        for (size_t i = 0; i < x.size(); ++i) f8[i] = f32_to_fp8_e4m3(x[i]);
+        std::vector<int64_t> off(keys + 3);
+        for (int64_t j = 0; j < keys + 3; ++j) off[j] = ((j * 7) % rows) * row + (j % 4) * d;  // head j % 4
+        for (int fp8 = 0; fp8 < 2; ++fp8) {
+          std::vector<float> deq(x.size());
+          if (fp8)
+            for (size_t i = 0; i < x.size(); ++i) deq[i] = fp8_e4m3_to_f32(f8[i]);
+          else
+            dequantize_row(DType::Q8_0, q8.data(), deq.data(), rows * row);
+          auto scores = [&](const CpuKernels& t, const float* qq, int64_t n_q, const int64_t* o, int64_t n,
+                            float* out) {
+            if (fp8)
+              t.scores_multi_fp8(qq, d, n_q, f8.data(), o, n, d, 0.5f, out, n);
+            else
+              t.scores_multi_q8_0(qq, d, n_q, q8.data(), o, n, d, 0.5f, out, n);
+          };
+          auto sums = [&](const CpuKernels& t, const float* pp, int64_t n_q, float* out) {
+            if (fp8)
+              t.wsum_multi_fp8(pp, keys, n_q, f8.data(), off.data() + 3, keys, d, out, d);
+            else
+              t.wsum_multi_q8_0(pp, keys, n_q, q8.data(), off.data() + 3, keys, d, out, d);
+          };
+          std::vector<float> s0(nq * keys), s1(nq * keys), alone(keys), shifted(keys + 3), o0(nq * d), o1(nq * d),
+              one(d);
+          scores(generic_kernels(), q.data(), nq, off.data() + 3, keys, s0.data());
+          scores(*k, q.data(), nq, off.data() + 3, keys, s1.data());
+          sums(generic_kernels(), p.data(), nq, o0.data());
+          sums(*k, p.data(), nq, o1.data());
+          for (int64_t i = 0; i < nq; ++i) {
+            for (int64_t j = 0; j < keys; ++j) {
+              double mag = 0;
+              for (int64_t c = 0; c < d; ++c) mag += std::fabs(q[i * d + c] * deq[off[3 + j] + c]);
+              EXPECT_NEAR(s1[i * keys + j], s0[i * keys + j], gamma(d) * mag * 0.5) << "fp8=" << fp8;
+            }
+            for (int64_t c = 0; c < d; ++c) {
+              double mag = 0;
+              for (int64_t j = 0; j < keys; ++j) mag += std::fabs(p[i * keys + j] * deq[off[3 + j] + c]);
+              EXPECT_NEAR(o1[i * d + c], o0[i * d + c], gamma(keys) * mag) << "fp8=" << fp8;
+            }
+            scores(*k, q.data() + i * d, 1, off.data() + 3, keys, alone.data());
+            scores(*k, q.data() + i * d, 1, off.data(), keys + 3, shifted.data());
+            sums(*k, p.data() + i * keys, 1, one.data());
+            for (int64_t j = 0; j < keys; ++j) {
+              EXPECT_EQ(alone[j], s1[i * keys + j]) << "alone vs among 9: fp8=" << fp8 << " q=" << i << " j=" << j;
+              EXPECT_EQ(shifted[j + 3], s1[i * keys + j]) << "range started 3 keys earlier: fp8=" << fp8;
+            }
+            for (int64_t c = 0; c < d; ++c) EXPECT_EQ(one[c], o1[i * d + c]) << "value sums alone vs among 9";
+          }
+        }
+      }
+}
+
 // Greedy on the llama.cpp fixture prompts, 64 tokens, against an f32 cache. stories260K has d_h 8, so one Q8_0
 // block holds the values of 4 KV heads and shares their scale; where q8_0's tokens part from f32's, the step is a
 // near tie under f32: the top two next-token probabilities within 1.25× (logit gap < ln 1.25). f16 and fp8 are

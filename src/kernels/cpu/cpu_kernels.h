@@ -99,6 +99,15 @@ struct CpuKernels {
   void (*scores_fp8)(const float* q, const uint8_t* k, const int64_t* off, int64_t n, int64_t d, float scale,
                      float* out);
   void (*wsum_fp8)(const float* p, const uint8_t* v, const int64_t* off, int64_t n, int64_t d, float* out);
+  // Their multi-query forms, as scores_multi_f16 / wsum_multi_f16 (the paged attention calls only these).
+  void (*scores_multi_q8_0)(const float* q, int64_t q_stride, int64_t nq, const BlockQ8_0* k, const int64_t* off,
+                            int64_t n, int64_t d, float scale, float* out, int64_t out_stride);
+  void (*wsum_multi_q8_0)(const float* p, int64_t p_stride, int64_t nq, const BlockQ8_0* v, const int64_t* off,
+                          int64_t n, int64_t d, float* out, int64_t out_stride);
+  void (*scores_multi_fp8)(const float* q, int64_t q_stride, int64_t nq, const uint8_t* k, const int64_t* off,
+                           int64_t n, int64_t d, float scale, float* out, int64_t out_stride);
+  void (*wsum_multi_fp8)(const float* p, int64_t p_stride, int64_t nq, const uint8_t* v, const int64_t* off, int64_t n,
+                         int64_t d, float* out, int64_t out_stride);
   // In-place numerically stable softmax.
   void (*softmax)(float* x, int64_t n);
   // gate[i] = silu(gate[i])·up[i] = gate[i] / (1 + e^−gate[i]) · up[i]

@@ -110,12 +110,7 @@ class AttentionTile {
   void score_chunks(int32_t k0, int32_t k1) {
     const int32_t last = chunk_last(k1 - 1);
     prefetch(a_.k_cache, std::max(lo_, chunk_start(k0)), std::min(chunk_start(k0) + kKeyChunk - 1, last));
-    if constexpr (std::is_same_v<KV, float> || std::is_same_v<KV, uint16_t>)
-      score_tile(k0, k1);
-    else
-      for_each_chunk(k0, k1, a_.k_cache, [&](int32_t t, int64_t h, int32_t b, int32_t n, float* s) {
-        score(a_.q + (static_cast<int64_t>(t) * a_.n_heads + task_.kvh * group_ + h) * a_.head_dim, b, n, s);
-      });
+    score_tile(k0, k1);
   }
   void softmax_rows(int64_t i0, int64_t i1) {  // and zeroes the outputs the value sums add to
     for (int64_t i = i0; i < i1; ++i) {
@@ -134,22 +129,7 @@ class AttentionTile {
   void sum_value_chunks(int32_t k0, int32_t k1, float* parts) {
     const int32_t last = chunk_last(k1 - 1);
     prefetch(a_.v_cache, std::max(lo_, chunk_start(k0)), std::min(chunk_start(k0) + kKeyChunk - 1, last));
-    if constexpr (std::is_same_v<KV, float> || std::is_same_v<KV, uint16_t>) {
-      sum_values_tile(k0, k1, parts);
-    } else {
-      const int64_t d = a_.head_dim;
-      float* part = scratch(pbuf_, static_cast<size_t>(d));
-      for_each_chunk(k0, k1, a_.v_cache, [&](int32_t t, int64_t h, int32_t b, int32_t n, float* p) {
-        if (parts) {
-          const int64_t k = (lo_ + b - chunk_start(0)) / kKeyChunk;
-          value_sum(p, b, n, parts + (k * num_queries() + h) * d);
-          return;
-        }
-        value_sum(p, b, n, part);
-        float* o = out(t, h);
-        for (int64_t c = 0; c < d; ++c) o[c] += part[c];
-      });
-    }
+    sum_values_tile(k0, k1, parts);
   }
   void sum_parts(const float* parts, int64_t i0, int64_t i1) {
     const int64_t d = a_.head_dim, nq = num_queries();
@@ -184,18 +164,8 @@ class AttentionTile {
     return a_.out + (static_cast<int64_t>(t) * a_.n_heads + task_.kvh * group_ + h) * a_.head_dim;
   }
 
-  // fn(row, head, first key index into off_, key count, that row's scores from that key) for every chunk, row and
-  // head in that order: a chunk's rows stay in L1 while the tile uses them.
-  // The next chunk's rows of `cache` are prefetched first: a KV head's rows are a row of every slot apart
-  // (n_kv·d_h values) in blocks anywhere in the pool, a pattern the hardware prefetchers do not follow.
-  template <typename Fn>
-  void for_each_chunk(int32_t k0, int32_t k1, const void* cache, Fn&& fn) {
-    const int32_t last = chunk_last(k1 - 1);  // the prefetch stays within the range (a split task's off_ is shared)
-    for (int32_t c = chunk_start(k0); c <= last; c += kKeyChunk) {
-      prefetch(cache, std::max(c + kKeyChunk, lo_), std::min(c + 2 * kKeyChunk - 1, last));
-      for_each_row(c, fn);
-    }
-  }
+  // The rows of `cache` for keys b..e prefetched: a KV head's rows are a row of every slot apart (n_kv·d_h values)
+  // in blocks anywhere in the pool, a pattern the hardware prefetchers do not follow.
   void prefetch(const void* cache, int32_t b, int32_t e) const {
     const int64_t row_bytes = std::is_same_v<KV, BlockQ8_0> ? a_.head_dim / 32 * int64_t(sizeof(BlockQ8_0))
                                                             : a_.head_dim * int64_t(sizeof(KV));
@@ -206,16 +176,8 @@ class AttentionTile {
       for (int64_t x = 0; x < row_bytes; x += 64) __builtin_prefetch(row + x, 0, 2);
     }
   }
-  template <typename Fn>
-  void for_each_row(int32_t c, Fn&& fn) {
-    for (int32_t t = task_.t0; t < task_.t1; ++t) {
-      const int32_t first = first_key(t), b = std::max(c, first), e = std::min(c + kKeyChunk - 1, a_.positions[t]);
-      if (b > e) continue;
-      for (int64_t h = 0; h < group_; ++h) fn(t, h, b - lo_, e + 1 - b, row_scores(t, h) + (b - first));
-    }
-  }
 
-  // F32/F16 caches: each chunk's keys scored for every query of the tile (its rows × the group's heads) in one
+  // Each chunk's keys scored for every query of the tile (its rows × the group's heads) in one
   // multi-query call over the chunk's keys any row sees, then each row's own keys copied out. A score is the same
   // whatever else is in the call (scores_multi_*), so a row's scores do not depend on the tile.
   void score_tile(int32_t k0, int32_t k1) {
@@ -229,11 +191,7 @@ class AttentionTile {
     for (int32_t c = chunk_start(k0); c <= hi; c += kKeyChunk) {
       prefetch(a_.k_cache, std::max(c + kKeyChunk, lo_), std::min(c + 2 * kKeyChunk - 1, hi));
       const int32_t cb = std::max(c, lo_), ce = std::min(c + kKeyChunk - 1, hi), n = ce + 1 - cb;
-      if constexpr (std::is_same_v<KV, float>)
-        k.scores_multi_f32(q, d, nq, static_cast<const float*>(a_.k_cache), off_ + (cb - lo_), n, d, a_.scale, tmp, n);
-      else
-        k.scores_multi_f16(q, d, nq, static_cast<const uint16_t*>(a_.k_cache), off_ + (cb - lo_), n, d, a_.scale, tmp,
-                           n);
+      scores_multi(k, q, nq, off_ + (cb - lo_), n, tmp);
       for (int32_t t = task_.t0; t < task_.t1; ++t) {
         const int32_t first = first_key(t), b = std::max(cb, first), e = std::min(ce, a_.positions[t]);
         if (b > e) continue;
@@ -243,7 +201,7 @@ class AttentionTile {
     }
   }
 
-  // F32/F16 caches: per chunk, the rows of the tile that see the same keys of it (all but the diagonal chunk's, in
+  // Per chunk, the rows of the tile that see the same keys of it (all but the diagonal chunk's, in
   // a prefill) sum their value rows in one multi-query call for all their heads; each chunk's sums are added to
   // the outputs in key order, as the one-query kernel would.
   void sum_values_tile(int32_t k0, int32_t k1, float* parts) {
@@ -260,12 +218,7 @@ class AttentionTile {
         while (t1 < task_.t1 && first_key(t1) == first && std::min(c + kKeyChunk - 1, a_.positions[t1]) == e) ++t1;
         if (b <= e) {
           const int64_t nq = (t1 - t) * group_;
-          if constexpr (std::is_same_v<KV, float>)
-            k.wsum_multi_f32(row_scores(t, 0) + (b - first), stride_, nq, static_cast<const float*>(a_.v_cache),
-                             off_ + (b - lo_), e + 1 - b, d, part, d);
-          else
-            k.wsum_multi_f16(row_scores(t, 0) + (b - first), stride_, nq, static_cast<const uint16_t*>(a_.v_cache),
-                             off_ + (b - lo_), e + 1 - b, d, part, d);
+          wsum_multi(k, row_scores(t, 0) + (b - first), nq, off_ + (b - lo_), e + 1 - b, part);
           for (int64_t i = 0; i < nq && !parts; ++i) {
             float* o = out(t + static_cast<int32_t>(i / group_), i % group_);
             for (int64_t x = 0; x < d; ++x) o[x] += part[i * d + x];
@@ -276,32 +229,32 @@ class AttentionTile {
     }
   }
 
-  void score(const float* q, int32_t b, int32_t n, float* s) const {
-    const CpuKernels& k = cpu_kernels();
-    const KV* kc = static_cast<const KV*>(a_.k_cache);
+  // The table's multi-query kernels for this cache type, nq queries against n keys at element offsets `off` (FP8:
+  // the K tensor scale folded into the score scale; its V scale is applied to the outputs by scale_outputs).
+  void scores_multi(const CpuKernels& k, const float* q, int64_t nq, const int64_t* off, int32_t n, float* out) const {
     const int64_t d = a_.head_dim;
+    const KV* c = static_cast<const KV*>(a_.k_cache);
     if constexpr (std::is_same_v<KV, float>)
-      k.scores_f32(q, kc, off_ + b, n, d, a_.scale, s);
+      k.scores_multi_f32(q, d, nq, c, off, n, d, a_.scale, out, n);
     else if constexpr (std::is_same_v<KV, uint16_t>)
-      k.scores_f16(q, kc, off_ + b, n, d, a_.scale, s);
+      k.scores_multi_f16(q, d, nq, c, off, n, d, a_.scale, out, n);
     else if constexpr (std::is_same_v<KV, BlockQ8_0>)
-      k.scores_q8_0(q, kc, off_ + b, n, d, a_.scale, s);
+      k.scores_multi_q8_0(q, d, nq, c, off, n, d, a_.scale, out, n);
     else
-      k.scores_fp8(q, kc, off_ + b, n, d, a_.scale * a_.k_scale, s);
+      k.scores_multi_fp8(q, d, nq, c, off, n, d, a_.scale * a_.k_scale, out, n);
   }
-
-  void value_sum(const float* p, int32_t b, int32_t n, float* o) const {
-    const CpuKernels& k = cpu_kernels();
-    const KV* vc = static_cast<const KV*>(a_.v_cache);
+  // Probabilities of nq queries at p + i·stride_ over n value rows, sums to out + i·d_h.
+  void wsum_multi(const CpuKernels& k, const float* p, int64_t nq, const int64_t* off, int32_t n, float* out) const {
     const int64_t d = a_.head_dim;
+    const KV* c = static_cast<const KV*>(a_.v_cache);
     if constexpr (std::is_same_v<KV, float>)
-      k.wsum_f32(p, vc, off_ + b, n, d, o);
+      k.wsum_multi_f32(p, stride_, nq, c, off, n, d, out, d);
     else if constexpr (std::is_same_v<KV, uint16_t>)
-      k.wsum_f16(p, vc, off_ + b, n, d, o);
+      k.wsum_multi_f16(p, stride_, nq, c, off, n, d, out, d);
     else if constexpr (std::is_same_v<KV, BlockQ8_0>)
-      k.wsum_q8_0(p, vc, off_ + b, n, d, o);
+      k.wsum_multi_q8_0(p, stride_, nq, c, off, n, d, out, d);
     else
-      k.wsum_fp8(p, vc, off_ + b, n, d, o);
+      k.wsum_multi_fp8(p, stride_, nq, c, off, n, d, out, d);
   }
 
   const PagedAttentionArgs& a_;
