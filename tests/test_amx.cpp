@@ -37,11 +37,12 @@ bool cpu_has_avx512() {
 
 bool is_k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 
-// Activation rows [t0, t0 + R) of a in the AMX-BF16 tile layout.
+// Activation rows [t0, t0 + R) of a in the AMX-BF16 tile layout (bf16 pairs in input order).
 std::vector<uint16_t> bf16_tiles(const Acts& a, int64_t t0, int64_t R) {
-  const int64_t row = bf16_blocks(a.n) * 2 * kBF16TileK;
+  const int64_t row = bf16_blocks(a.n) * kBF16TileK;
   std::vector<uint16_t> tiles(R * row);
-  for (int64_t t = 0; t < R; ++t) bf16_tile_activations(a.xb.data() + (t0 + t) * a.n, a.n, tiles.data() + t * row);
+  for (int64_t t = 0; t < R; ++t)
+    bf16_pair_activations(a.xb.data() + (t0 + t) * a.n, a.n, false, tiles.data() + t * row);
   return tiles;
 }
 
@@ -118,10 +119,10 @@ const CpuKernels* hardware_tiles(DType t, std::string& why) {
   const AmxStatus& s = amx_status();
   if (t == DType::BF16) {
     if (!s.bf16_usable) why = "AMX-BF16 not usable here: " + s.bf16_reason;
-    return s.bf16_usable ? amx_kernels(true) : nullptr;
+    return s.bf16_usable ? amx_kernels(true, false) : nullptr;
   }
   if (!s.usable) why = "AMX-INT8 not usable here: " + s.reason;
-  return s.usable ? amx_kernels(false) : nullptr;
+  return s.usable ? amx_kernels(false, false) : nullptr;
 }
 
 TEST_P(AmxTypes, HardwareTileKernelsEqualTheScalarReferenceBitForBit) {
@@ -146,6 +147,9 @@ void expect_matmul_unchanged(const CpuKernels& with_amx, DType t) {
   std::vector<float> x(64 * cols);
   for (auto& v : x) v = g(rng);
   std::vector<float> alone(64 * rows);
+  struct Restore {  // a failed ASSERT returns early: later tests must see the CPU's own table again
+    ~Restore() { override_cpu_kernels_for_testing(nullptr); }
+  } restore;
   override_cpu_kernels_for_testing(avx512_kernels());
   for (int64_t i = 0; i < 64; ++i) matmul(x.data() + i * cols, 1, packed, alone.data() + i * rows);
   override_cpu_kernels_for_testing(&with_amx);
@@ -154,12 +158,20 @@ void expect_matmul_unchanged(const CpuKernels& with_amx, DType t) {
     matmul(x.data(), T, packed, y.data());
     ASSERT_EQ(0, std::memcmp(y.data(), alone.data(), sizeof(float) * T * rows)) << dtype_name(t) << " T " << T;
   }
-  override_cpu_kernels_for_testing(nullptr);
 }
 
 TEST_P(AmxTypes, MatmulOnEmulatedTilesIsBatchInvariantForEveryTokenCount) {
   if (!cpu_has_avx512()) GTEST_SKIP() << "the AMX kernels' epilogue needs AVX-512, which this CPU lacks";
   expect_matmul_unchanged(test::emulated_amx_kernels(), GetParam());
+}
+
+// BF16 as it runs on AMX CPUs (which have AVX512_BF16): tiles for whole token tiles, the vdpbf16ps kernel for the
+// rest, both equal to the FMA kernel bit for bit.
+TEST(Amx, Bf16MatmulOnEmulatedTilesAndVdpbf16psIsBatchInvariant) {
+  __builtin_cpu_init();
+  if (!cpu_has_avx512() || !__builtin_cpu_supports("avx512bf16"))
+    GTEST_SKIP() << "needs AVX-512 with AVX512_BF16, which this CPU lacks";
+  expect_matmul_unchanged(test::emulated_amx_kernels(true), DType::BF16);
 }
 
 TEST_P(AmxTypes, MatmulOnHardwareTilesIsBatchInvariantForEveryTokenCount) {
@@ -179,7 +191,9 @@ TEST(Amx, StartupChoiceFollowsTheCpuAndKvikIsa) {
   const AmxStatus& s = amx_status();
   const char* force = std::getenv("KVIK_ISA");
   if (s.usable && !force) {
-    EXPECT_EQ(cpu_kernels().isa, s.bf16_usable ? "amx_int8+amx_bf16+avx512_vnni" : "amx_int8+avx512_vnni");
+    __builtin_cpu_init();
+    const std::string dp = __builtin_cpu_supports("avx512bf16") ? "+avx512_bf16" : "";
+    EXPECT_EQ(cpu_kernels().isa, (s.bf16_usable ? "amx_int8+amx_bf16+avx512_vnni" : "amx_int8+avx512_vnni") + dp);
     EXPECT_EQ(cpu_kernels().amx_bf16 != nullptr, s.bf16_usable);
   } else {
     EXPECT_EQ(cpu_kernels().amx_q8_0, nullptr);

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -328,6 +329,98 @@ TEST(Packed, RoundThroughHalfTablesEqualTheScalarRoundTrip) {
         }
       }
     }
+}
+
+// The bf16 pair rows (AMX-BF16 tiles, and swapped for vdpbf16ps): each input rounded as f32_to_bf16 at its place,
+// zeros up to a whole block, the two halves of every pair exchanged when swapped; a table's to_bf16 gives the same.
+TEST(PackedBF16, PairActivationsHoldTheRowInTileOrderOrSwapped) {
+  std::mt19937 rng(41);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (int64_t n : {int64_t{37}, int64_t{64}, int64_t{257}}) {
+    std::vector<float> x(n);
+    for (auto& v : x) v = g(rng);
+    const int64_t padded = bf16_blocks(n) * kBF16TileK;
+    std::vector<uint16_t> plain(padded, 0xFFFF), swapped(padded, 0xFFFF), by_table(padded, 0xFFFF);
+    bf16_pair_activations(x.data(), n, false, plain.data());
+    bf16_pair_activations(x.data(), n, true, swapped.data());
+    bf16_pair_activations(x.data(), n, true, by_table.data(), cpu_kernels().to_bf16);
+    for (int64_t k = 0; k < padded; ++k) {
+      EXPECT_EQ(plain[k], k < n ? f32_to_bf16(x[k]) : uint16_t{0}) << "n " << n << " k " << k;
+      EXPECT_EQ(swapped[k], plain[k ^ 1]) << "n " << n << " k " << k;
+    }
+    EXPECT_EQ(swapped, by_table) << cpu_kernels().isa;
+  }
+}
+
+// Where the CPU has AVX512_BF16: packed BF16 weights on vdpbf16ps (rotated weights, swapped activation pairs) equal
+// the one-chain reference bit for bit, every token count, widths with a partial last block and an odd last input.
+TEST(PackedBF16, Vdpbf16psKernelEqualsReferenceBitForBit) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512vnni"))
+    GTEST_SKIP() << "this CPU has no AVX512_BF16 (vdpbf16ps)";
+  const CpuKernels& k = *avx512_bf16_kernels();
+  ASSERT_NE(k.gemm_bf16_dp_x16, nullptr);
+  std::mt19937 rng(43);
+  for (int64_t cols : {int64_t{100}, int64_t{257}, int64_t{2048}}) {
+    const int64_t rows = 40, row = bf16_blocks(cols) * kBF16TileK;
+    const Weights w = random_weights(DType::BF16, rows, cols, rng, false);
+    const Acts a = random_acts(kPackMaxTokens, cols, rng, false);
+    const PackedBuffer p = pack_rows(w.m);
+    std::vector<uint16_t> xdp(kPackMaxTokens * row);
+    for (int64_t t = 0; t < kPackMaxTokens; ++t)
+      bf16_pair_activations(a.xf.data() + t * cols, cols, true, xdp.data() + t * row);
+    std::vector<float> want(kPackMaxTokens * rows), got(want.size());
+    run_packed(w.m, p.get(), a, kPackMaxTokens, want.data(), nullptr);
+    const size_t gb = packed_group_bytes(DType::BF16, cols);
+    for (int64_t R = 1; R <= kPackMaxTokens; ++R) {
+      float tmp[kPackMaxTokens * kPackRows];
+      for (int64_t g = 0; g * kPackRows < rows; ++g) {
+        k.gemm_bf16_dp_x16(p.get() + gb * g, cols, xdp.data(), row, R, tmp, kPackRows);
+        for (int64_t t = 0; t < R; ++t)
+          for (int64_t i = 0; i < kPackRows && g * kPackRows + i < rows; ++i)
+            got[t * rows + g * kPackRows + i] = tmp[t * kPackRows + i];
+      }
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * R * rows)) << "cols " << cols << " R " << R;
+    }
+  }
+}
+
+// The one documented difference: vdpbf16ps reads a denormal bf16 as zero (the reference multiplies it).
+TEST(PackedBF16, Vdpbf16psReadsDenormalsAsZeroWhereTheReferenceDoesNot) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512vnni"))
+    GTEST_SKIP() << "this CPU has no AVX512_BF16 (vdpbf16ps)";
+  const int64_t n = 2;
+  std::vector<uint8_t> grp(packed_group_bytes(DType::BF16, n), 0);
+  const uint16_t denormal = 0x0001, one = 0x3F80;  // 2^−133, 1
+  for (int i = 0; i < kPackRows; ++i) {
+    std::memcpy(&grp[2 * packed_bf16_index(0, i)], &denormal, 2);
+    std::memcpy(&grp[2 * packed_bf16_index(1, i)], &one, 2);
+  }
+  const float x[2] = {std::ldexp(1.0f, 100), std::ldexp(1.0f, -30)};  // 2^100 · 2^−133 = 2^−33, a normal product
+  std::vector<uint16_t> xdp(kBF16TileK);
+  bf16_pair_activations(x, n, true, xdp.data());
+  float want[kPackRows], got[kPackRows];
+  gemm_bf16_x16_ref(grp.data(), n, x, n, 1, want, kPackRows);
+  avx512_bf16_kernels()->gemm_bf16_dp_x16(grp.data(), n, xdp.data(), kBF16TileK, 1, got, kPackRows);
+  EXPECT_EQ(want[0], std::ldexp(1.0f, -33) + std::ldexp(1.0f, -30));
+  EXPECT_EQ(got[0], std::ldexp(1.0f, -30));
+}
+
+// The start-up choice: a CPU with AVX512_BF16 runs packed BF16 on the vdpbf16ps kernel unless KVIK_ISA caps it.
+TEST(PackedBF16, CpuWithAvx512Bf16ChoosesTheVdpbf16psTable) {
+  EXPECT_EQ(avx512_kernels()->gemm_bf16_dp_x16, nullptr);
+  if (avx2_kernels()) EXPECT_EQ(avx2_kernels()->gemm_bf16_dp_x16, nullptr);
+  EXPECT_EQ(generic_kernels().gemm_bf16_dp_x16, nullptr);
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512vnni"))
+    GTEST_SKIP() << "this CPU has no AVX512_BF16 (vdpbf16ps)";
+  const char* force = std::getenv("KVIK_ISA");
+  if (force && std::string(force) != "amx" && std::string(force) != "avx512_bf16")
+    GTEST_SKIP() << "KVIK_ISA=" << force << " caps the kernels below avx512_bf16";
+  const std::string isa(cpu_kernels().isa);
+  EXPECT_NE(cpu_kernels().gemm_bf16_dp_x16, nullptr) << isa;
+  EXPECT_EQ(isa.substr(isa.size() - std::string("+avx512_bf16").size()), "+avx512_bf16") << isa;
 }
 
 TEST(Packed, QuantizeActQ8SIsBitExactIncludingTiesAndZeroBlocks) {

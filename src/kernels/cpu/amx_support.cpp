@@ -77,7 +77,7 @@ struct Bf16SelfTestCase {
   size_t gb = packed_group_bytes(DType::BF16, n);
   std::vector<uint8_t> w = std::vector<uint8_t>(gb * groups);
   std::vector<float> x = std::vector<float>(R * n);
-  std::vector<uint16_t> tiles = std::vector<uint16_t>(R * bf16_blocks(n) * 2 * kBF16TileK);
+  std::vector<uint16_t> tiles = std::vector<uint16_t>(R * bf16_blocks(n) * kBF16TileK);
   std::vector<float> want = std::vector<float>(R * groups * kPackRows), got = want;
   explicit Bf16SelfTestCase(uint32_t seed) {
     std::mt19937 rng(seed);
@@ -89,14 +89,14 @@ struct Bf16SelfTestCase {
           std::memcpy(&w[gb * g + 2 * packed_bf16_index(k, i)], &h, 2);
         }
     for (auto& f : x) f = bf16_to_f32(f32_to_bf16(v(rng)));
-    for (int64_t t = 0; t < R; ++t) bf16_tile_activations(&x[t * n], n, &tiles[t * bf16_blocks(n) * 2 * kBF16TileK]);
+    for (int64_t t = 0; t < R; ++t) bf16_pair_activations(&x[t * n], n, false, &tiles[t * bf16_blocks(n) * kBF16TileK]);
   }
 };
 
 // In the child: the AMX kernels against the AVX-512 ones. 0 = equal, 1 = different.
 int run_bf16_self_test(Bf16SelfTestCase& c) {
   const CpuKernels& base = *avx512_kernels();
-  const CpuKernels& amx = *amx_kernels(true);
+  const CpuKernels& amx = *amx_kernels(true, false);
   for (int64_t g = 0; g < c.groups; ++g)
     base.gemm_bf16_x16(c.w.data() + c.gb * g, c.n, c.x.data(), c.n, c.R, c.want.data() + g * kPackRows,
                        c.groups * kPackRows);
@@ -106,7 +106,7 @@ int run_bf16_self_test(Bf16SelfTestCase& c) {
 
 int run_self_test(SelfTestCase& q8, SelfTestCase& q4) {
   const CpuKernels& base = *avx512_kernels();
-  const CpuKernels& amx = *amx_kernels(false);
+  const CpuKernels& amx = *amx_kernels(false, false);
   for (SelfTestCase* c : {&q8, &q4}) {
     const bool is_q8 = c == &q8;
     for (int64_t g = 0; g < c->groups; ++g)
@@ -139,7 +139,8 @@ AmxStatus probe() {
   AmxStatus s;
   s.cpu_has_amx = cpu_reports_amx();
   if (!s.cpu_has_amx) return s.reason = s.bf16_reason = "the CPU has no AMX-INT8", s;
-  if (!amx_kernels(false) || !avx512_kernels()) return s.reason = s.bf16_reason = "this build has no AMX kernels", s;
+  if (!amx_kernels(false, false) || !avx512_kernels())
+    return s.reason = s.bf16_reason = "this build has no AMX kernels", s;
   if (std::string why = request_tile_permission(); !why.empty()) return s.reason = s.bf16_reason = why, s;
   SelfTestCase q8(DType::Q8_0, 1), q4(DType::Q4_0, 2);  // allocated before the fork: the child allocates nothing
   if (std::string why = in_child("AMX", [&] { return run_self_test(q8, q4); }); !why.empty())

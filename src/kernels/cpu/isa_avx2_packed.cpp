@@ -1,9 +1,9 @@
 // AVX2 kernels on repacked F32 / F16 / BF16 weights: a 16-row group is two 8-lane halves. Per input k the group's
 // 16 weights (two loads, widened for F16 / BF16; BF16's pair layout gives inputs k and k + 1 from the same loads) meet
-// the input broadcast, into two accumulators per token and half (even and odd k), added at the end: the operations and
-// their order of gemm_*_x16_ref, so the results are theirs bit for bit. Sixteen ymm registers hold the accumulators of
-// two tokens at a time; a tile of R tokens runs in pairs, each token with its own accumulators, so no result depends on
-// R.
+// the input broadcast, into two accumulators per token and half (even and odd k; BF16 one, all k in order), added at
+// the end: the operations and their order of gemm_*_x16_ref, so the results are theirs bit for bit. Sixteen ymm
+// registers hold the accumulators of two tokens at a time; a tile of R tokens runs in pairs, each token with its own
+// accumulators, so no result depends on R.
 #include <immintrin.h>
 
 #include "kernels/cpu/avx2_packed.h"
@@ -49,8 +49,9 @@ void gemm_x16_r(const uint8_t* g, int64_t n, const float* x, int64_t xs, float* 
       const __m256 x0 = _mm256_broadcast_ss(x + t * xs + k), x1 = _mm256_broadcast_ss(x + t * xs + k + 1);
       even[t][0] = _mm256_fmadd_ps(w0l, x0, even[t][0]);
       even[t][1] = _mm256_fmadd_ps(w0h, x0, even[t][1]);
-      odd[t][0] = _mm256_fmadd_ps(w1l, x1, odd[t][0]);
-      odd[t][1] = _mm256_fmadd_ps(w1h, x1, odd[t][1]);
+      __m256* o = K == Kind::kBF16 ? even[t] : odd[t];  // BF16: one sum, input k + 1 after input k
+      o[0] = _mm256_fmadd_ps(w1l, x1, o[0]);
+      o[1] = _mm256_fmadd_ps(w1h, x1, o[1]);
     }
   }
   if (k < n) {  // an odd last input (BF16: its pair's zero partner is not used)
@@ -66,8 +67,9 @@ void gemm_x16_r(const uint8_t* g, int64_t n, const float* x, int64_t xs, float* 
     }
   }
   for (int t = 0; t < R; ++t) {
-    _mm256_storeu_ps(y + t * ys, _mm256_add_ps(even[t][0], odd[t][0]));
-    _mm256_storeu_ps(y + t * ys + 8, _mm256_add_ps(even[t][1], odd[t][1]));
+    const bool one = K == Kind::kBF16;
+    _mm256_storeu_ps(y + t * ys, one ? even[t][0] : _mm256_add_ps(even[t][0], odd[t][0]));
+    _mm256_storeu_ps(y + t * ys + 8, one ? even[t][1] : _mm256_add_ps(even[t][1], odd[t][1]));
   }
 }
 
