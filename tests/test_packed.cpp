@@ -353,7 +353,8 @@ TEST(PackedBF16, PairActivationsHoldTheRowInTileOrderOrSwapped) {
 }
 
 // Where the CPU has AVX512_BF16: packed BF16 weights on vdpbf16ps (rotated weights, swapped activation pairs) equal
-// the one-chain reference bit for bit, every token count, widths with a partial last block and an odd last input.
+// the one-chain reference bit for bit, every token count, widths with a partial last block and an odd last input;
+// the five full groups one per call and all in one call (a pass of four groups and a single), the partial one alone.
 TEST(PackedBF16, Vdpbf16psKernelEqualsReferenceBitForBit) {
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512vnni"))
@@ -362,7 +363,7 @@ TEST(PackedBF16, Vdpbf16psKernelEqualsReferenceBitForBit) {
   ASSERT_NE(k.gemm_bf16_dp_x16, nullptr);
   std::mt19937 rng(43);
   for (int64_t cols : {int64_t{100}, int64_t{257}, int64_t{2048}}) {
-    const int64_t rows = 40, row = bf16_blocks(cols) * kBF16TileK;
+    const int64_t rows = 16 * 5 + 7, full = 5, row = bf16_blocks(cols) * kBF16TileK;
     const Weights w = random_weights(DType::BF16, rows, cols, rng, false);
     const Acts a = random_acts(kPackMaxTokens, cols, rng, false);
     const PackedBuffer p = pack_rows(w.m);
@@ -372,16 +373,20 @@ TEST(PackedBF16, Vdpbf16psKernelEqualsReferenceBitForBit) {
     std::vector<float> want(kPackMaxTokens * rows), got(want.size());
     run_packed(w.m, p.get(), a, kPackMaxTokens, want.data(), nullptr);
     const size_t gb = packed_group_bytes(DType::BF16, cols);
-    for (int64_t R = 1; R <= kPackMaxTokens; ++R) {
-      float tmp[kPackMaxTokens * kPackRows];
-      for (int64_t g = 0; g * kPackRows < rows; ++g) {
-        k.gemm_bf16_dp_x16(p.get() + gb * g, cols, xdp.data(), row, R, tmp, kPackRows);
+    for (int64_t R = 1; R <= kPackMaxTokens; ++R)
+      for (int64_t per_call : {int64_t{1}, full}) {
+        std::fill(got.begin(), got.end(), -1.0f);
+        for (int64_t g = 0; g < full; g += per_call)
+          k.gemm_bf16_dp_x16(p.get() + gb * g, per_call, gb, cols, xdp.data(), row, R, got.data() + g * kPackRows,
+                             rows);
+        float tmp[kPackMaxTokens * kPackRows];
+        k.gemm_bf16_dp_x16(p.get() + gb * full, 1, gb, cols, xdp.data(), row, R, tmp, kPackRows);
         for (int64_t t = 0; t < R; ++t)
-          for (int64_t i = 0; i < kPackRows && g * kPackRows + i < rows; ++i)
-            got[t * rows + g * kPackRows + i] = tmp[t * kPackRows + i];
+          for (int64_t i = 0; full * kPackRows + i < rows; ++i)
+            got[t * rows + full * kPackRows + i] = tmp[t * kPackRows + i];
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * R * rows))
+            << "cols " << cols << " R " << R << " groups a call " << per_call;
       }
-      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * R * rows)) << "cols " << cols << " R " << R;
-    }
   }
 }
 
@@ -402,7 +407,7 @@ TEST(PackedBF16, Vdpbf16psReadsDenormalsAsZeroWhereTheReferenceDoesNot) {
   bf16_pair_activations(x, n, true, xdp.data());
   float want[kPackRows], got[kPackRows];
   gemm_bf16_x16_ref(grp.data(), n, x, n, 1, want, kPackRows);
-  avx512_bf16_kernels()->gemm_bf16_dp_x16(grp.data(), n, xdp.data(), kBF16TileK, 1, got, kPackRows);
+  avx512_bf16_kernels()->gemm_bf16_dp_x16(grp.data(), 1, grp.size(), n, xdp.data(), kBF16TileK, 1, got, kPackRows);
   EXPECT_EQ(want[0], std::ldexp(1.0f, -33) + std::ldexp(1.0f, -30));
   EXPECT_EQ(got[0], std::ldexp(1.0f, -30));
 }

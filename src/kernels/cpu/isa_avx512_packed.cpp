@@ -101,17 +101,31 @@ inline __m512bh bcast_pair(const uint16_t* p) {
   return reinterpret_cast<__m512bh>(_mm512_set1_epi32(v));
 }
 
-template <int R>
-void gemm_bf16_dp_x16_r(const uint8_t* g, int64_t n, const uint16_t* x, int64_t xs, float* y, int64_t ys) {
-  __m512 acc[R];
-  for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
+// G groups (gb bytes apart) at once: G·R independent chains, so that a token or two still hide the instruction's
+// latency (each chain's instructions are those of G = 1, in the same order).
+template <int R, int G>
+void gemm_bf16_dp_x16_rg(const uint8_t* g, size_t gb, int64_t n, const uint16_t* x, int64_t xs, float* y, int64_t ys) {
+  __m512 acc[G][R];
+  for (int j = 0; j < G; ++j)
+    for (int t = 0; t < R; ++t) acc[j][t] = _mm512_setzero_ps();
   const int64_t pairs = (n + 1) / 2;
   for (int64_t p = 0; p < pairs; ++p) {
-    prefetch_span(g + p * 64, 64);
-    const __m512bh w = reinterpret_cast<__m512bh>(_mm512_rol_epi32(_mm512_loadu_si512(g + p * 64), 16));
-    for (int t = 0; t < R; ++t) acc[t] = _mm512_dpbf16_ps(acc[t], w, bcast_pair(x + t * xs + 2 * p));
+    __m512bh w[G];
+    for (int j = 0; j < G; ++j) {
+      prefetch_span(g + j * gb + p * 64, 64);
+      w[j] = reinterpret_cast<__m512bh>(_mm512_rol_epi32(_mm512_loadu_si512(g + j * gb + p * 64), 16));
+    }
+    for (int t = 0; t < R; ++t) {
+      const __m512bh xp = bcast_pair(x + t * xs + 2 * p);
+      for (int j = 0; j < G; ++j) acc[j][t] = _mm512_dpbf16_ps(acc[j][t], w[j], xp);
+    }
   }
-  for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
+  for (int j = 0; j < G; ++j)
+    for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys + 16 * j, acc[j][t]);
+}
+template <int R>
+void gemm_bf16_dp_x16_r(const uint8_t* g, int64_t n, const uint16_t* x, int64_t xs, float* y, int64_t ys) {
+  gemm_bf16_dp_x16_rg<R, 1>(g, 0, n, x, xs, y, ys);
 }
 
 template <int R>
@@ -341,8 +355,15 @@ void gemm_f16_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64
 void gemm_bf16_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
   by_tokens<BF16x16>(R, g, n, x, xs, y, ys);
 }
-void gemm_bf16_dp_x16(const uint8_t* g, int64_t n, const uint16_t* x, int64_t xs, int64_t R, float* y, int64_t ys) {
-  by_tokens<BF16DPx16>(R, g, n, x, xs, y, ys);
+// One or two tokens: four groups a pass (4 or 8 chains); more tokens: one group a pass, R chains.
+void gemm_bf16_dp_x16(const uint8_t* g, int64_t G, size_t gb, int64_t n, const uint16_t* x, int64_t xs, int64_t R,
+                      float* y, int64_t ys) {
+  int64_t j = 0;
+  if (R == 1)
+    for (; j + 4 <= G; j += 4) gemm_bf16_dp_x16_rg<1, 4>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
+  else if (R == 2)
+    for (; j + 4 <= G; j += 4) gemm_bf16_dp_x16_rg<2, 4>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
+  for (; j < G; ++j) by_tokens<BF16DPx16>(R, g + j * gb, n, x, xs, y + 16 * j, ys);
 }
 void gemm_q8_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   by_tokens<Q8_0x16>(R, g, nb, x, y, ys);
