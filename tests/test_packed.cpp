@@ -142,7 +142,10 @@ void run_packed(const WeightMatrix& w, const uint8_t* packed, const Acts& a, int
         (k ? k->gemm_f16_x16 : gemm_f16_x16_ref)(grp, w.cols, a.xh.data(), w.cols, R, tmp, kPackRows);
         break;
       case DType::BF16:
-        (k ? k->gemm_bf16_x16 : gemm_bf16_x16_ref)(grp, w.cols, a.xb.data(), w.cols, R, tmp, kPackRows);
+        if (k)
+          k->gemm_bf16_x16(grp, 1, gb, w.cols, a.xb.data(), w.cols, R, tmp, kPackRows);
+        else
+          gemm_bf16_x16_ref(grp, w.cols, a.xb.data(), w.cols, R, tmp, kPackRows);
         break;
       case DType::Q8_0:
         (k ? k->gemm_q8_0_x16 : gemm_q8_0_x16_ref)(grp, w.cols / kQK8_0, a.s8(), R, tmp, kPackRows);
@@ -386,6 +389,36 @@ TEST(PackedBF16, Vdpbf16psKernelEqualsReferenceBitForBit) {
             got[t * rows + full * kPackRows + i] = tmp[t * kPackRows + i];
         ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * R * rows))
             << "cols " << cols << " R " << R << " groups a call " << per_call;
+      }
+  }
+}
+
+// The FMA kernels (AVX2, AVX-512) over several groups a call (one or two tokens take four groups a pass) equal the
+// reference bit for bit, as they do one group a call.
+TEST(PackedBF16, FmaKernelsOverSeveralGroupsEqualReferenceBitForBit) {
+  __builtin_cpu_init();
+  std::vector<const CpuKernels*> tables;
+  if (avx2_kernels() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    tables.push_back(avx2_kernels());
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512vnni"))
+    tables.push_back(avx512_kernels());
+  if (tables.empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  std::mt19937 rng(47);
+  for (int64_t cols : {int64_t{257}, int64_t{2048}}) {
+    const int64_t rows = 16 * 5, full = 5;
+    const Weights w = random_weights(DType::BF16, rows, cols, rng, false);
+    const Acts a = random_acts(kPackMaxTokens, cols, rng, false);
+    const PackedBuffer p = pack_rows(w.m);
+    std::vector<float> want(kPackMaxTokens * rows), got(want.size());
+    run_packed(w.m, p.get(), a, kPackMaxTokens, want.data(), nullptr);
+    const size_t gb = packed_group_bytes(DType::BF16, cols);
+    for (const CpuKernels* k : tables)
+      for (int64_t R = 1; R <= kPackMaxTokens; ++R) {
+        std::fill(got.begin(), got.end(), -1.0f);
+        k->gemm_bf16_x16(p.get(), full, gb, cols, a.xb.data(), cols, R, got.data(), rows);
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * R * rows))
+            << k->isa << " cols " << cols << " R " << R;
       }
   }
 }

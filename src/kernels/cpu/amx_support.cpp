@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -67,7 +68,9 @@ struct SelfTestCase {
     }
     want.resize(R * groups * kPackRows), got.resize(want.size());
   }
-  ActQ8S x() const { return {qs.data(), d.data(), sums.data(), nb}; }
+  ActQ8S x(int64_t t0 = 0) const {
+    return {qs.data() + t0 * nb * kQK8_0, d.data() + t0 * nb, sums.data() + t0 * nb, nb};
+  }
 };
 
 // A packed BF16 weight of 3 groups (a pair and a single) with 3 blocks of inputs, and R activation rows (rounded
@@ -97,9 +100,10 @@ struct Bf16SelfTestCase {
 int run_bf16_self_test(Bf16SelfTestCase& c) {
   const CpuKernels& base = *avx512_kernels();
   const CpuKernels& amx = *amx_kernels(true, false);
-  for (int64_t g = 0; g < c.groups; ++g)
-    base.gemm_bf16_x16(c.w.data() + c.gb * g, c.n, c.x.data(), c.n, c.R, c.want.data() + g * kPackRows,
-                       c.groups * kPackRows);
+  // The x16 kernels take at most kPackMaxTokens tokens a call.
+  for (int64_t t = 0; t < c.R; t += kPackMaxTokens)
+    base.gemm_bf16_x16(c.w.data(), c.groups, c.gb, c.n, c.x.data() + t * c.n, c.n, std::min(kPackMaxTokens, c.R - t),
+                       c.want.data() + t * c.groups * kPackRows, c.groups * kPackRows);
   amx.amx_bf16(c.w.data(), c.groups, c.gb, bf16_blocks(c.n), c.tiles.data(), c.R, c.got.data(), c.groups * kPackRows);
   return std::memcmp(c.want.data(), c.got.data(), c.want.size() * sizeof(float)) == 0 ? 0 : 1;
 }
@@ -110,8 +114,10 @@ int run_self_test(SelfTestCase& q8, SelfTestCase& q4) {
   for (SelfTestCase* c : {&q8, &q4}) {
     const bool is_q8 = c == &q8;
     for (int64_t g = 0; g < c->groups; ++g)
-      (is_q8 ? base.gemm_q8_0_x16 : base.gemm_q4_0_x16)(c->w.data() + c->gb * g, c->nb, c->x(), c->R,
-                                                        c->want.data() + g * kPackRows, c->groups * kPackRows);
+      for (int64_t t = 0; t < c->R; t += kPackMaxTokens)  // the x16 kernels take at most kPackMaxTokens tokens a call
+        (is_q8 ? base.gemm_q8_0_x16 : base.gemm_q4_0_x16)(
+            c->w.data() + c->gb * g, c->nb, c->x(t), std::min(kPackMaxTokens, c->R - t),
+            c->want.data() + (t * c->groups + g) * kPackRows, c->groups * kPackRows);
     (is_q8 ? amx.amx_q8_0 : amx.amx_q4_0)(c->w.data(), c->groups, c->gb, c->nb, c->x(), c->R, c->got.data(),
                                           c->groups * kPackRows);
     if (std::memcmp(c->want.data(), c->got.data(), c->want.size() * sizeof(float)) != 0) return 1;

@@ -126,12 +126,13 @@ struct CpuKernels {
   // F16 / BF16 groups against activations rounded through the weight's type (as f32, round_through_half).
   void (*gemm_f16_x16)(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y,
                        int64_t ys) = nullptr;
-  void (*gemm_bf16_x16)(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y,
-                        int64_t ys) = nullptr;
-  // BF16 on vdpbf16ps (AVX512_BF16): G ≥ 1 consecutive groups (group_bytes apart) against activation rows as
-  // bf16_pair_activations with swap (packed.h), row t at x + t·xs (xs ≥ n rounded up to even); y[t·ys + 16·j + i] for
-  // group j, bit for bit gemm_bf16_x16 wherever no denormal occurs (several groups only give the few-token case more
-  // independent chains). Null where the CPU has no AVX512_BF16: packed BF16 matmuls then use gemm_bf16_x16.
+  // BF16: G ≥ 1 consecutive groups (group_bytes apart), y[t·ys + 16·j + i] for group j; each group's result is
+  // gemm_bf16_x16_ref's bit for bit (several groups only give the few-token case more independent fma chains).
+  void (*gemm_bf16_x16)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t n, const float* x, int64_t xs,
+                        int64_t R, float* y, int64_t ys) = nullptr;
+  // BF16 on vdpbf16ps (AVX512_BF16): as gemm_bf16_x16, against activation rows as bf16_pair_activations with swap
+  // (packed.h), row t at x + t·xs (xs ≥ n rounded up to even); bit for bit gemm_bf16_x16 wherever no denormal occurs.
+  // Null where the CPU has no AVX512_BF16: packed BF16 matmuls then use gemm_bf16_x16.
   void (*gemm_bf16_dp_x16)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t n, const uint16_t* x,
                            int64_t xs, int64_t R, float* y, int64_t ys) = nullptr;
   void (*gemm_q8_0_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) = nullptr;

@@ -89,6 +89,35 @@ void gemm_half_x16_r(const uint8_t* g, int64_t n, const float* x, int64_t xs, fl
   for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, kF16 ? _mm512_add_ps(a0[t], a1[t]) : a0[t]);
 }
 
+// BF16 with FMAs over G groups (gb bytes apart) at once: a lone token's one sum per output is a chain of dependent
+// fmas, so a pass takes several groups' chains side by side (each chain's fmas are those of G = 1, in order).
+template <int R, int G>
+void gemm_bf16_x16_rg(const uint8_t* g, size_t gb, int64_t n, const float* x, int64_t xs, float* y, int64_t ys) {
+  __m512 acc[G][R];
+  for (int j = 0; j < G; ++j)
+    for (int t = 0; t < R; ++t) acc[j][t] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 2 <= n; k += 2) {
+    __m512 w0[G], w1[G];
+    for (int j = 0; j < G; ++j) {
+      prefetch_span(g + j * gb + k * kPackRows * 2, 64);
+      load_half_pair<false>(reinterpret_cast<const uint16_t*>(g + j * gb), k, w0[j], w1[j]);
+    }
+    for (int t = 0; t < R; ++t) {
+      const __m512 x0 = _mm512_set1_ps(x[t * xs + k]), x1 = _mm512_set1_ps(x[t * xs + k + 1]);
+      for (int j = 0; j < G; ++j) acc[j][t] = _mm512_fmadd_ps(w1[j], x1, _mm512_fmadd_ps(w0[j], x0, acc[j][t]));
+    }
+  }
+  if (k < n)  // an odd last input (its pair's zero partner is not used)
+    for (int j = 0; j < G; ++j) {
+      __m512 w0, w1;
+      load_half_pair<false>(reinterpret_cast<const uint16_t*>(g + j * gb), k, w0, w1);
+      for (int t = 0; t < R; ++t) acc[j][t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t * xs + k]), acc[j][t]);
+    }
+  for (int j = 0; j < G; ++j)
+    for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys + 16 * j, acc[j][t]);
+}
+
 // BF16 on vdpbf16ps (AVX512_BF16): per pair p one 64-byte weight load, each word rotated by 16 bits (input 2p's weight
 // in the high half), and per token one instruction against the token's pair word broadcast (bf16_pair_activations
 // with swap: input 2p in the high half too). vdpbf16ps adds the high halves' product to the sum first, then the low
@@ -352,10 +381,16 @@ void gemm_f32_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64
 void gemm_f16_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
   by_tokens<F16x16>(R, g, n, x, xs, y, ys);
 }
-void gemm_bf16_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
-  by_tokens<BF16x16>(R, g, n, x, xs, y, ys);
-}
 // One or two tokens: four groups a pass (4 or 8 chains); more tokens: one group a pass, R chains.
+void gemm_bf16_x16(const uint8_t* g, int64_t G, size_t gb, int64_t n, const float* x, int64_t xs, int64_t R, float* y,
+                   int64_t ys) {
+  int64_t j = 0;
+  if (R == 1)
+    for (; j + 4 <= G; j += 4) gemm_bf16_x16_rg<1, 4>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
+  else if (R == 2)
+    for (; j + 4 <= G; j += 4) gemm_bf16_x16_rg<2, 4>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
+  for (; j < G; ++j) by_tokens<BF16x16>(R, g + j * gb, n, x, xs, y + 16 * j, ys);
+}
 void gemm_bf16_dp_x16(const uint8_t* g, int64_t G, size_t gb, int64_t n, const uint16_t* x, int64_t xs, int64_t R,
                       float* y, int64_t ys) {
   int64_t j = 0;

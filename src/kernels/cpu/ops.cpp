@@ -229,7 +229,7 @@ ActQ8KS act_q8ks(const PreparedInput& in, int64_t t) {
 using AmxQ8SKernel = decltype(CpuKernels::amx_q8_0);
 using AmxQ8KSKernel = decltype(CpuKernels::amx_q4_k);
 
-// G 16-row groups at g (first row r; G > 1 only for full groups on the vdpbf16ps kernel) for tokens [t, t + R),
+// G 16-row groups at g (first row r; G > 1 only for full groups of a BF16 weight) for tokens [t, t + R),
 // R ≤ kPackMaxTokens, through the x16 kernels.
 void packed_group(const CpuKernels& k, const PreparedInput& in, const WeightMatrix& w, const uint8_t* g, int64_t r,
                   int64_t G, int64_t t, int64_t R, float* y) {
@@ -246,7 +246,7 @@ void packed_group(const CpuKernels& k, const PreparedInput& in, const WeightMatr
     const int64_t row = bf16_blocks(n) * kBF16TileK;
     k.gemm_bf16_dp_x16(g, G, w.packed_group_bytes, n, in.x_bf16_dp->data() + (in.t0 + t) * row, row, R, out, os);
   } else if (w.dtype == DType::BF16) {
-    k.gemm_bf16_x16(g, n, in.x_bf16->data() + (in.t0 + t) * n, n, R, out, os);
+    k.gemm_bf16_x16(g, G, w.packed_group_bytes, n, in.x_bf16->data() + (in.t0 + t) * n, n, R, out, os);
   } else if (w.dtype == DType::Q4_K || w.dtype == DType::Q5_K || w.dtype == DType::Q6_K) {
     const ActQ8KS x = act_q8ks(in, t);
     (w.dtype == DType::Q4_K   ? k.gemm_q4_k_x16
@@ -310,8 +310,8 @@ void matmul_packed(const PreparedInput& in, const WeightMatrix& w, float* y, int
       }
     }
   }
-  // The vdpbf16ps kernel takes up to four full groups a call: more independent chains when the tokens are few.
-  const int64_t max_g = w.dtype == DType::BF16 && in.x_bf16_dp ? 4 : 1;
+  // The BF16 kernels take up to four full groups a call: more independent chains when the tokens are few.
+  const int64_t max_g = w.dtype == DType::BF16 ? 4 : 1;
   for (int64_t r = r0; r < r1;) {
     const int64_t G = r < full_end ? std::min(max_g, (full_end - r) / kPackRows) : 1;
     const int64_t t_first = r < full_end ? Ta : 0;  // the AMX tiles covered the full groups' first Ta tokens
