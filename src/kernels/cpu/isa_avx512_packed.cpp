@@ -381,7 +381,8 @@ void gemm_f32_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64
 void gemm_f16_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
   by_tokens<F16x16>(R, g, n, x, xs, y, ys);
 }
-// One or two tokens: four groups a pass (4 or 8 chains); more tokens: one group a pass, R chains.
+// Few tokens, several groups a pass: 1 or 2 tokens × 4 groups, 3 or 4 tokens × 2 groups (4 to 8 chains); more tokens:
+// one group a pass, R chains.
 void gemm_bf16_x16(const uint8_t* g, int64_t G, size_t gb, int64_t n, const float* x, int64_t xs, int64_t R, float* y,
                    int64_t ys) {
   int64_t j = 0;
@@ -389,6 +390,10 @@ void gemm_bf16_x16(const uint8_t* g, int64_t G, size_t gb, int64_t n, const floa
     for (; j + 4 <= G; j += 4) gemm_bf16_x16_rg<1, 4>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
   else if (R == 2)
     for (; j + 4 <= G; j += 4) gemm_bf16_x16_rg<2, 4>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
+  else if (R == 3)
+    for (; j + 2 <= G; j += 2) gemm_bf16_x16_rg<3, 2>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
+  else if (R == 4)
+    for (; j + 2 <= G; j += 2) gemm_bf16_x16_rg<4, 2>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
   for (; j < G; ++j) by_tokens<BF16x16>(R, g + j * gb, n, x, xs, y + 16 * j, ys);
 }
 void gemm_bf16_dp_x16(const uint8_t* g, int64_t G, size_t gb, int64_t n, const uint16_t* x, int64_t xs, int64_t R,
@@ -398,6 +403,10 @@ void gemm_bf16_dp_x16(const uint8_t* g, int64_t G, size_t gb, int64_t n, const u
     for (; j + 4 <= G; j += 4) gemm_bf16_dp_x16_rg<1, 4>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
   else if (R == 2)
     for (; j + 4 <= G; j += 4) gemm_bf16_dp_x16_rg<2, 4>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
+  else if (R == 3)
+    for (; j + 2 <= G; j += 2) gemm_bf16_dp_x16_rg<3, 2>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
+  else if (R == 4)
+    for (; j + 2 <= G; j += 2) gemm_bf16_dp_x16_rg<4, 2>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
   for (; j < G; ++j) by_tokens<BF16DPx16>(R, g + j * gb, n, x, xs, y + 16 * j, ys);
 }
 void gemm_q8_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
