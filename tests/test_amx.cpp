@@ -8,6 +8,7 @@
 //    keeps an AMX CPU on AVX-512.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -210,28 +211,38 @@ TEST(Amx, StartupChoiceFollowsTheCpuAndKvikIsa) {
   }
 }
 
+// kvik run with KVIK_ISA=isa (the test's own KVIK_ISA, if any, restored after).
+test::Result run_with_isa(const char* isa, const std::string& args) {
+  const char* outer = std::getenv("KVIK_ISA");
+  const std::string saved = outer ? outer : "";
+  setenv("KVIK_ISA", isa, 1);
+  test::Result r = test::run(args);
+  outer ? setenv("KVIK_ISA", saved.c_str(), 1) : unsetenv("KVIK_ISA");
+  return r;
+}
+
 // KVIK_ISA caps the table a user's run chooses, and the start-up log names it (and, on an AMX CPU kept below AMX,
-// says why).
+// says why); on a CPU with AVX512_BF16, avx512 keeps the FMA table and avx512_bf16 names the vdpbf16ps one.
 TEST(Amx, KvikIsaCapsTheKernelsTheLogNames) {
   const std::string model = KVIK_SHARED_DIR "/models/stories260K.gguf";
   const std::string args = "generate -m " + model + " -p 'Once' -n 1 --threads 1";
-  const test::Result forced = [&] {
-    setenv("KVIK_ISA", "generic", 1);
-    test::Result r = test::run(args);
-    unsetenv("KVIK_ISA");
-    return r;
-  }();
+  const test::Result forced = run_with_isa("generic", args);
   ASSERT_EQ(forced.code, 0) << forced.out;
   EXPECT_NE(forced.out.find("CPU kernels: generic,"), std::string::npos) << forced.out;
   const test::Result chosen = test::run(args);
   ASSERT_EQ(chosen.code, 0) << chosen.out;
   EXPECT_NE(chosen.out.find("CPU kernels: " + std::string(cpu_kernels().isa) + ","), std::string::npos) << chosen.out;
   if (amx_status().usable) {
-    setenv("KVIK_ISA", "avx512", 1);
-    const test::Result capped = test::run(args);
-    unsetenv("KVIK_ISA");
+    const test::Result capped = run_with_isa("avx512", args);
     EXPECT_NE(capped.out.find("CPU kernels: avx512_vnni,"), std::string::npos) << capped.out;
     EXPECT_NE(capped.out.find("AMX-INT8 not used: KVIK_ISA"), std::string::npos) << capped.out;
+  }
+  __builtin_cpu_init();
+  if (cpu_has_avx512() && __builtin_cpu_supports("avx512bf16")) {
+    const test::Result fma = run_with_isa("avx512", args);
+    EXPECT_NE(fma.out.find("CPU kernels: avx512_vnni,"), std::string::npos) << fma.out;
+    const test::Result dp = run_with_isa("avx512_bf16", args);
+    EXPECT_NE(dp.out.find("CPU kernels: avx512_vnni+avx512_bf16,"), std::string::npos) << dp.out;
   }
 }
 
