@@ -6,7 +6,11 @@
 //    result never depends on the batch; quantize_act_q8s equals quantize_row_q8_0 bit for bit.
 //  - matmul on a packed weight: batch-invariant, shared-input calls equal separate calls, and within the bound of
 //    matmul on the same weight unpacked.
+//  - BF16: where the CPU has AVX512_BF16, vdpbf16ps rounds as the SDM says (odd product, then even, DAZ / FTZ), so the
+//    vdpbf16ps kernel, the FMA kernels over several groups a call and the one-chain reference agree bit for bit.
 #include <gtest/gtest.h>
+
+#include <immintrin.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -421,6 +425,72 @@ TEST(PackedBF16, FmaKernelsOverSeveralGroupsEqualReferenceBitForBit) {
             << k->isa << " cols " << cols << " R " << R;
       }
   }
+}
+
+// What the kernel relies on, checked on the CPU itself: per fp32 lane, vdpbf16ps computes acc + x[2i+1]·w[2i+1] rounded
+// to nearest even, then + x[2i]·w[2i] rounded again (Intel's SDM; denormal inputs read as zero, denormal results
+// flushed), not the even product first, nor both products in one rounding. Inputs: random bits, cancellations around
+// 1 (products of 1 and 2^−20.. and exact half-ulp ties), and values near the denormal range.
+__attribute__((target("avx512f,avx512bf16"))) void dpbf16(const float* acc, const uint16_t* x, const uint16_t* w,
+                                                          float* out) {
+  __m512bh xv, wv;
+  std::memcpy(&xv, x, 64), std::memcpy(&wv, w, 64);
+  _mm512_storeu_ps(out, _mm512_dpbf16_ps(_mm512_loadu_ps(acc), xv, wv));
+}
+
+float flush_denormal(float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; }
+
+// acc + a·b + c·d as two fmas (exact bf16 products), a·b first, inputs and each result through DAZ / FTZ.
+float two_roundings(float acc, float a, float b, float c, float d) {
+  const auto z = flush_denormal;
+  return z(std::fma(z(c), z(d), z(std::fma(z(a), z(b), z(acc)))));
+}
+
+TEST(PackedBF16, Vdpbf16psAddsTheOddProductThenTheEvenOneRoundingEach) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512bf16")) GTEST_SKIP() << "this CPU has no AVX512_BF16 (vdpbf16ps)";
+  std::mt19937 rng(53);
+  const auto bits = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  int64_t lanes = 0, even_first_differs = 0;
+  for (int it = 0; it < 6000; ++it) {
+    const int mode = it % 3;
+    alignas(64) uint16_t x[32], w[32];
+    alignas(64) float acc[16], got[16];
+    for (int i = 0; i < 32; ++i) {
+      const uint32_t r = rng();
+      const auto exp_bits = [&](int e) { return static_cast<uint16_t>((r & 0x807F) | (e << 7)); };
+      x[i] = mode == 0 ? static_cast<uint16_t>(r) : mode == 1 ? exp_bits(127) : exp_bits(static_cast<int>(r >> 20) % 4);
+      w[i] = mode == 0   ? static_cast<uint16_t>(r >> 16)
+             : mode == 1 ? (i % 2 ? exp_bits(127 - 8 - static_cast<int>(r >> 24) % 24) : exp_bits(127))
+                         : exp_bits(60 + static_cast<int>(r >> 24) % 8);
+    }
+    for (int l = 0; l < 16; ++l) {
+      const uint32_t r = rng();
+      acc[l] = mode == 0   ? bits(r)
+               : mode == 1 ? ((r & 1) ? 1.0f : -1.0f)
+                           : bits((r & 0x807FFFFF) | ((r >> 23) % 3) << 23);
+    }
+    dpbf16(acc, x, w, got);
+    for (int l = 0; l < 16; ++l) {
+      const float x0 = bf16_to_f32(x[2 * l]), x1 = bf16_to_f32(x[2 * l + 1]);
+      const float w0 = bf16_to_f32(w[2 * l]), w1 = bf16_to_f32(w[2 * l + 1]);
+      const float want = two_roundings(acc[l], x1, w1, x0, w0);
+      if (std::isnan(want) || std::isnan(got[l])) {
+        EXPECT_EQ(std::isnan(want), std::isnan(got[l])) << "lane " << l << " mode " << mode;
+        continue;
+      }
+      ++lanes;
+      even_first_differs += two_roundings(acc[l], x0, w0, x1, w1) != want;
+      ASSERT_EQ(std::memcmp(&want, &got[l], 4), 0) << "mode " << mode << " acc " << acc[l] << " x " << x0 << ", " << x1
+                                                   << " w " << w0 << ", " << w1 << ": " << got[l] << " vs " << want;
+    }
+  }
+  EXPECT_GT(lanes, 90000);
+  EXPECT_GT(even_first_differs, lanes / 100);  // the inputs tell the two orders apart
 }
 
 // The one documented difference: vdpbf16ps reads a denormal bf16 as zero (the reference multiplies it).
