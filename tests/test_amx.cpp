@@ -4,6 +4,7 @@
 //    the shapes of real models; matmul through a table with AMX entries equals matmul without them for every token
 //    count 1..64 and is batch invariant (a token's row equals its row computed alone).
 //  - Over the real instructions (only where amx_status() allows them; otherwise skipped, naming why): the same.
+//  - A BF16 model end to end: the same logits, bit for bit, on the FMA, vdpbf16ps and (emulated) AMX-BF16 kernels.
 //  - The start-up decision: on a CPU without AMX the table is not chosen and the reason says so; KVIK_ISA=avx512
 //    keeps an AMX CPU on AVX-512.
 #include <gtest/gtest.h>
@@ -11,14 +12,19 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "amx_emulated_kernels.h"
+#include "engine/engine_core.h"
+#include "engine/single_sequence.h"
 #include "kernels/cpu/amx_support.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/packed.h"
+#include "model/llama.h"
+#include "model/synth.h"
 #include "random_weights.h"
 #include "run_kvik.h"
 
@@ -244,6 +250,48 @@ TEST(Amx, KvikIsaCapsTheKernelsTheLogNames) {
     const test::Result dp = run_with_isa("avx512_bf16", args);
     EXPECT_NE(dp.out.find("CPU kernels: avx512_vnni+avx512_bf16,"), std::string::npos) << dp.out;
   }
+}
+
+// A BF16 model end to end: the logits of a 20-token prompt and 4 decode steps are the same bits on every BF16
+// kernel: the FMA table, the vdpbf16ps one, and AMX-BF16 (emulated) over either (tiles take the prompt's first 16
+// tokens, the x16 kernels the rest and the decode steps).
+std::vector<std::vector<float>> bf16_run(LlamaModel& m, const CpuKernels& k) {
+  override_cpu_kernels_for_testing(&k);
+  SingleSequence s(m, 64);
+  std::vector<int32_t> prompt(20);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(1 + (i * 37) % 500);
+  std::vector<std::vector<float>> out = {s.append(prompt, static_cast<int64_t>(prompt.size()))};
+  for (int step = 0; step < 4; ++step) {
+    const int32_t tok = static_cast<int32_t>(1 + (step * 101) % 500);
+    out.push_back(s.append(std::span<const int32_t>(&tok, 1)));
+  }
+  override_cpu_kernels_for_testing(nullptr);
+  return out;
+}
+
+TEST(Amx, Bf16ModelLogitsAreTheSameBitsOnEveryBf16Kernel) {
+  __builtin_cpu_init();
+  if (!cpu_has_avx512() || !__builtin_cpu_supports("avx512bf16"))
+    GTEST_SKIP() << "needs AVX-512 with AVX512_BF16, which this CPU lacks";
+  SynthOptions o;
+  o.out_path = ::testing::TempDir() + "kvik_amx_bf16_model.gguf";
+  o.dim = 128, o.layers = 2, o.heads = 8, o.kv_heads = 2, o.ff = 256, o.vocab = 512, o.context = 1024, o.seed = 61;
+  o.type = DType::BF16;
+  synth_llama_gguf(o);
+  EngineConfig cfg;
+  cfg.repack_weights = true;
+  auto m = load_model(o.out_path, cfg);
+  const int64_t configs = test::emulated_tile_configs();
+  const auto want = bf16_run(*m, *avx512_kernels());
+  for (const CpuKernels* k :
+       {avx512_bf16_kernels(), &test::emulated_amx_kernels(false), &test::emulated_amx_kernels(true)}) {
+    const auto got = bf16_run(*m, *k);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(0, std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)))
+          << k->isa << " call " << i;
+  }
+  EXPECT_GT(test::emulated_tile_configs(), configs);  // the weights were packed and the prompt ran on the tiles
 }
 
 }  // namespace
