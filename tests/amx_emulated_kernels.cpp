@@ -49,9 +49,9 @@ struct EmulatedTiles {
   static void configure(int R, int ka) {
     if (R < 1 || R > 16 || ka < 4 || ka > 64 || ka % 4) fault("bad shape R " + std::to_string(R));
     g_tiles = TileState{};
-    for (int t : {amx::kA, amx::kA1}) g_tiles.rows[t] = R, g_tiles.colsb[t] = ka;
+    g_tiles.rows[amx::kA] = R, g_tiles.colsb[amx::kA] = ka;
     for (int t : {amx::kB0, amx::kB1}) g_tiles.rows[t] = ka / 4, g_tiles.colsb[t] = 64;
-    for (int t : {amx::kC0, amx::kC1, amx::kC2, amx::kC3}) g_tiles.rows[t] = R, g_tiles.colsb[t] = 64;
+    for (int t : {amx::kC0, amx::kC1}) g_tiles.rows[t] = R, g_tiles.colsb[t] = 64;
     g_tiles.configured = true;
     ++g_configs;
   }
@@ -117,10 +117,12 @@ struct EmulatedTiles {
 
 }  // namespace
 
-const CpuKernels& emulated_amx_kernels() {
+const CpuKernels& emulated_amx_kernels(bool avx512_bf16) {
   static const CpuKernels k =
       amx::with_amx<EmulatedTiles>(*avx512_kernels(), "amx_int8+amx_bf16(emulated)+avx512_vnni", true);
-  return k;
+  static const CpuKernels kb =
+      amx::with_amx<EmulatedTiles>(*avx512_bf16_kernels(), "amx_int8+amx_bf16(emulated)+avx512_vnni+avx512_bf16", true);
+  return avx512_bf16 ? kb : k;
 }
 
 int64_t emulated_tile_configs() { return g_configs; }

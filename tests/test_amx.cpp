@@ -4,20 +4,27 @@
 //    the shapes of real models; matmul through a table with AMX entries equals matmul without them for every token
 //    count 1..64 and is batch invariant (a token's row equals its row computed alone).
 //  - Over the real instructions (only where amx_status() allows them; otherwise skipped, naming why): the same.
+//  - A BF16 model end to end: the same logits, bit for bit, on the FMA, vdpbf16ps and (emulated) AMX-BF16 kernels.
 //  - The start-up decision: on a CPU without AMX the table is not chosen and the reason says so; KVIK_ISA=avx512
 //    keeps an AMX CPU on AVX-512.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "amx_emulated_kernels.h"
+#include "engine/engine_core.h"
+#include "engine/single_sequence.h"
 #include "kernels/cpu/amx_support.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/packed.h"
+#include "model/llama.h"
+#include "model/synth.h"
 #include "random_weights.h"
 #include "run_kvik.h"
 
@@ -37,11 +44,12 @@ bool cpu_has_avx512() {
 
 bool is_k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 
-// Activation rows [t0, t0 + R) of a in the AMX-BF16 tile layout.
+// Activation rows [t0, t0 + R) of a in the AMX-BF16 tile layout (bf16 pairs in input order).
 std::vector<uint16_t> bf16_tiles(const Acts& a, int64_t t0, int64_t R) {
-  const int64_t row = bf16_blocks(a.n) * 2 * kBF16TileK;
+  const int64_t row = bf16_blocks(a.n) * kBF16TileK;
   std::vector<uint16_t> tiles(R * row);
-  for (int64_t t = 0; t < R; ++t) bf16_tile_activations(a.xb.data() + (t0 + t) * a.n, a.n, tiles.data() + t * row);
+  for (int64_t t = 0; t < R; ++t)
+    bf16_pair_activations(a.xb.data() + (t0 + t) * a.n, a.n, false, tiles.data() + t * row);
   return tiles;
 }
 
@@ -118,10 +126,10 @@ const CpuKernels* hardware_tiles(DType t, std::string& why) {
   const AmxStatus& s = amx_status();
   if (t == DType::BF16) {
     if (!s.bf16_usable) why = "AMX-BF16 not usable here: " + s.bf16_reason;
-    return s.bf16_usable ? amx_kernels(true) : nullptr;
+    return s.bf16_usable ? amx_kernels(true, false) : nullptr;
   }
   if (!s.usable) why = "AMX-INT8 not usable here: " + s.reason;
-  return s.usable ? amx_kernels(false) : nullptr;
+  return s.usable ? amx_kernels(false, false) : nullptr;
 }
 
 TEST_P(AmxTypes, HardwareTileKernelsEqualTheScalarReferenceBitForBit) {
@@ -146,6 +154,9 @@ void expect_matmul_unchanged(const CpuKernels& with_amx, DType t) {
   std::vector<float> x(64 * cols);
   for (auto& v : x) v = g(rng);
   std::vector<float> alone(64 * rows);
+  struct Restore {  // a failed ASSERT returns early: later tests must see the CPU's own table again
+    ~Restore() { override_cpu_kernels_for_testing(nullptr); }
+  } restore;
   override_cpu_kernels_for_testing(avx512_kernels());
   for (int64_t i = 0; i < 64; ++i) matmul(x.data() + i * cols, 1, packed, alone.data() + i * rows);
   override_cpu_kernels_for_testing(&with_amx);
@@ -154,12 +165,20 @@ void expect_matmul_unchanged(const CpuKernels& with_amx, DType t) {
     matmul(x.data(), T, packed, y.data());
     ASSERT_EQ(0, std::memcmp(y.data(), alone.data(), sizeof(float) * T * rows)) << dtype_name(t) << " T " << T;
   }
-  override_cpu_kernels_for_testing(nullptr);
 }
 
 TEST_P(AmxTypes, MatmulOnEmulatedTilesIsBatchInvariantForEveryTokenCount) {
   if (!cpu_has_avx512()) GTEST_SKIP() << "the AMX kernels' epilogue needs AVX-512, which this CPU lacks";
   expect_matmul_unchanged(test::emulated_amx_kernels(), GetParam());
+}
+
+// BF16 as it runs on AMX CPUs (which have AVX512_BF16): tiles for whole token tiles, the vdpbf16ps kernel for the
+// rest, both equal to the FMA kernel bit for bit.
+TEST(Amx, Bf16MatmulOnEmulatedTilesAndVdpbf16psIsBatchInvariant) {
+  __builtin_cpu_init();
+  if (!cpu_has_avx512() || !__builtin_cpu_supports("avx512bf16"))
+    GTEST_SKIP() << "needs AVX-512 with AVX512_BF16, which this CPU lacks";
+  expect_matmul_unchanged(test::emulated_amx_kernels(true), DType::BF16);
 }
 
 TEST_P(AmxTypes, MatmulOnHardwareTilesIsBatchInvariantForEveryTokenCount) {
@@ -179,7 +198,9 @@ TEST(Amx, StartupChoiceFollowsTheCpuAndKvikIsa) {
   const AmxStatus& s = amx_status();
   const char* force = std::getenv("KVIK_ISA");
   if (s.usable && !force) {
-    EXPECT_EQ(cpu_kernels().isa, s.bf16_usable ? "amx_int8+amx_bf16+avx512_vnni" : "amx_int8+avx512_vnni");
+    __builtin_cpu_init();
+    const std::string dp = __builtin_cpu_supports("avx512bf16") ? "+avx512_bf16" : "";
+    EXPECT_EQ(cpu_kernels().isa, (s.bf16_usable ? "amx_int8+amx_bf16+avx512_vnni" : "amx_int8+avx512_vnni") + dp);
     EXPECT_EQ(cpu_kernels().amx_bf16 != nullptr, s.bf16_usable);
   } else {
     EXPECT_EQ(cpu_kernels().amx_q8_0, nullptr);
@@ -196,29 +217,81 @@ TEST(Amx, StartupChoiceFollowsTheCpuAndKvikIsa) {
   }
 }
 
+// kvik run with KVIK_ISA=isa (the test's own KVIK_ISA, if any, restored after).
+test::Result run_with_isa(const char* isa, const std::string& args) {
+  const char* outer = std::getenv("KVIK_ISA");
+  const std::string saved = outer ? outer : "";
+  setenv("KVIK_ISA", isa, 1);
+  test::Result r = test::run(args);
+  outer ? setenv("KVIK_ISA", saved.c_str(), 1) : unsetenv("KVIK_ISA");
+  return r;
+}
+
 // KVIK_ISA caps the table a user's run chooses, and the start-up log names it (and, on an AMX CPU kept below AMX,
-// says why).
+// says why); on a CPU with AVX512_BF16, avx512 keeps the FMA table and avx512_bf16 names the vdpbf16ps one.
 TEST(Amx, KvikIsaCapsTheKernelsTheLogNames) {
   const std::string model = KVIK_SHARED_DIR "/models/stories260K.gguf";
   const std::string args = "generate -m " + model + " -p 'Once' -n 1 --threads 1";
-  const test::Result forced = [&] {
-    setenv("KVIK_ISA", "generic", 1);
-    test::Result r = test::run(args);
-    unsetenv("KVIK_ISA");
-    return r;
-  }();
+  const test::Result forced = run_with_isa("generic", args);
   ASSERT_EQ(forced.code, 0) << forced.out;
   EXPECT_NE(forced.out.find("CPU kernels: generic,"), std::string::npos) << forced.out;
   const test::Result chosen = test::run(args);
   ASSERT_EQ(chosen.code, 0) << chosen.out;
   EXPECT_NE(chosen.out.find("CPU kernels: " + std::string(cpu_kernels().isa) + ","), std::string::npos) << chosen.out;
   if (amx_status().usable) {
-    setenv("KVIK_ISA", "avx512", 1);
-    const test::Result capped = test::run(args);
-    unsetenv("KVIK_ISA");
+    const test::Result capped = run_with_isa("avx512", args);
     EXPECT_NE(capped.out.find("CPU kernels: avx512_vnni,"), std::string::npos) << capped.out;
     EXPECT_NE(capped.out.find("AMX-INT8 not used: KVIK_ISA"), std::string::npos) << capped.out;
   }
+  __builtin_cpu_init();
+  if (cpu_has_avx512() && __builtin_cpu_supports("avx512bf16")) {
+    const test::Result fma = run_with_isa("avx512", args);
+    EXPECT_NE(fma.out.find("CPU kernels: avx512_vnni,"), std::string::npos) << fma.out;
+    const test::Result dp = run_with_isa("avx512_bf16", args);
+    EXPECT_NE(dp.out.find("CPU kernels: avx512_vnni+avx512_bf16,"), std::string::npos) << dp.out;
+  }
+}
+
+// A BF16 model end to end: the logits of a 20-token prompt and 4 decode steps are the same bits on every BF16
+// kernel: the FMA table, the vdpbf16ps one, and AMX-BF16 (emulated) over either (tiles take the prompt's first 16
+// tokens, the x16 kernels the rest and the decode steps).
+std::vector<std::vector<float>> bf16_run(LlamaModel& m, const CpuKernels& k) {
+  override_cpu_kernels_for_testing(&k);
+  SingleSequence s(m, 64);
+  std::vector<int32_t> prompt(20);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(1 + (i * 37) % 500);
+  std::vector<std::vector<float>> out = {s.append(prompt, static_cast<int64_t>(prompt.size()))};
+  for (int step = 0; step < 4; ++step) {
+    const int32_t tok = static_cast<int32_t>(1 + (step * 101) % 500);
+    out.push_back(s.append(std::span<const int32_t>(&tok, 1)));
+  }
+  override_cpu_kernels_for_testing(nullptr);
+  return out;
+}
+
+TEST(Amx, Bf16ModelLogitsAreTheSameBitsOnEveryBf16Kernel) {
+  __builtin_cpu_init();
+  if (!cpu_has_avx512() || !__builtin_cpu_supports("avx512bf16"))
+    GTEST_SKIP() << "needs AVX-512 with AVX512_BF16, which this CPU lacks";
+  SynthOptions o;
+  o.out_path = ::testing::TempDir() + "kvik_amx_bf16_model.gguf";
+  o.dim = 128, o.layers = 2, o.heads = 8, o.kv_heads = 2, o.ff = 256, o.vocab = 512, o.context = 1024, o.seed = 61;
+  o.type = DType::BF16;
+  synth_llama_gguf(o);
+  EngineConfig cfg;
+  cfg.repack_weights = true;
+  auto m = load_model(o.out_path, cfg);
+  const int64_t configs = test::emulated_tile_configs();
+  const auto want = bf16_run(*m, *avx512_kernels());
+  for (const CpuKernels* k :
+       {avx512_bf16_kernels(), &test::emulated_amx_kernels(false), &test::emulated_amx_kernels(true)}) {
+    const auto got = bf16_run(*m, *k);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(0, std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)))
+          << k->isa << " call " << i;
+  }
+  EXPECT_GT(test::emulated_tile_configs(), configs);  // the weights were packed and the prompt ran on the tiles
 }
 
 }  // namespace

@@ -6,9 +6,14 @@
 //    result never depends on the batch; quantize_act_q8s equals quantize_row_q8_0 bit for bit.
 //  - matmul on a packed weight: batch-invariant, shared-input calls equal separate calls, and within the bound of
 //    matmul on the same weight unpacked.
+//  - BF16: where the CPU has AVX512_BF16, vdpbf16ps rounds as the SDM says (odd product, then even, DAZ / FTZ), so the
+//    vdpbf16ps kernel, the FMA kernels over several groups a call and the one-chain reference agree bit for bit.
 #include <gtest/gtest.h>
 
+#include <immintrin.h>
+
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -141,7 +146,10 @@ void run_packed(const WeightMatrix& w, const uint8_t* packed, const Acts& a, int
         (k ? k->gemm_f16_x16 : gemm_f16_x16_ref)(grp, w.cols, a.xh.data(), w.cols, R, tmp, kPackRows);
         break;
       case DType::BF16:
-        (k ? k->gemm_bf16_x16 : gemm_bf16_x16_ref)(grp, w.cols, a.xb.data(), w.cols, R, tmp, kPackRows);
+        if (k)
+          k->gemm_bf16_x16(grp, 1, gb, w.cols, a.xb.data(), w.cols, R, tmp, kPackRows);
+        else
+          gemm_bf16_x16_ref(grp, w.cols, a.xb.data(), w.cols, R, tmp, kPackRows);
         break;
       case DType::Q8_0:
         (k ? k->gemm_q8_0_x16 : gemm_q8_0_x16_ref)(grp, w.cols / kQK8_0, a.s8(), R, tmp, kPackRows);
@@ -328,6 +336,199 @@ TEST(Packed, RoundThroughHalfTablesEqualTheScalarRoundTrip) {
         }
       }
     }
+}
+
+// The bf16 pair rows (AMX-BF16 tiles, and swapped for vdpbf16ps): each input rounded as f32_to_bf16 at its place,
+// zeros up to a whole block, the two halves of every pair exchanged when swapped; a table's to_bf16 gives the same.
+TEST(PackedBF16, PairActivationsHoldTheRowInTileOrderOrSwapped) {
+  std::mt19937 rng(41);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (int64_t n : {int64_t{37}, int64_t{64}, int64_t{257}}) {
+    std::vector<float> x(n);
+    for (auto& v : x) v = g(rng);
+    const int64_t padded = bf16_blocks(n) * kBF16TileK;
+    std::vector<uint16_t> plain(padded, 0xFFFF), swapped(padded, 0xFFFF), by_table(padded, 0xFFFF);
+    bf16_pair_activations(x.data(), n, false, plain.data());
+    bf16_pair_activations(x.data(), n, true, swapped.data());
+    bf16_pair_activations(x.data(), n, true, by_table.data(), cpu_kernels().to_bf16);
+    for (int64_t k = 0; k < padded; ++k) {
+      EXPECT_EQ(plain[k], k < n ? f32_to_bf16(x[k]) : uint16_t{0}) << "n " << n << " k " << k;
+      EXPECT_EQ(swapped[k], plain[k ^ 1]) << "n " << n << " k " << k;
+    }
+    EXPECT_EQ(swapped, by_table) << cpu_kernels().isa;
+  }
+}
+
+// Where the CPU has AVX512_BF16: packed BF16 weights on vdpbf16ps (rotated weights, swapped activation pairs) equal
+// the one-chain reference bit for bit, every token count, widths with a partial last block and an odd last input;
+// the five full groups one per call and all in one call (a pass of four groups and a single), the partial one alone.
+TEST(PackedBF16, Vdpbf16psKernelEqualsReferenceBitForBit) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512vnni"))
+    GTEST_SKIP() << "this CPU has no AVX512_BF16 (vdpbf16ps)";
+  const CpuKernels& k = *avx512_bf16_kernels();
+  ASSERT_NE(k.gemm_bf16_dp_x16, nullptr);
+  std::mt19937 rng(43);
+  for (int64_t cols : {int64_t{100}, int64_t{257}, int64_t{2048}}) {
+    const int64_t rows = 16 * 5 + 7, full = 5, row = bf16_blocks(cols) * kBF16TileK;
+    const Weights w = random_weights(DType::BF16, rows, cols, rng, false);
+    const Acts a = random_acts(kPackMaxTokens, cols, rng, false);
+    const PackedBuffer p = pack_rows(w.m);
+    std::vector<uint16_t> xdp(kPackMaxTokens * row);
+    for (int64_t t = 0; t < kPackMaxTokens; ++t)
+      bf16_pair_activations(a.xf.data() + t * cols, cols, true, xdp.data() + t * row);
+    std::vector<float> want(kPackMaxTokens * rows), got(want.size());
+    run_packed(w.m, p.get(), a, kPackMaxTokens, want.data(), nullptr);
+    const size_t gb = packed_group_bytes(DType::BF16, cols);
+    for (int64_t R = 1; R <= kPackMaxTokens; ++R)
+      for (int64_t per_call : {int64_t{1}, full}) {
+        std::fill(got.begin(), got.end(), -1.0f);
+        for (int64_t g = 0; g < full; g += per_call)
+          k.gemm_bf16_dp_x16(p.get() + gb * g, per_call, gb, cols, xdp.data(), row, R, got.data() + g * kPackRows,
+                             rows);
+        float tmp[kPackMaxTokens * kPackRows];
+        k.gemm_bf16_dp_x16(p.get() + gb * full, 1, gb, cols, xdp.data(), row, R, tmp, kPackRows);
+        for (int64_t t = 0; t < R; ++t)
+          for (int64_t i = 0; full * kPackRows + i < rows; ++i)
+            got[t * rows + full * kPackRows + i] = tmp[t * kPackRows + i];
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * R * rows))
+            << "cols " << cols << " R " << R << " groups a call " << per_call;
+      }
+  }
+}
+
+// The FMA kernels (AVX2, AVX-512) over several groups a call (one or two tokens take four groups a pass) equal the
+// reference bit for bit, as they do one group a call.
+TEST(PackedBF16, FmaKernelsOverSeveralGroupsEqualReferenceBitForBit) {
+  __builtin_cpu_init();
+  std::vector<const CpuKernels*> tables;
+  if (avx2_kernels() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    tables.push_back(avx2_kernels());
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512vnni"))
+    tables.push_back(avx512_kernels());
+  if (tables.empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  std::mt19937 rng(47);
+  for (int64_t cols : {int64_t{257}, int64_t{2048}}) {
+    const int64_t rows = 16 * 5, full = 5;
+    const Weights w = random_weights(DType::BF16, rows, cols, rng, false);
+    const Acts a = random_acts(kPackMaxTokens, cols, rng, false);
+    const PackedBuffer p = pack_rows(w.m);
+    std::vector<float> want(kPackMaxTokens * rows), got(want.size());
+    run_packed(w.m, p.get(), a, kPackMaxTokens, want.data(), nullptr);
+    const size_t gb = packed_group_bytes(DType::BF16, cols);
+    for (const CpuKernels* k : tables)
+      for (int64_t R = 1; R <= kPackMaxTokens; ++R) {
+        std::fill(got.begin(), got.end(), -1.0f);
+        k->gemm_bf16_x16(p.get(), full, gb, cols, a.xb.data(), cols, R, got.data(), rows);
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * R * rows))
+            << k->isa << " cols " << cols << " R " << R;
+      }
+  }
+}
+
+// What the kernel relies on, checked on the CPU itself: per fp32 lane, vdpbf16ps computes acc + x[2i+1]·w[2i+1] rounded
+// to nearest even, then + x[2i]·w[2i] rounded again (Intel's SDM; denormal inputs read as zero, denormal results
+// flushed), not the even product first, nor both products in one rounding. Inputs: random bits, cancellations around
+// 1 (products of 1 and 2^−20.. and exact half-ulp ties), and values near the denormal range.
+__attribute__((target("avx512f,avx512bf16"))) void dpbf16(const float* acc, const uint16_t* x, const uint16_t* w,
+                                                          float* out) {
+  __m512bh xv, wv;
+  std::memcpy(&xv, x, 64), std::memcpy(&wv, w, 64);
+  _mm512_storeu_ps(out, _mm512_dpbf16_ps(_mm512_loadu_ps(acc), xv, wv));
+}
+
+float flush_denormal(float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; }
+
+// acc + a·b + c·d as two fmas (exact bf16 products), a·b first, inputs and each result through DAZ / FTZ.
+float two_roundings(float acc, float a, float b, float c, float d) {
+  const auto z = flush_denormal;
+  return z(std::fma(z(c), z(d), z(std::fma(z(a), z(b), z(acc)))));
+}
+
+TEST(PackedBF16, Vdpbf16psAddsTheOddProductThenTheEvenOneRoundingEach) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512bf16")) GTEST_SKIP() << "this CPU has no AVX512_BF16 (vdpbf16ps)";
+  std::mt19937 rng(53);
+  const auto bits = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  int64_t lanes = 0, even_first_differs = 0;
+  for (int it = 0; it < 6000; ++it) {
+    const int mode = it % 3;
+    alignas(64) uint16_t x[32], w[32];
+    alignas(64) float acc[16], got[16];
+    for (int i = 0; i < 32; ++i) {
+      const uint32_t r = rng();
+      const auto exp_bits = [&](int e) { return static_cast<uint16_t>((r & 0x807F) | (e << 7)); };
+      x[i] = mode == 0 ? static_cast<uint16_t>(r) : mode == 1 ? exp_bits(127) : exp_bits(static_cast<int>(r >> 20) % 4);
+      w[i] = mode == 0   ? static_cast<uint16_t>(r >> 16)
+             : mode == 1 ? (i % 2 ? exp_bits(127 - 8 - static_cast<int>(r >> 24) % 24) : exp_bits(127))
+                         : exp_bits(60 + static_cast<int>(r >> 24) % 8);
+    }
+    for (int l = 0; l < 16; ++l) {
+      const uint32_t r = rng();
+      acc[l] = mode == 0   ? bits(r)
+               : mode == 1 ? ((r & 1) ? 1.0f : -1.0f)
+                           : bits((r & 0x807FFFFF) | ((r >> 23) % 3) << 23);
+    }
+    dpbf16(acc, x, w, got);
+    for (int l = 0; l < 16; ++l) {
+      const float x0 = bf16_to_f32(x[2 * l]), x1 = bf16_to_f32(x[2 * l + 1]);
+      const float w0 = bf16_to_f32(w[2 * l]), w1 = bf16_to_f32(w[2 * l + 1]);
+      const float want = two_roundings(acc[l], x1, w1, x0, w0);
+      if (std::isnan(want) || std::isnan(got[l])) {
+        EXPECT_EQ(std::isnan(want), std::isnan(got[l])) << "lane " << l << " mode " << mode;
+        continue;
+      }
+      ++lanes;
+      even_first_differs += two_roundings(acc[l], x0, w0, x1, w1) != want;
+      ASSERT_EQ(std::memcmp(&want, &got[l], 4), 0) << "mode " << mode << " acc " << acc[l] << " x " << x0 << ", " << x1
+                                                   << " w " << w0 << ", " << w1 << ": " << got[l] << " vs " << want;
+    }
+  }
+  EXPECT_GT(lanes, 90000);
+  EXPECT_GT(even_first_differs, lanes / 100);  // the inputs tell the two orders apart
+}
+
+// The one documented difference: vdpbf16ps reads a denormal bf16 as zero (the reference multiplies it).
+TEST(PackedBF16, Vdpbf16psReadsDenormalsAsZeroWhereTheReferenceDoesNot) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512vnni"))
+    GTEST_SKIP() << "this CPU has no AVX512_BF16 (vdpbf16ps)";
+  const int64_t n = 2;
+  std::vector<uint8_t> grp(packed_group_bytes(DType::BF16, n), 0);
+  const uint16_t denormal = 0x0001, one = 0x3F80;  // 2^−133, 1
+  for (int i = 0; i < kPackRows; ++i) {
+    std::memcpy(&grp[2 * packed_bf16_index(0, i)], &denormal, 2);
+    std::memcpy(&grp[2 * packed_bf16_index(1, i)], &one, 2);
+  }
+  const float x[2] = {std::ldexp(1.0f, 100), std::ldexp(1.0f, -30)};  // 2^100 · 2^−133 = 2^−33, a normal product
+  std::vector<uint16_t> xdp(kBF16TileK);
+  bf16_pair_activations(x, n, true, xdp.data());
+  float want[kPackRows], got[kPackRows];
+  gemm_bf16_x16_ref(grp.data(), n, x, n, 1, want, kPackRows);
+  avx512_bf16_kernels()->gemm_bf16_dp_x16(grp.data(), 1, grp.size(), n, xdp.data(), kBF16TileK, 1, got, kPackRows);
+  EXPECT_EQ(want[0], std::ldexp(1.0f, -33) + std::ldexp(1.0f, -30));
+  EXPECT_EQ(got[0], std::ldexp(1.0f, -30));
+}
+
+// The start-up choice: a CPU with AVX512_BF16 runs packed BF16 on the vdpbf16ps kernel unless KVIK_ISA caps it.
+TEST(PackedBF16, CpuWithAvx512Bf16ChoosesTheVdpbf16psTable) {
+  EXPECT_EQ(avx512_kernels()->gemm_bf16_dp_x16, nullptr);
+  if (avx2_kernels()) EXPECT_EQ(avx2_kernels()->gemm_bf16_dp_x16, nullptr);
+  EXPECT_EQ(generic_kernels().gemm_bf16_dp_x16, nullptr);
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512vnni"))
+    GTEST_SKIP() << "this CPU has no AVX512_BF16 (vdpbf16ps)";
+  const char* force = std::getenv("KVIK_ISA");
+  if (force && std::string(force) != "amx" && std::string(force) != "avx512_bf16")
+    GTEST_SKIP() << "KVIK_ISA=" << force << " caps the kernels below avx512_bf16";
+  const std::string isa(cpu_kernels().isa);
+  EXPECT_NE(cpu_kernels().gemm_bf16_dp_x16, nullptr) << isa;
+  EXPECT_EQ(isa.substr(isa.size() - std::string("+avx512_bf16").size()), "+avx512_bf16") << isa;
 }
 
 TEST(Packed, QuantizeActQ8SIsBitExactIncludingTiesAndZeroBlocks) {

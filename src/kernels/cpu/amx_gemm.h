@@ -33,11 +33,10 @@
 
 namespace kvik::amx {
 
-// A1, C2 and C3 are used by AMX-BF16 only (A1: the odd inputs' activations; C2 / C3: their sums per group).
-enum Tile : int { kA = 0, kB0 = 1, kB1 = 2, kC0 = 3, kC1 = 4, kA1 = 5, kC2 = 6, kC3 = 7 };
+enum Tile : int { kA = 0, kB0 = 1, kB1 = 2, kC0 = 3, kC1 = 4 };
 
-// The tile shapes every kernel uses: A / A1 [R][ka bytes], B0/B1 [ka / 4][64 bytes], C0..C3 [R][64 bytes]. The back
-// end loads a configuration only when (R, ka) changes on the calling thread.
+// The tile shapes every kernel uses: A [R][ka bytes], B0/B1 [ka / 4][64 bytes], C0/C1 [R][64 bytes]. The back end
+// loads a configuration only when (R, ka) changes on the calling thread.
 //
 // struct Tiles {
 //   static void configure(int R, int ka);
@@ -258,45 +257,34 @@ void gemm_q6_k(const uint8_t* groups, int64_t G, size_t gb, int64_t nb, const Ac
 }
 
 // BF16 (AMX-BF16): per 32-input block one B tile [16 pairs][16 rows × 2] read in place from the packed group, against
-// two A tiles of the same tokens: the block's bf16 activations with the odd inputs zeroed (A) and with the even ones
-// zeroed (A1). tdpbf16ps adds to each fp32 accumulator, pair by pair in input order, both products of a pair; one of
-// them is then an exact zero, and adding a zero leaves a sum that started at +0 unchanged, so C0 / C2 hold exactly the
-// reference's even-input and odd-input fma chains (each bf16 product is exact in fp32), over all blocks in order.
-// The result is their sum, as the reference's. (The tiles treat denormal inputs and results as zero: a sum this
-// small, below 2^−126, is where the two could differ.)
+// one A tile of the same tokens' bf16 activation pairs (bf16_pair_activations). tdpbf16ps adds to each fp32
+// accumulator, pair by pair in input order, the pair's even product, then its odd one, each rounded to nearest even;
+// the products of bf16 values are exact in fp32, so C0 / C1 hold exactly the reference's single fma chain over all
+// blocks in order, stored straight into y. (The tiles also read denormals as zero and flush denormal sums, which the
+// reference does not: the only place the two can differ.)
 template <class Tiles>
 void gemm_bf16(const uint8_t* groups, int64_t G, size_t gb, int64_t nblk, const uint16_t* x, int64_t R, float* y,
                int64_t ys) {
   Tiles::configure(static_cast<int>(R), 64);
-  alignas(64) float c[4][kAmxMaxTokens][16];          // group 0 even, group 0 odd, group 1 even, group 1 odd
-  const int64_t xstride = nblk * 2 * kBF16TileK * 2;  // bytes from one token's row to the next
+  const int64_t xstride = nblk * kBF16TileK * 2;  // bytes from one token's row to the next
   const uint8_t* xa = reinterpret_cast<const uint8_t*>(x);
   for (int64_t j = 0; j < G; j += 2) {
     const bool two = G - j >= 2;
     const uint8_t* g0 = groups + gb * j;
     const uint8_t* g1 = groups + gb * (j + 1);
     Tiles::template zero<kC0>();
-    Tiles::template zero<kC2>();
-    if (two) Tiles::template zero<kC1>(), Tiles::template zero<kC3>();
+    if (two) Tiles::template zero<kC1>();
     for (int64_t b = 0; b < nblk; ++b) {
-      Tiles::template load<kA>(xa + b * 128, xstride);
-      Tiles::template load<kA1>(xa + b * 128 + 64, xstride);
+      Tiles::template load<kA>(xa + b * 64, xstride);
       Tiles::template load<kB0>(g0 + b * kBF16PackedBlock, 64);
       Tiles::template dot_bf16<kC0, kA, kB0>();
-      Tiles::template dot_bf16<kC2, kA1, kB0>();
       if (two) {
         Tiles::template load<kB1>(g1 + b * kBF16PackedBlock, 64);
         Tiles::template dot_bf16<kC1, kA, kB1>();
-        Tiles::template dot_bf16<kC3, kA1, kB1>();
       }
     }
-    Tiles::template store<kC0>(c[0], 64);
-    Tiles::template store<kC2>(c[1], 64);
-    if (two) Tiles::template store<kC1>(c[2], 64), Tiles::template store<kC3>(c[3], 64);
-    for (int u = 0; u < (two ? 2 : 1); ++u)
-      for (int64_t t = 0; t < R; ++t)
-        _mm512_storeu_ps(y + t * ys + 16 * (j + u),
-                         _mm512_add_ps(_mm512_load_ps(c[2 * u][t]), _mm512_load_ps(c[2 * u + 1][t])));
+    Tiles::template store<kC0>(y + 16 * j, ys * 4);
+    if (two) Tiles::template store<kC1>(y + 16 * (j + 1), ys * 4);
   }
 }
 

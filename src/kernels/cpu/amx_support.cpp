@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -67,7 +68,9 @@ struct SelfTestCase {
     }
     want.resize(R * groups * kPackRows), got.resize(want.size());
   }
-  ActQ8S x() const { return {qs.data(), d.data(), sums.data(), nb}; }
+  ActQ8S x(int64_t t0 = 0) const {
+    return {qs.data() + t0 * nb * kQK8_0, d.data() + t0 * nb, sums.data() + t0 * nb, nb};
+  }
 };
 
 // A packed BF16 weight of 3 groups (a pair and a single) with 3 blocks of inputs, and R activation rows (rounded
@@ -77,7 +80,7 @@ struct Bf16SelfTestCase {
   size_t gb = packed_group_bytes(DType::BF16, n);
   std::vector<uint8_t> w = std::vector<uint8_t>(gb * groups);
   std::vector<float> x = std::vector<float>(R * n);
-  std::vector<uint16_t> tiles = std::vector<uint16_t>(R * bf16_blocks(n) * 2 * kBF16TileK);
+  std::vector<uint16_t> tiles = std::vector<uint16_t>(R * bf16_blocks(n) * kBF16TileK);
   std::vector<float> want = std::vector<float>(R * groups * kPackRows), got = want;
   explicit Bf16SelfTestCase(uint32_t seed) {
     std::mt19937 rng(seed);
@@ -89,29 +92,32 @@ struct Bf16SelfTestCase {
           std::memcpy(&w[gb * g + 2 * packed_bf16_index(k, i)], &h, 2);
         }
     for (auto& f : x) f = bf16_to_f32(f32_to_bf16(v(rng)));
-    for (int64_t t = 0; t < R; ++t) bf16_tile_activations(&x[t * n], n, &tiles[t * bf16_blocks(n) * 2 * kBF16TileK]);
+    for (int64_t t = 0; t < R; ++t) bf16_pair_activations(&x[t * n], n, false, &tiles[t * bf16_blocks(n) * kBF16TileK]);
   }
 };
 
 // In the child: the AMX kernels against the AVX-512 ones. 0 = equal, 1 = different.
 int run_bf16_self_test(Bf16SelfTestCase& c) {
   const CpuKernels& base = *avx512_kernels();
-  const CpuKernels& amx = *amx_kernels(true);
-  for (int64_t g = 0; g < c.groups; ++g)
-    base.gemm_bf16_x16(c.w.data() + c.gb * g, c.n, c.x.data(), c.n, c.R, c.want.data() + g * kPackRows,
-                       c.groups * kPackRows);
+  const CpuKernels& amx = *amx_kernels(true, false);
+  // The x16 kernels take at most kPackMaxTokens tokens a call.
+  for (int64_t t = 0; t < c.R; t += kPackMaxTokens)
+    base.gemm_bf16_x16(c.w.data(), c.groups, c.gb, c.n, c.x.data() + t * c.n, c.n, std::min(kPackMaxTokens, c.R - t),
+                       c.want.data() + t * c.groups * kPackRows, c.groups * kPackRows);
   amx.amx_bf16(c.w.data(), c.groups, c.gb, bf16_blocks(c.n), c.tiles.data(), c.R, c.got.data(), c.groups * kPackRows);
   return std::memcmp(c.want.data(), c.got.data(), c.want.size() * sizeof(float)) == 0 ? 0 : 1;
 }
 
 int run_self_test(SelfTestCase& q8, SelfTestCase& q4) {
   const CpuKernels& base = *avx512_kernels();
-  const CpuKernels& amx = *amx_kernels(false);
+  const CpuKernels& amx = *amx_kernels(false, false);
   for (SelfTestCase* c : {&q8, &q4}) {
     const bool is_q8 = c == &q8;
     for (int64_t g = 0; g < c->groups; ++g)
-      (is_q8 ? base.gemm_q8_0_x16 : base.gemm_q4_0_x16)(c->w.data() + c->gb * g, c->nb, c->x(), c->R,
-                                                        c->want.data() + g * kPackRows, c->groups * kPackRows);
+      for (int64_t t = 0; t < c->R; t += kPackMaxTokens)  // the x16 kernels take at most kPackMaxTokens tokens a call
+        (is_q8 ? base.gemm_q8_0_x16 : base.gemm_q4_0_x16)(
+            c->w.data() + c->gb * g, c->nb, c->x(t), std::min(kPackMaxTokens, c->R - t),
+            c->want.data() + (t * c->groups + g) * kPackRows, c->groups * kPackRows);
     (is_q8 ? amx.amx_q8_0 : amx.amx_q4_0)(c->w.data(), c->groups, c->gb, c->nb, c->x(), c->R, c->got.data(),
                                           c->groups * kPackRows);
     if (std::memcmp(c->want.data(), c->got.data(), c->want.size() * sizeof(float)) != 0) return 1;
@@ -139,7 +145,8 @@ AmxStatus probe() {
   AmxStatus s;
   s.cpu_has_amx = cpu_reports_amx();
   if (!s.cpu_has_amx) return s.reason = s.bf16_reason = "the CPU has no AMX-INT8", s;
-  if (!amx_kernels(false) || !avx512_kernels()) return s.reason = s.bf16_reason = "this build has no AMX kernels", s;
+  if (!amx_kernels(false, false) || !avx512_kernels())
+    return s.reason = s.bf16_reason = "this build has no AMX kernels", s;
   if (std::string why = request_tile_permission(); !why.empty()) return s.reason = s.bf16_reason = why, s;
   SelfTestCase q8(DType::Q8_0, 1), q4(DType::Q4_0, 2);  // allocated before the fork: the child allocates nothing
   if (std::string why = in_child("AMX", [&] { return run_self_test(q8, q4); }); !why.empty())

@@ -25,8 +25,8 @@ struct AmxStatus {
 };
 const AmxStatus& amx_status();
 
-// The AVX-512 table with the AMX-INT8 entries, and with AMX-BF16's when bf16 (isa_amx.cpp); nullptr when the
-// compiler could not build them.
-const CpuKernels* amx_kernels(bool bf16);
+// The AVX-512 table (avx512_bf16_kernels() when avx512_bf16) with the AMX-INT8 entries, and with AMX-BF16's when
+// amx_bf16 (isa_amx.cpp); nullptr when the compiler could not build them.
+const CpuKernels* amx_kernels(bool amx_bf16, bool avx512_bf16);
 
 }  // namespace kvik

@@ -135,8 +135,15 @@ struct CpuKernels {
   // F16 / BF16 groups against activations rounded through the weight's type (as f32, round_through_half).
   void (*gemm_f16_x16)(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y,
                        int64_t ys) = nullptr;
-  void (*gemm_bf16_x16)(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y,
-                        int64_t ys) = nullptr;
+  // BF16: G ≥ 1 consecutive groups (group_bytes apart), y[t·ys + 16·j + i] for group j; each group's result is
+  // gemm_bf16_x16_ref's bit for bit (several groups only give the few-token case more independent fma chains).
+  void (*gemm_bf16_x16)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t n, const float* x, int64_t xs,
+                        int64_t R, float* y, int64_t ys) = nullptr;
+  // BF16 on vdpbf16ps (AVX512_BF16): as gemm_bf16_x16, against activation rows as bf16_pair_activations with swap
+  // (packed.h), row t at x + t·xs (xs ≥ n rounded up to even); bit for bit gemm_bf16_x16 wherever no denormal occurs.
+  // Null where the CPU has no AVX512_BF16: packed BF16 matmuls then use gemm_bf16_x16.
+  void (*gemm_bf16_dp_x16)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t n, const uint16_t* x,
+                           int64_t xs, int64_t R, float* y, int64_t ys) = nullptr;
   void (*gemm_q8_0_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) = nullptr;
   void (*gemm_q4_0_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) = nullptr;
   void (*gemm_iq4_nl_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) = nullptr;
@@ -165,9 +172,9 @@ struct CpuKernels {
                    float* y, int64_t ys) = nullptr;
   void (*amx_q6_k)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8KS& x, int64_t R,
                    float* y, int64_t ys) = nullptr;
-  // AMX-BF16: G full groups of a packed BF16 weight against R ≤ kAmxMaxTokens rows of bf16_tile_activations (packed.h;
-  // row t at x + t·nblk·64, nblk = bf16_blocks(n)), y as above: bit for bit gemm_bf16_x16's result (the even and odd
-  // inputs' fp32 sums in input order, then added). Null where the CPU has no usable AMX-BF16.
+  // AMX-BF16: G full groups of a packed BF16 weight against R ≤ kAmxMaxTokens rows of bf16_pair_activations (packed.h,
+  // no swap; row t at x + t·nblk·32, nblk = bf16_blocks(n)), y as above: bit for bit gemm_bf16_x16's result (one fp32
+  // sum per output, inputs in order) wherever no denormal occurs. Null where the CPU has no usable AMX-BF16.
   void (*amx_bf16)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nblk, const uint16_t* x, int64_t R,
                    float* y, int64_t ys) = nullptr;
   void (*to_bf16)(const float* x, uint16_t* y, int64_t n);
@@ -216,9 +223,11 @@ void wsum_multi_by_rows(const float* p, int64_t p_stride, int64_t nq, const KV* 
 const CpuKernels& generic_kernels();
 const CpuKernels* avx2_kernels();    // nullptr when not compiled in
 const CpuKernels* avx512_kernels();  // nullptr when not compiled in
+// The AVX-512 table plus gemm_bf16_dp_x16, for CPUs that also have AVX512_BF16.
+const CpuKernels* avx512_bf16_kernels();
 
-// The best table this CPU supports, chosen on first use: AMX-INT8 where amx_support.h allows it, else AVX-512, AVX2
-// or generic (KVIK_ISA=generic|avx2|avx512|amx caps the level).
+// The best table this CPU supports, chosen on first use: AMX-INT8 where amx_support.h allows it, else AVX-512 with
+// AVX512_BF16, AVX-512, AVX2 or generic (KVIK_ISA=generic|avx2|avx512|avx512_bf16|amx caps the level).
 const CpuKernels& cpu_kernels();
 // Tests only: cpu_kernels() returns *k until called again with nullptr (an emulated AMX table on CPUs without AMX).
 void override_cpu_kernels_for_testing(const CpuKernels* k);

@@ -5,7 +5,7 @@
 
 #ifdef KVIK_NO_AMX
 namespace kvik {
-const CpuKernels* amx_kernels(bool) { return nullptr; }
+const CpuKernels* amx_kernels(bool, bool) { return nullptr; }
 }  // namespace kvik
 #else
 #include "kernels/cpu/amx_gemm.h"
@@ -28,9 +28,9 @@ struct HwTiles {
     thread_local int cur_r = -1, cur_ka = -1;
     if (R == cur_r && ka == cur_ka) return;
     TileConfig c;
-    for (int t : {amx::kA, amx::kA1}) c.rows[t] = static_cast<uint8_t>(R), c.colsb[t] = static_cast<uint16_t>(ka);
+    c.rows[amx::kA] = static_cast<uint8_t>(R), c.colsb[amx::kA] = static_cast<uint16_t>(ka);
     for (int t : {amx::kB0, amx::kB1}) c.rows[t] = static_cast<uint8_t>(ka / 4), c.colsb[t] = 64;
-    for (int t : {amx::kC0, amx::kC1, amx::kC2, amx::kC3}) c.rows[t] = static_cast<uint8_t>(R), c.colsb[t] = 64;
+    for (int t : {amx::kC0, amx::kC1}) c.rows[t] = static_cast<uint8_t>(R), c.colsb[t] = 64;
     _tile_loadconfig(&c);
     cur_r = R, cur_ka = ka;
   }
@@ -43,10 +43,8 @@ struct HwTiles {
       _tile_loadd(1, p, stride);
     else if constexpr (T == amx::kB1)
       _tile_loadd(2, p, stride);
-    else if constexpr (T == amx::kA1)
-      _tile_loadd(5, p, stride);
     else
-      static_assert(T == amx::kA, "tiles A, A1, B0, B1 are loaded");
+      static_assert(T == amx::kA, "tiles A, B0, B1 are loaded");
   }
   template <int T>
   static void zero() {
@@ -54,12 +52,8 @@ struct HwTiles {
       _tile_zero(3);
     else if constexpr (T == amx::kC1)
       _tile_zero(4);
-    else if constexpr (T == amx::kC2)
-      _tile_zero(6);
-    else if constexpr (T == amx::kC3)
-      _tile_zero(7);
     else
-      static_assert(T == amx::kC0, "tiles C0..C3 are zeroed");
+      static_assert(T == amx::kC0, "tiles C0, C1 are zeroed");
   }
   template <int C, int A, int B>
   static void dot() {
@@ -73,14 +67,10 @@ struct HwTiles {
   static void dot_bf16() {
     if constexpr (C == amx::kC0 && A == amx::kA && B == amx::kB0)
       _tile_dpbf16ps(3, 0, 1);
-    else if constexpr (C == amx::kC2 && A == amx::kA1 && B == amx::kB0)
-      _tile_dpbf16ps(6, 5, 1);
     else if constexpr (C == amx::kC1 && A == amx::kA && B == amx::kB1)
       _tile_dpbf16ps(4, 0, 2);
-    else if constexpr (C == amx::kC3 && A == amx::kA1 && B == amx::kB1)
-      _tile_dpbf16ps(7, 5, 2);
     else
-      static_assert(C == amx::kC0, "C0 = A·B0, C2 = A1·B0, C1 = A·B1, C3 = A1·B1");
+      static_assert(C == amx::kC0, "C0 = A·B0, C1 = A·B1");
   }
   template <int T>
   static void store(void* p, int64_t stride) {
@@ -88,21 +78,21 @@ struct HwTiles {
       _tile_stored(3, p, stride);
     else if constexpr (T == amx::kC1)
       _tile_stored(4, p, stride);
-    else if constexpr (T == amx::kC2)
-      _tile_stored(6, p, stride);
-    else if constexpr (T == amx::kC3)
-      _tile_stored(7, p, stride);
     else
-      static_assert(T == amx::kC0, "tiles C0..C3 are stored");
+      static_assert(T == amx::kC0, "tiles C0, C1 are stored");
   }
 };
 
 }  // namespace
 
-const CpuKernels* amx_kernels(bool bf16) {
-  static const CpuKernels int8 = amx::with_amx<HwTiles>(*avx512_kernels(), "amx_int8+avx512_vnni", false);
-  static const CpuKernels both = amx::with_amx<HwTiles>(*avx512_kernels(), "amx_int8+amx_bf16+avx512_vnni", true);
-  return bf16 ? &both : &int8;
+// [amx_bf16][avx512_bf16]: the AMX entries over the AVX-512 table, with or without its vdpbf16ps kernel.
+const CpuKernels* amx_kernels(bool amx_bf16, bool avx512_bf16) {
+  static const CpuKernels t[2][2] = {
+      {amx::with_amx<HwTiles>(*avx512_kernels(), "amx_int8+avx512_vnni", false),
+       amx::with_amx<HwTiles>(*avx512_bf16_kernels(), "amx_int8+avx512_vnni+avx512_bf16", false)},
+      {amx::with_amx<HwTiles>(*avx512_kernels(), "amx_int8+amx_bf16+avx512_vnni", true),
+       amx::with_amx<HwTiles>(*avx512_bf16_kernels(), "amx_int8+amx_bf16+avx512_vnni+avx512_bf16", true)}};
+  return &t[amx_bf16][avx512_bf16];
 }
 
 }  // namespace kvik

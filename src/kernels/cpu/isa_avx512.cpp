@@ -501,8 +501,17 @@ constexpr CpuKernels kAvx512 = {
     .stream_sum = stream_sum,
 };
 
+// The same table plus the vdpbf16ps kernel for packed BF16 weights, for CPUs with AVX512_BF16.
+const CpuKernels kAvx512Bf16 = [] {
+  CpuKernels k = kAvx512;
+  k.isa = "avx512_vnni+avx512_bf16";
+  k.gemm_bf16_dp_x16 = gemm_bf16_dp_x16;
+  return k;
+}();
+
 }  // namespace
 
 const CpuKernels* avx512_kernels() { return &kAvx512; }
+const CpuKernels* avx512_bf16_kernels() { return &kAvx512Bf16; }
 
 }  // namespace kvik

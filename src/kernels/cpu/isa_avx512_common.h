@@ -66,7 +66,11 @@ void by_tokens(int64_t R, const A&... a) {
 // Packed weights (isa_avx512_packed.cpp).
 void gemm_f32_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys);
 void gemm_f16_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys);
-void gemm_bf16_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys);
+void gemm_bf16_x16(const uint8_t* g, int64_t G, size_t gb, int64_t n, const float* x, int64_t xs, int64_t R, float* y,
+                   int64_t ys);
+// AVX512_BF16 only (the table avx512_bf16_kernels(), chosen where the CPU has it).
+void gemm_bf16_dp_x16(const uint8_t* g, int64_t G, size_t gb, int64_t n, const uint16_t* x, int64_t xs, int64_t R,
+                      float* y, int64_t ys);
 void gemm_q8_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
 void gemm_q4_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
 void gemm_iq4_nl_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);

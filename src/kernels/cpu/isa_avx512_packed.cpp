@@ -60,6 +60,8 @@ inline void load_half_pair(const uint16_t* w, int64_t k, __m512& w0, __m512& w1)
   }
 }
 
+// F16 keeps F32's two sums per token (even and odd inputs); BF16 has one, input k + 1 after input k
+// (gemm_bf16_x16_ref), the order AMX-BF16 and the vdpbf16ps kernel below add them in.
 template <int R, bool kF16>
 void gemm_half_x16_r(const uint8_t* g, int64_t n, const float* x, int64_t xs, float* y, int64_t ys) {
   const uint16_t* w = reinterpret_cast<const uint16_t*>(g);
@@ -72,7 +74,8 @@ void gemm_half_x16_r(const uint8_t* g, int64_t n, const float* x, int64_t xs, fl
     load_half_pair<kF16>(w, k, w0, w1);
     for (int t = 0; t < R; ++t) {
       a0[t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t * xs + k]), a0[t]);
-      a1[t] = _mm512_fmadd_ps(w1, _mm512_set1_ps(x[t * xs + k + 1]), a1[t]);
+      __m512& odd = kF16 ? a1[t] : a0[t];
+      odd = _mm512_fmadd_ps(w1, _mm512_set1_ps(x[t * xs + k + 1]), odd);
     }
   }
   if (k < n) {  // an odd last input (BF16: its pair's zero partner is not used)
@@ -83,7 +86,75 @@ void gemm_half_x16_r(const uint8_t* g, int64_t n, const float* x, int64_t xs, fl
       load_half_pair<false>(w, k, w0, w1);
     for (int t = 0; t < R; ++t) a0[t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t * xs + k]), a0[t]);
   }
-  for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, _mm512_add_ps(a0[t], a1[t]));
+  for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, kF16 ? _mm512_add_ps(a0[t], a1[t]) : a0[t]);
+}
+
+// BF16 with FMAs over G groups (gb bytes apart) at once: a lone token's one sum per output is a chain of dependent
+// fmas, so a pass takes several groups' chains side by side (each chain's fmas are those of G = 1, in order).
+template <int R, int G>
+void gemm_bf16_x16_rg(const uint8_t* g, size_t gb, int64_t n, const float* x, int64_t xs, float* y, int64_t ys) {
+  __m512 acc[G][R];
+  for (int j = 0; j < G; ++j)
+    for (int t = 0; t < R; ++t) acc[j][t] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 2 <= n; k += 2) {
+    __m512 w0[G], w1[G];
+    for (int j = 0; j < G; ++j) {
+      prefetch_span(g + j * gb + k * kPackRows * 2, 64);
+      load_half_pair<false>(reinterpret_cast<const uint16_t*>(g + j * gb), k, w0[j], w1[j]);
+    }
+    for (int t = 0; t < R; ++t) {
+      const __m512 x0 = _mm512_set1_ps(x[t * xs + k]), x1 = _mm512_set1_ps(x[t * xs + k + 1]);
+      for (int j = 0; j < G; ++j) acc[j][t] = _mm512_fmadd_ps(w1[j], x1, _mm512_fmadd_ps(w0[j], x0, acc[j][t]));
+    }
+  }
+  if (k < n)  // an odd last input (its pair's zero partner is not used)
+    for (int j = 0; j < G; ++j) {
+      __m512 w0, w1;
+      load_half_pair<false>(reinterpret_cast<const uint16_t*>(g + j * gb), k, w0, w1);
+      for (int t = 0; t < R; ++t) acc[j][t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t * xs + k]), acc[j][t]);
+    }
+  for (int j = 0; j < G; ++j)
+    for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys + 16 * j, acc[j][t]);
+}
+
+// BF16 on vdpbf16ps (AVX512_BF16): per pair p one 64-byte weight load, each word rotated by 16 bits (input 2p's weight
+// in the high half), and per token one instruction against the token's pair word broadcast (bf16_pair_activations
+// with swap: input 2p in the high half too). vdpbf16ps adds the high halves' product to the sum first, then the low
+// halves', each rounded to nearest even: input 2p, then 2p + 1, gemm_bf16_x16_ref's single fp32 sum (32 multiply-adds
+// per instruction where the FMA kernel above does 16). Like AMX-BF16 it reads denormals as zero and flushes denormal
+// sums, which the reference does not.
+inline __m512bh bcast_pair(const uint16_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return reinterpret_cast<__m512bh>(_mm512_set1_epi32(v));
+}
+
+// G groups (gb bytes apart) at once: G·R independent chains, so that a token or two still hide the instruction's
+// latency (each chain's instructions are those of G = 1, in the same order).
+template <int R, int G>
+void gemm_bf16_dp_x16_rg(const uint8_t* g, size_t gb, int64_t n, const uint16_t* x, int64_t xs, float* y, int64_t ys) {
+  __m512 acc[G][R];
+  for (int j = 0; j < G; ++j)
+    for (int t = 0; t < R; ++t) acc[j][t] = _mm512_setzero_ps();
+  const int64_t pairs = (n + 1) / 2;
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512bh w[G];
+    for (int j = 0; j < G; ++j) {
+      prefetch_span(g + j * gb + p * 64, 64);
+      w[j] = reinterpret_cast<__m512bh>(_mm512_rol_epi32(_mm512_loadu_si512(g + j * gb + p * 64), 16));
+    }
+    for (int t = 0; t < R; ++t) {
+      const __m512bh xp = bcast_pair(x + t * xs + 2 * p);
+      for (int j = 0; j < G; ++j) acc[j][t] = _mm512_dpbf16_ps(acc[j][t], w[j], xp);
+    }
+  }
+  for (int j = 0; j < G; ++j)
+    for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys + 16 * j, acc[j][t]);
+}
+template <int R>
+void gemm_bf16_dp_x16_r(const uint8_t* g, int64_t n, const uint16_t* x, int64_t xs, float* y, int64_t ys) {
+  gemm_bf16_dp_x16_rg<R, 1>(g, 0, n, x, xs, y, ys);
 }
 
 template <int R>
@@ -273,6 +344,10 @@ struct BF16x16 {
   static constexpr auto run = gemm_half_x16_r<R, false>;
 };
 template <int R>
+struct BF16DPx16 {
+  static constexpr auto run = gemm_bf16_dp_x16_r<R>;
+};
+template <int R>
 struct Q8_0x16 {
   static constexpr auto run = gemm_q8_0_x16_r<R>;
 };
@@ -306,8 +381,33 @@ void gemm_f32_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64
 void gemm_f16_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
   by_tokens<F16x16>(R, g, n, x, xs, y, ys);
 }
-void gemm_bf16_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
-  by_tokens<BF16x16>(R, g, n, x, xs, y, ys);
+// Few tokens, several groups a pass: 1 or 2 tokens × 4 groups, 3 or 4 tokens × 2 groups (4 to 8 chains); more tokens:
+// one group a pass, R chains.
+void gemm_bf16_x16(const uint8_t* g, int64_t G, size_t gb, int64_t n, const float* x, int64_t xs, int64_t R, float* y,
+                   int64_t ys) {
+  int64_t j = 0;
+  if (R == 1)
+    for (; j + 4 <= G; j += 4) gemm_bf16_x16_rg<1, 4>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
+  else if (R == 2)
+    for (; j + 4 <= G; j += 4) gemm_bf16_x16_rg<2, 4>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
+  else if (R == 3)
+    for (; j + 2 <= G; j += 2) gemm_bf16_x16_rg<3, 2>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
+  else if (R == 4)
+    for (; j + 2 <= G; j += 2) gemm_bf16_x16_rg<4, 2>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
+  for (; j < G; ++j) by_tokens<BF16x16>(R, g + j * gb, n, x, xs, y + 16 * j, ys);
+}
+void gemm_bf16_dp_x16(const uint8_t* g, int64_t G, size_t gb, int64_t n, const uint16_t* x, int64_t xs, int64_t R,
+                      float* y, int64_t ys) {
+  int64_t j = 0;
+  if (R == 1)
+    for (; j + 4 <= G; j += 4) gemm_bf16_dp_x16_rg<1, 4>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
+  else if (R == 2)
+    for (; j + 4 <= G; j += 4) gemm_bf16_dp_x16_rg<2, 4>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
+  else if (R == 3)
+    for (; j + 2 <= G; j += 2) gemm_bf16_dp_x16_rg<3, 2>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
+  else if (R == 4)
+    for (; j + 2 <= G; j += 2) gemm_bf16_dp_x16_rg<4, 2>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
+  for (; j < G; ++j) by_tokens<BF16DPx16>(R, g + j * gb, n, x, xs, y + 16 * j, ys);
 }
 void gemm_q8_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   by_tokens<Q8_0x16>(R, g, nb, x, y, ys);

@@ -38,10 +38,13 @@ struct PreparedInput {
   std::vector<int8_t>* act_s_qs = nullptr;  // ActQ8S (packed Q8_0 / Q4_0)
   std::vector<float>* act_s_d = nullptr;
   std::vector<int32_t>* act_s_sums = nullptr;
-  std::vector<int16_t>* q8k_sums32 = nullptr;     // with q8k, for packed Q4_K / Q5_K
-  std::vector<float>* x_f16 = nullptr;            // x rounded through fp16, as f32 (packed F16)
-  std::vector<float>* x_bf16 = nullptr;           // through bf16 (packed BF16)
-  std::vector<uint16_t>* x_bf16_tiles = nullptr;  // bf16_tile_activations rows, t·bf16_blocks(n)·64 apart (AMX-BF16)
+  std::vector<int16_t>* q8k_sums32 = nullptr;  // with q8k, for packed Q4_K / Q5_K
+  std::vector<float>* x_f16 = nullptr;         // x rounded through fp16, as f32 (packed F16)
+  std::vector<float>* x_bf16 = nullptr;        // through bf16 (packed BF16)
+  // bf16_pair_activations rows (packed BF16), t·bf16_blocks(n)·32 values apart: plain (AMX-BF16 tiles) and with
+  // each pair's halves swapped (gemm_bf16_dp_x16).
+  std::vector<uint16_t>* x_bf16_tiles = nullptr;
+  std::vector<uint16_t>* x_bf16_dp = nullptr;
 };
 
 // Tokens below which a packed matmul stays on the x16 kernels rather than AMX tiles (KVIK_AMX_MIN_TOKENS, 1..16).
@@ -85,6 +88,22 @@ Partner partner_of(const WeightMatrix& w) {
   }
 }
 
+// Packed BF16's pair rows: swapped for the vdpbf16ps kernel where the table has it, plain for AMX-BF16 tiles where
+// the matmul gives them tokens (T ≥ amx_min_tokens()). Rows split across threads.
+void prepare_bf16_pairs(PreparedInput& in, const CpuKernels& k) {
+  const int64_t T = in.T, n = in.n, row = bf16_blocks(n) * kBF16TileK;
+  const auto fill = [&](std::vector<uint16_t>& buf, bool swap) {
+    uint16_t* out = scratch(buf, static_cast<size_t>(T * row));
+    split(T, T * n * 4, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) bf16_pair_activations(in.x + t * n, n, swap, out + t * row, k.to_bf16);
+    });
+    return &buf;
+  };
+  thread_local std::vector<uint16_t> dp_buf, tiles_buf;
+  if (k.gemm_bf16_dp_x16) in.x_bf16_dp = fill(dp_buf, true);
+  if (k.amx_bf16 && T >= amx_min_tokens()) in.x_bf16_tiles = fill(tiles_buf, false);
+}
+
 // Converts x into the partner type's thread-local buffers, rows split across threads for large inputs.
 void prepare(PreparedInput& in, Partner p) {
   const CpuKernels& k = cpu_kernels();
@@ -106,21 +125,14 @@ void prepare(PreparedInput& in, Partner p) {
     }
     case Partner::kF16Wide:
     case Partner::kBF16Wide: {
-      thread_local std::vector<float> f16_buf, bf16_buf;
       const bool f16 = p == Partner::kF16Wide;
+      if (!f16) prepare_bf16_pairs(in, k);
+      if (!f16 && k.gemm_bf16_dp_x16) return;  // no x16 kernel reads the f32 rows
+      thread_local std::vector<float> f16_buf, bf16_buf;
       float* h = scratch(f16 ? f16_buf : bf16_buf, static_cast<size_t>(T * n));
       auto round = f16 ? k.round_f16 : k.round_bf16;  // present wherever packed F16 / BF16 kernels are
       split(T, T * n * 4, [&](int64_t t0, int64_t t1) { round(x + t0 * n, h + t0 * n, (t1 - t0) * n); });
       (f16 ? in.x_f16 : in.x_bf16) = f16 ? &f16_buf : &bf16_buf;
-      if (!f16 && k.amx_bf16 && T >= amx_min_tokens()) {  // else matmul_packed gives no tokens to the tiles
-        thread_local std::vector<uint16_t> tiles_buf;
-        const int64_t row = bf16_blocks(n) * 2 * kBF16TileK;
-        uint16_t* tiles = scratch(tiles_buf, static_cast<size_t>(T * row));
-        split(T, T * n * 4, [&](int64_t t0, int64_t t1) {
-          for (int64_t t = t0; t < t1; ++t) bf16_tile_activations(x + t * n, n, tiles + t * row);
-        });
-        in.x_bf16_tiles = &tiles_buf;
-      }
       return;
     }
     case Partner::kActQ8Sums: {
@@ -217,11 +229,12 @@ ActQ8KS act_q8ks(const PreparedInput& in, int64_t t) {
 using AmxQ8SKernel = decltype(CpuKernels::amx_q8_0);
 using AmxQ8KSKernel = decltype(CpuKernels::amx_q4_k);
 
-// One 16-row group at g (first row r) for tokens [t, t + R), R ≤ kPackMaxTokens, through the x16 kernels.
+// G 16-row groups at g (first row r; G > 1 only for full groups of a BF16 weight) for tokens [t, t + R),
+// R ≤ kPackMaxTokens, through the x16 kernels.
 void packed_group(const CpuKernels& k, const PreparedInput& in, const WeightMatrix& w, const uint8_t* g, int64_t r,
-                  int64_t t, int64_t R, float* y) {
+                  int64_t G, int64_t t, int64_t R, float* y) {
   const int64_t n = in.n;
-  const bool full = r + kPackRows <= w.rows;
+  const bool full = r + G * kPackRows <= w.rows;
   float tmp[kPackMaxTokens * kPackRows];
   float* out = full ? y + t * w.rows + r : tmp;
   const int64_t os = full ? w.rows : kPackRows;
@@ -229,8 +242,11 @@ void packed_group(const CpuKernels& k, const PreparedInput& in, const WeightMatr
     k.gemm_f32_x16(g, n, in.x + (in.t0 + t) * n, n, R, out, os);
   } else if (w.dtype == DType::F16) {
     k.gemm_f16_x16(g, n, in.x_f16->data() + (in.t0 + t) * n, n, R, out, os);
+  } else if (w.dtype == DType::BF16 && in.x_bf16_dp) {
+    const int64_t row = bf16_blocks(n) * kBF16TileK;
+    k.gemm_bf16_dp_x16(g, G, w.packed_group_bytes, n, in.x_bf16_dp->data() + (in.t0 + t) * row, row, R, out, os);
   } else if (w.dtype == DType::BF16) {
-    k.gemm_bf16_x16(g, n, in.x_bf16->data() + (in.t0 + t) * n, n, R, out, os);
+    k.gemm_bf16_x16(g, G, w.packed_group_bytes, n, in.x_bf16->data() + (in.t0 + t) * n, n, R, out, os);
   } else if (w.dtype == DType::Q4_K || w.dtype == DType::Q5_K || w.dtype == DType::Q6_K) {
     const ActQ8KS x = act_q8ks(in, t);
     (w.dtype == DType::Q4_K   ? k.gemm_q4_k_x16
@@ -289,15 +305,19 @@ void matmul_packed(const PreparedInput& in, const WeightMatrix& w, float* y, int
         kq(group(r), G, w.packed_group_bytes, x.nb, x, R, y + t * w.rows + r, w.rows);
       } else {
         const int64_t nblk = bf16_blocks(in.n);
-        const uint16_t* x = in.x_bf16_tiles->data() + (in.t0 + t) * nblk * 2 * kBF16TileK;
+        const uint16_t* x = in.x_bf16_tiles->data() + (in.t0 + t) * nblk * kBF16TileK;
         k.amx_bf16(group(r), G, w.packed_group_bytes, nblk, x, R, y + t * w.rows + r, w.rows);
       }
     }
   }
-  for (int64_t r = r0; r < r1; r += kPackRows) {
+  // The BF16 kernels take up to four full groups a call: more independent chains when the tokens are few.
+  const int64_t max_g = w.dtype == DType::BF16 ? 4 : 1;
+  for (int64_t r = r0; r < r1;) {
+    const int64_t G = r < full_end ? std::min(max_g, (full_end - r) / kPackRows) : 1;
     const int64_t t_first = r < full_end ? Ta : 0;  // the AMX tiles covered the full groups' first Ta tokens
     for (int64_t t = t_first; t < T; t += kPackMaxTokens)
-      packed_group(k, in, w, group(r), r, t, std::min(kPackMaxTokens, T - t), y);
+      packed_group(k, in, w, group(r), r, G, t, std::min(kPackMaxTokens, T - t), y);
+    r += G * kPackRows;
   }
 }
 

@@ -38,15 +38,17 @@ void pack_row_bf16(const uint16_t* src, int64_t n, int i, uint8_t* g) {
   for (int64_t k = 0; k < n; ++k) w[packed_bf16_index(k, i)] = src[k];
 }
 
-// Weight (k, i) of a packed F16 / BF16 group is w[Index(k, i)].
-template <float (*Widen)(uint16_t), int64_t (*Index)(int64_t, int)>
+// Weight (k, i) of a packed F16 / BF16 group is w[Index(k, i)]; Chains fp32 sums per output, input k into sum k %
+// Chains, added at the end (F16: two, the even and odd inputs; BF16: one, all inputs in order, as the bf16-pair
+// instructions add them).
+template <float (*Widen)(uint16_t), int64_t (*Index)(int64_t, int), int Chains>
 void gemm_half_x16_ref(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
   const uint16_t* w = reinterpret_cast<const uint16_t*>(g);
   for (int64_t t = 0; t < R; ++t)
     for (int i = 0; i < kPackRows; ++i) {
       float s[2] = {0.0f, 0.0f};
-      for (int64_t k = 0; k < n; ++k) s[k % 2] = std::fma(Widen(w[Index(k, i)]), x[t * xs + k], s[k % 2]);
-      y[t * ys + i] = s[0] + s[1];
+      for (int64_t k = 0; k < n; ++k) s[k % Chains] = std::fma(Widen(w[Index(k, i)]), x[t * xs + k], s[k % Chains]);
+      y[t * ys + i] = Chains == 2 ? s[0] + s[1] : s[0];
     }
 }
 constexpr int64_t f16_index(int64_t k, int i) { return k * kPackRows + i; }
@@ -256,20 +258,21 @@ void gemm_f32_x16_ref(const uint8_t* g, int64_t n, const float* x, int64_t xs, i
 }
 
 void gemm_f16_x16_ref(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
-  gemm_half_x16_ref<fp16_to_f32, f16_index>(g, n, x, xs, R, y, ys);
+  gemm_half_x16_ref<fp16_to_f32, f16_index, 2>(g, n, x, xs, R, y, ys);
 }
 void gemm_bf16_x16_ref(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
-  gemm_half_x16_ref<bf16_to_f32, packed_bf16_index>(g, n, x, xs, R, y, ys);
+  gemm_half_x16_ref<bf16_to_f32, packed_bf16_index, 1>(g, n, x, xs, R, y, ys);
 }
 
-void bf16_tile_activations(const float* x, int64_t n, uint16_t* out) {
-  for (int64_t b = 0; b < bf16_blocks(n); ++b)
-    for (int64_t e = 0; e < kBF16TileK; ++e) {
-      const int64_t k = b * kBF16TileK + e;
-      const uint16_t v = k < n ? f32_to_bf16(x[k]) : uint16_t{0};
-      out[b * 2 * kBF16TileK + e] = e % 2 == 0 ? v : uint16_t{0};
-      out[b * 2 * kBF16TileK + kBF16TileK + e] = e % 2 == 1 ? v : uint16_t{0};
-    }
+void bf16_pair_activations(const float* x, int64_t n, bool swap, uint16_t* out, ToBF16 to_bf16) {
+  const int64_t padded = bf16_blocks(n) * kBF16TileK;
+  if (to_bf16)
+    to_bf16(x, out, n);
+  else
+    for (int64_t k = 0; k < n; ++k) out[k] = f32_to_bf16(x[k]);
+  std::fill(out + n, out + padded, uint16_t{0});
+  if (swap)
+    for (int64_t k = 0; k < padded; k += 2) std::swap(out[k], out[k + 1]);
 }
 
 void round_through_half(const float* x, float* y, int64_t n, bool f16) {

@@ -15,8 +15,10 @@
 //         16-bit type first, as llama.cpp pairs F16 weights with F16 activations, then FMA'd as F32's).
 //   BF16: as F16, but inputs in pairs: [cols / 2][16 rows][2] (row i's inputs 2p and 2p + 1 side by side in one
 //         32-bit word; an odd last input gets a zero partner), padded with zeros to whole 32-input blocks. One
-//         64-byte load then gives the even inputs' weights (word << 16) and the odd ones' (word & 0xFFFF0000), and
-//         each 1 KiB block is exactly an AMX-BF16 B tile (16 pair rows × 16 outputs × 2).
+//         64-byte load then gives the even inputs' weights (word << 16) and the odd ones' (word & 0xFFFF0000) for
+//         the FMA kernels, or, each word rotated by 16 bits, a vdpbf16ps operand (AVX512_BF16); and each 1 KiB block
+//         is exactly an AMX-BF16 B tile (16 pair rows × 16 outputs × 2). All of them add a row's products in one
+//         fp32 sum in input order (gemm_bf16_x16_ref).
 //   Q8_0: per block qs [8 k-groups][16 rows][4] u8 (q + 128) (Q = 512 bytes) and d [16] fp16;
 //   Q4_0: per block qs [4 v][16 rows][4]: low nibble = element 4v + e, high nibble = element 16 + 4v + e
 //         (Q = 256 bytes) and d [16] fp16;
@@ -115,14 +117,22 @@ bool packable(DType t);
 // exact and the float operations are the same fmas in the same order). y[t·ys + i] for token t < R, row i < 16.
 // F32: two partial sums per (row, token), over even and odd inputs, added at the end.
 void gemm_f32_x16_ref(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys);
-// F16 / BF16: F32's sums over the widened weights; x holds the activations already rounded through the weight's
-// 16-bit type (round_through_half), as f32.
+// F16: F32's two sums over the widened weights; x holds the activations already rounded through fp16
+// (round_through_half), as f32.
+// BF16: one fp32 sum per (row, token) over all inputs in order, acc = fma(x[k], w[k], acc) for k = 0, 1, ..: the order
+// in which AMX-BF16 (tdpbf16ps: a pair's even input, then its odd one) and the vdpbf16ps kernel (weights and inputs
+// with each pair's halves swapped, bf16_pair_activations) add a row's products. The products of bf16 values are
+// exact in fp32, so each fma rounds as the instructions' add does; the instructions also read denormal inputs and
+// write denormal sums as zero, which this reference does not (the only place they can differ). x: activations
+// rounded through bf16, as f32.
 void gemm_f16_x16_ref(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys);
 void gemm_bf16_x16_ref(const uint8_t* group, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys);
-// One activation row as the AMX-BF16 kernel's A tiles take it (bf16_blocks(n) · 64 values): per 32-input block b,
-// the row's bf16 values with the odd inputs zeroed, then with the even ones zeroed (tail inputs ≥ n are zero).
-// Multiplying a weight block by each gives the even and odd inputs' sums apart, the reference's two chains.
-void bf16_tile_activations(const float* x, int64_t n, uint16_t* out);
+// One activation row for the bf16-pair kernels: bf16_blocks(n) · 32 bf16 values, x rounded as f32_to_bf16 (by to_bf16
+// when given: a table's to_bf16, the same bits), zeros after n. As is (swap false) it is a row of AMX-BF16 A tiles:
+// word p holds inputs 2p (low half) and 2p + 1 (high half). With swap, each word's halves are exchanged, input 2p in
+// the high half, which vdpbf16ps adds first (gemm_bf16_dp_x16).
+using ToBF16 = void (*)(const float* x, uint16_t* y, int64_t n);
+void bf16_pair_activations(const float* x, int64_t n, bool swap, uint16_t* out, ToBF16 to_bf16 = nullptr);
 // y[i] = x[i] rounded to fp16 (bf16 when !f16, nearest even as f32_to_fp16 / f32_to_bf16) and widened back.
 void round_through_half(const float* x, float* y, int64_t n, bool f16);
 void gemm_q8_0_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
