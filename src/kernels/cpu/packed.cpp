@@ -367,7 +367,9 @@ void gemm_q5_0_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R,
 
 namespace {
 // Q4_1 / Q5_1 (quants unsigned, no offset): per block the d term by one fma, then the min term m_w·(d_x·Σx) by a
-// second; every kernel (x16 and AMX) applies these two fmas in this order.
+// second; every kernel (x16 and AMX) applies these two fmas in this order. The products inside are exact in float
+// (d_w, m_w and d_x are fp16 values, 11-bit significands; |Σx| ≤ 32·127 < 2^12), so only the two accumulations round
+// and their order is what the kernels must share: the tests catch swapping them, not regrouping m_w·d_x·Σx.
 template <int64_t Q, int32_t (*BlockSum)(const uint8_t*, int, const int8_t*)>
 void gemm_q_min_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   for (int64_t t = 0; t < R; ++t)
