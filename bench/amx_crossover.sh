@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
 tokens=${TOKENS:-1,2,4,6,8,12,16,32,64,256}
-types=${TYPES:-q8_0,q4_0,iq4_nl,q4_K,q5_K,q6_K,bf16}
+types=${TYPES:-q8_0,q4_0,iq4_nl,q5_0,q4_1,q5_1,q4_K,q5_K,q6_K,bf16}
 bin=build/bench/bench_matmul_packed
 [ -x "$bin" ] || cmake --build build --target bench_matmul_packed >/dev/null
 probe=$("$bin" --rows 16 --cols 32 --tokens 1 --types q8_0 --iters 1)  # only for amx_usable and the reasons

@@ -39,7 +39,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 int main(int argc, char** argv) {
   int64_t rows = 2048, cols = 2048;
   int iters = 0, threads = 0;
-  std::string tokens = "1,2,4,8,12,16,32,64,256", types = "q8_0,q4_0,iq4_nl,q4_K,q5_K,q6_K,bf16";
+  std::string tokens = "1,2,4,8,12,16,32,64,256", types = "q8_0,q4_0,iq4_nl,q5_0,q4_1,q5_1,q4_K,q5_K,q6_K,bf16";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
     if (f == "--rows")

@@ -20,7 +20,8 @@ struct Weights {
   WeightMatrix m;
 };
 
-// `unit` makes every product exact: block scales (and K-quant dmin) 1, F32/F16/BF16 weights small integers.
+// `unit` makes every product exact: block scales (and K-quant dmin, Q4_1 / Q5_1 m) 1, F32/F16/BF16 weights small
+// integers.
 inline Weights random_weights(DType t, int64_t rows, int64_t cols, std::mt19937& rng, bool unit = false) {
   std::normal_distribution<float> g(0.0f, 1.0f);
   Weights w;
@@ -48,10 +49,10 @@ inline Weights random_weights(DType t, int64_t rows, int64_t cols, std::mt19937&
         case DType::IQ4_NL: reinterpret_cast<BlockIQ4_NL*>(dst)[b].d = one; break;
         case DType::Q5_0: reinterpret_cast<BlockQ5_0*>(dst)[b].d = one; break;
         case DType::Q4_1:
-          reinterpret_cast<BlockQ4_1*>(dst)[b].d = one, reinterpret_cast<BlockQ4_1*>(dst)[b].m = 0;
+          reinterpret_cast<BlockQ4_1*>(dst)[b].d = one, reinterpret_cast<BlockQ4_1*>(dst)[b].m = one;
           break;
         case DType::Q5_1:
-          reinterpret_cast<BlockQ5_1*>(dst)[b].d = one, reinterpret_cast<BlockQ5_1*>(dst)[b].m = 0;
+          reinterpret_cast<BlockQ5_1*>(dst)[b].d = one, reinterpret_cast<BlockQ5_1*>(dst)[b].m = one;
           break;
         default: break;
       }

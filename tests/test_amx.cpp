@@ -65,6 +65,8 @@ void reference(DType t, const uint8_t* packed, size_t gb, int64_t G, const Acts&
         case DType::Q4_0: gemm_q4_0_x16_ref(grp, a.n / kQK8_0, a.s8(t0), r, out, 16 * G); break;
         case DType::IQ4_NL: gemm_iq4_nl_x16_ref(grp, a.n / kQK8_0, a.s8(t0), r, out, 16 * G); break;
         case DType::Q5_0: gemm_q5_0_x16_ref(grp, a.n / kQK8_0, a.s8(t0), r, out, 16 * G); break;
+        case DType::Q4_1: gemm_q4_1_x16_ref(grp, a.n / kQK8_0, a.s8(t0), r, out, 16 * G); break;
+        case DType::Q5_1: gemm_q5_1_x16_ref(grp, a.n / kQK8_0, a.s8(t0), r, out, 16 * G); break;
         case DType::Q4_K: gemm_q4_k_x16_ref(grp, a.n / kQK_K, a.k(t0), r, out, 16 * G); break;
         case DType::Q5_K: gemm_q5_k_x16_ref(grp, a.n / kQK_K, a.k(t0), r, out, 16 * G); break;
         case DType::BF16: gemm_bf16_x16_ref(grp, a.n, a.xb.data() + t0 * a.n, a.n, r, out, 16 * G); break;
@@ -80,6 +82,8 @@ void run_amx(const CpuKernels& k, DType t, const uint8_t* packed, size_t gb, int
     case DType::Q4_0: return k.amx_q4_0(packed, G, gb, a.n / kQK8_0, a.s8(), R, y, 16 * G);
     case DType::IQ4_NL: return k.amx_iq4_nl(packed, G, gb, a.n / kQK8_0, a.s8(), R, y, 16 * G);
     case DType::Q5_0: return k.amx_q5_0(packed, G, gb, a.n / kQK8_0, a.s8(), R, y, 16 * G);
+    case DType::Q4_1: return k.amx_q4_1(packed, G, gb, a.n / kQK8_0, a.s8(), R, y, 16 * G);
+    case DType::Q5_1: return k.amx_q5_1(packed, G, gb, a.n / kQK8_0, a.s8(), R, y, 16 * G);
     case DType::Q4_K: return k.amx_q4_k(packed, G, gb, a.n / kQK_K, a.k(), R, y, 16 * G);
     case DType::Q5_K: return k.amx_q5_k(packed, G, gb, a.n / kQK_K, a.k(), R, y, 16 * G);
     case DType::BF16: return k.amx_bf16(packed, G, gb, bf16_blocks(a.n), bf16_tiles(a, 0, R).data(), R, y, 16 * G);
@@ -189,8 +193,8 @@ TEST_P(AmxTypes, MatmulOnHardwareTilesIsBatchInvariantForEveryTokenCount) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AmxWeightTypes, AmxTypes,
-                         ::testing::Values(DType::Q8_0, DType::Q4_0, DType::IQ4_NL, DType::Q5_0, DType::Q4_K,
-                                           DType::Q5_K, DType::Q6_K, DType::BF16),
+                         ::testing::Values(DType::Q8_0, DType::Q4_0, DType::IQ4_NL, DType::Q5_0, DType::Q4_1,
+                                           DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::BF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // The start-up decision as a user sees it: the table cpu_kernels() chose and the reason AMX is not used.

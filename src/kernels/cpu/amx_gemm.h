@@ -8,13 +8,14 @@
 // One tile multiply per 32-element block (Q6_K: per 16-element half block, the span of one scale):
 //   A [R tokens][32 bytes]  the activations' s8 quants, read in place (row t of ActQ8S / of Q8_K blocks);
 //   B [8][64 bytes]         the weights' u8 quants of one 16-row group, k-group by k-group: exactly the packed Q8_0
-//                           block (read in place); Q4_0 / IQ4_NL / Q5_0 / K-quant nibbles are unpacked into a 512-byte
-//                           buffer first;
+//                           block (read in place); Q4_0 / IQ4_NL / Q5_0 / Q4_1 / Q5_1 / K-quant nibbles are unpacked
+//                           into a 512-byte buffer first;
 //   C [R][16 int32]         C[t][i] = Σ_k x[t][k]·w[i][k] (tdpbsud: signed A times unsigned B), exact.
 // Each block's integer sums then go through the x16 kernels' epilogue: the offset (−128·Σx, −8·Σx), the K-quant
-// sub-block scales and mins in integers, and per block the same fmas in the same order, so every result equals the
-// AVX-512 kernels' bit for bit and the AMX path changes no token's output (batch invariance holds across the
-// crossover). Two weight groups share one A tile per block (tiles: A, B0, B1, C0, C1).
+// sub-block scales and mins in integers, Q4_1's / Q5_1's min term m_w·(d_x·Σx) as a second fma, and per block the
+// same fmas in the same order, so every result equals the AVX-512 kernels' bit for bit and the AMX path changes no
+// token's output (batch invariance holds across the crossover). Two weight groups share one A tile per block (tiles: A,
+// B0, B1, C0, C1).
 #pragma once
 
 #include <immintrin.h>
@@ -49,7 +50,7 @@ enum Tile : int { kA = 0, kB0 = 1, kB1 = 2, kC0 = 3, kC1 = 4 };
 
 namespace detail {
 
-enum class Quant { kQ8_0, kQ4_0, kIQ4NL, kQ5_0 };
+enum class Quant { kQ8_0, kQ4_0, kIQ4NL, kQ5_0, kQ4_1, kQ5_1 };
 
 inline __m512 load_f16x16(const uint8_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -134,30 +135,36 @@ inline void for_group_pairs(const uint8_t* groups, int64_t G, size_t gb, int64_t
 
 template <class Tiles, Quant kQuant>
 void gemm_q(const uint8_t* groups, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  constexpr int64_t Q = kQuant == Quant::kQ8_0 ? kQ8_0PackedQs : kQuant == Quant::kQ5_0 ? kQ5_0PackedQs : kQ4_0PackedQs;
-  constexpr int32_t kOffset = kQuant == Quant::kQ4_0 ? 8 : kQuant == Quant::kQ5_0 ? 16 : 128;
+  constexpr bool kFifth = kQuant == Quant::kQ5_0 || kQuant == Quant::kQ5_1;
+  constexpr bool kMin = kQuant == Quant::kQ4_1 || kQuant == Quant::kQ5_1;  // x = d·q + m: no offset, a min term
+  constexpr int64_t Q = kQuant == Quant::kQ8_0 ? kQ8_0PackedQs : kFifth ? kQ5_0PackedQs : kQ4_0PackedQs;
+  constexpr int64_t S = kMin ? kMinPairScales : kPairScales;
+  constexpr int32_t kOffset = kMin ? 0 : kQuant == Quant::kQ4_0 ? 8 : kQuant == Quant::kQ5_0 ? 16 : 128;
   Tiles::configure(static_cast<int>(R), kQK8_0);
   alignas(64) int32_t c[2][kAmxMaxTokens][16];
   alignas(64) uint8_t wb[2][512];
   for_group_pairs(groups, G, gb, nb, R, y, ys, [&](const uint8_t* const* grp, int n, int64_t b, Accumulators& acc) {
     const uint8_t* bsrc[2];
     for (int u = 0; u < n; ++u) {
-      const uint8_t* qs = grp[u] + packed_qs_offset(b, Q);
+      const uint8_t* qs = grp[u] + packed_qs_offset(b, Q, S);
       if constexpr (kQuant == Quant::kQ8_0) {
         bsrc[u] = qs;
       } else {
-        unpack_nibbles<kQuant == Quant::kIQ4NL>(qs, kQuant == Quant::kQ5_0 ? qs + kQ4_0PackedQs : nullptr, wb[u]);
+        unpack_nibbles<kQuant == Quant::kIQ4NL>(qs, kFifth ? qs + kQ4_0PackedQs : nullptr, wb[u]);
         bsrc[u] = wb[u];
       }
     }
     Tiles::template load<kA>(x.qs + b * kQK8_0, nb * kQK8_0);
     multiply<Tiles>(n, bsrc, c);
     for (int u = 0; u < n; ++u) {
-      const __m512 dw = load_f16x16(grp[u] + packed_d_offset(b, Q));
+      const __m512 dw = load_f16x16(grp[u] + packed_d_offset(b, Q, S));
+      const __m512 mw = kMin ? load_f16x16(grp[u] + packed_m_offset(b, Q)) : _mm512_setzero_ps();
       for (int64_t t = 0; t < R; ++t) {
+        const float dx = x.d[t * nb + b];
         const __m512i s = _mm512_add_epi32(load512(c[u][t]), _mm512_set1_epi32(-kOffset * x.sums[t * nb + b]));
-        acc[u][t] =
-            _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[t * nb + b])), acc[u][t]);
+        acc[u][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[u][t]);
+        if constexpr (kMin)
+          acc[u][t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(dx * static_cast<float>(x.sums[t * nb + b])), acc[u][t]);
       }
     }
   });
@@ -290,7 +297,7 @@ void gemm_bf16(const uint8_t* groups, int64_t G, size_t gb, int64_t nblk, const 
 
 }  // namespace detail
 
-// The eight table entries over a tile back end.
+// The ten table entries over a tile back end.
 template <class Tiles>
 void gemm_q8_0(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   detail::gemm_q<Tiles, detail::Quant::kQ8_0>(g, G, gb, nb, x, R, y, ys);
@@ -306,6 +313,14 @@ void gemm_iq4_nl(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8
 template <class Tiles>
 void gemm_q5_0(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   detail::gemm_q<Tiles, detail::Quant::kQ5_0>(g, G, gb, nb, x, R, y, ys);
+}
+template <class Tiles>
+void gemm_q4_1(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  detail::gemm_q<Tiles, detail::Quant::kQ4_1>(g, G, gb, nb, x, R, y, ys);
+}
+template <class Tiles>
+void gemm_q5_1(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  detail::gemm_q<Tiles, detail::Quant::kQ5_1>(g, G, gb, nb, x, R, y, ys);
 }
 template <class Tiles>
 void gemm_q4_k(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
@@ -336,6 +351,8 @@ CpuKernels with_amx(const CpuKernels& base, std::string_view isa, bool bf16) {
   k.amx_q4_0 = gemm_q4_0<Tiles>;
   k.amx_iq4_nl = gemm_iq4_nl<Tiles>;
   k.amx_q5_0 = gemm_q5_0<Tiles>;
+  k.amx_q4_1 = gemm_q4_1<Tiles>;
+  k.amx_q5_1 = gemm_q5_1<Tiles>;
   k.amx_q4_k = gemm_q4_k<Tiles>;
   k.amx_q5_k = gemm_q5_k<Tiles>;
   k.amx_q6_k = gemm_q6_k<Tiles>;

@@ -148,6 +148,8 @@ struct CpuKernels {
   void (*gemm_q4_0_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) = nullptr;
   void (*gemm_iq4_nl_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) = nullptr;
   void (*gemm_q5_0_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) = nullptr;
+  void (*gemm_q4_1_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) = nullptr;
+  void (*gemm_q5_1_x16)(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) = nullptr;
   void (*gemm_q4_k_x16)(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) = nullptr;
   void (*gemm_q5_k_x16)(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) = nullptr;
   void (*gemm_q6_k_x16)(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) = nullptr;
@@ -165,6 +167,10 @@ struct CpuKernels {
   void (*amx_iq4_nl)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8S& x, int64_t R,
                      float* y, int64_t ys) = nullptr;
   void (*amx_q5_0)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8S& x, int64_t R,
+                   float* y, int64_t ys) = nullptr;
+  void (*amx_q4_1)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8S& x, int64_t R,
+                   float* y, int64_t ys) = nullptr;
+  void (*amx_q5_1)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8S& x, int64_t R,
                    float* y, int64_t ys) = nullptr;
   void (*amx_q4_k)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8KS& x, int64_t R,
                    float* y, int64_t ys) = nullptr;

@@ -187,21 +187,22 @@ inline void or_fifth_bits(__m512i& lo, __m512i& hi, __m512i fb, int v) {
   hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srli_epi16(fb, v), bit4));
 }
 
-// Q4_0, IQ4_NL (kCodebook: each nibble looked up as kIQ4NLValues + 128 by vpshufb, offset 128 instead of 8) and
-// Q5_0 (kFifth: the fifth bits or-ed in at bit 4 as Q5_K's, offset 16).
-template <int R, bool kCodebook, bool kFifth = false>
+// Q4_0, IQ4_NL (kCodebook: each nibble looked up as kIQ4NLValues + 128 by vpshufb, offset 128 instead of 8),
+// Q5_0 (kFifth: the fifth bits or-ed in at bit 4 as Q5_K's, offset 16) and Q4_1 / Q5_1 (kMin: no offset; after
+// the d term a second fma adds the rows' mins times the token's d_x·Σx).
+template <int R, bool kCodebook, bool kFifth = false, bool kMin = false>
 void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys) {
-  constexpr int64_t Q = kFifth ? kQ5_0PackedQs : kQ4_0PackedQs;
+  constexpr int64_t Q = kFifth ? kQ5_0PackedQs : kQ4_0PackedQs, S = kMin ? kMinPairScales : kPairScales;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i book = _mm512_add_epi8(
       _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues))), _mm512_set1_epi8(-128));
-  constexpr int32_t kOffset = kCodebook ? 128 : kFifth ? 16 : 8;
+  constexpr int32_t kOffset = kMin ? 0 : kCodebook ? 128 : kFifth ? 16 : 8;
   __m512 acc[R];
   for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     __m512i lo[4], hi[4];
-    const uint8_t* qs = g + packed_qs_offset(b, Q);
-    if (b % 2 == 0) prefetch_span(qs, 2 * Q + 64);
+    const uint8_t* qs = g + packed_qs_offset(b, Q, S);
+    if (b % 2 == 0) prefetch_span(qs, 2 * Q + S);
     __m512i fb = _mm512_setzero_si512();
     if constexpr (kFifth) fb = _mm512_load_si512(qs + kQ4_0PackedQs);
     for (int v = 0; v < 4; ++v) {
@@ -210,7 +211,9 @@ void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
       if constexpr (kCodebook) lo[v] = _mm512_shuffle_epi8(book, lo[v]), hi[v] = _mm512_shuffle_epi8(book, hi[v]);
       if constexpr (kFifth) or_fifth_bits(lo[v], hi[v], fb, v);
     }
-    const __m512 dw = _mm512_cvtph_ps(load256(g + packed_d_offset(b, Q)));
+    const __m512 dw = _mm512_cvtph_ps(load256(g + packed_d_offset(b, Q, S)));
+    __m512 mw = _mm512_setzero_ps();
+    if constexpr (kMin) mw = _mm512_cvtph_ps(load256(g + packed_m_offset(b, Q)));
     for (int t = 0; t < R; ++t) {
       const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
       __m512i s = _mm512_set1_epi32(-kOffset * x.sums[t * nb + b]);
@@ -218,7 +221,10 @@ void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
         s = _mm512_dpbusd_epi32(s, lo[v], bcast4(xq + 4 * v));
         s = _mm512_dpbusd_epi32(s, hi[v], bcast4(xq + 16 + 4 * v));
       }
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[t * nb + b])), acc[t]);
+      const float dx = x.d[t * nb + b];
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[t]);
+      if constexpr (kMin)
+        acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(dx * static_cast<float>(x.sums[t * nb + b])), acc[t]);
     }
   }
   for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
@@ -364,6 +370,14 @@ struct Q5_0x16 {
   static constexpr auto run = gemm_q4_0_x16_r<R, false, true>;
 };
 template <int R>
+struct Q4_1x16 {
+  static constexpr auto run = gemm_q4_0_x16_r<R, false, false, true>;
+};
+template <int R>
+struct Q5_1x16 {
+  static constexpr auto run = gemm_q4_0_x16_r<R, false, true, true>;
+};
+template <int R>
 struct Q4_Kx16 {
   static constexpr auto run = gemm_k_scale_min_x16_r<R, false>;
 };
@@ -420,6 +434,12 @@ void gemm_iq4_nl_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, f
 }
 void gemm_q5_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   by_tokens<Q5_0x16>(R, g, nb, x, y, ys);
+}
+void gemm_q4_1_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  by_tokens<Q4_1x16>(R, g, nb, x, y, ys);
+}
+void gemm_q5_1_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  by_tokens<Q5_1x16>(R, g, nb, x, y, ys);
 }
 void gemm_q4_k_x16(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
   by_tokens<Q4_Kx16>(R, g, nb, x, y, ys);

@@ -24,7 +24,7 @@ using cpu_detail::split_balanced;
 // The input of one or more matmuls converted once to what each weight type multiplies with (llama.cpp's pairing):
 // f16 for F16, bf16 for BF16, ActQ8 for Q8_0/Q4_0/Q5_0/IQ4_NL (with Q8_1 block sums for Q4_1/Q5_1), Q8_K for the
 // K-quants; F32 reads x itself. Repacked weights
-// (packed.h): ActQ8S for Q8_0/Q4_0, Q8_K plus its 32-element sums for Q4_K/Q5_K, Q8_K for Q6_K.
+// (packed.h): ActQ8S for Q8_0/Q4_0/IQ4_NL/Q5_0/Q4_1/Q5_1, Q8_K plus its 32-element sums for Q4_K/Q5_K, Q8_K for Q6_K.
 struct PreparedInput {
   const float* x = nullptr;
   int64_t T = 0, n = 0;
@@ -257,6 +257,8 @@ void packed_group(const CpuKernels& k, const PreparedInput& in, const WeightMatr
     (w.dtype == DType::Q8_0   ? k.gemm_q8_0_x16
      : w.dtype == DType::Q4_0 ? k.gemm_q4_0_x16
      : w.dtype == DType::Q5_0 ? k.gemm_q5_0_x16
+     : w.dtype == DType::Q4_1 ? k.gemm_q4_1_x16
+     : w.dtype == DType::Q5_1 ? k.gemm_q5_1_x16
                               : k.gemm_iq4_nl_x16)(g, x.nb, x, R, out, os);
   }
   if (!full)
@@ -271,6 +273,8 @@ AmxQ8SKernel amx_q8s_kernel(const CpuKernels& k, DType t) {
     case DType::Q4_0: return k.amx_q4_0;
     case DType::IQ4_NL: return k.amx_iq4_nl;
     case DType::Q5_0: return k.amx_q5_0;
+    case DType::Q4_1: return k.amx_q4_1;
+    case DType::Q5_1: return k.amx_q5_1;
     default: return nullptr;
   }
 }

@@ -53,8 +53,8 @@ void gemm_half_x16_ref(const uint8_t* g, int64_t n, const float* x, int64_t xs, 
 }
 constexpr int64_t f16_index(int64_t k, int i) { return k * kPackRows + i; }
 
-void set_d(uint8_t* g, int64_t b, int64_t Q, int i, uint16_t d) {
-  std::memcpy(g + packed_d_offset(b, Q) + 2 * i, &d, 2);
+void set_d(uint8_t* g, int64_t b, int64_t Q, int i, uint16_t d, int64_t S = kPairScales) {
+  std::memcpy(g + packed_d_offset(b, Q, S) + 2 * i, &d, 2);
 }
 
 // A row's quants go 4 bytes at a time (lane_byte: bytes 4v..4v+3 of row i sit together in 4-byte column v), so
@@ -85,16 +85,34 @@ void pack_row_q4_0(const BlockQ4_0* src, int64_t nb, int i, uint8_t* g) {
   }
 }
 
-// Q4_0's nibbles, then each element's fifth bit into the fb vector (bit l / 4 of byte l % 4: element l; bit
+// Row i's fifth bits (qh of a Q5_0 / Q5_1 block) into the fb vector at fb (bit l / 4 of byte l % 4: element l; bit
 // 4 + l / 4: element 16 + l).
+void pack_fifth_bits(const uint8_t* qh, int i, uint8_t* fb) {
+  for (int l = 0; l < 16; ++l)
+    fb[lane_byte(l % 4, i)] |=
+        static_cast<uint8_t>(q5_fifth_bit(qh, l) << (l / 4) | q5_fifth_bit(qh, 16 + l) << (4 + l / 4));
+}
+
+// Q4_0's nibbles, then the fifth bits.
 void pack_row_q5_0(const BlockQ5_0* src, int64_t nb, int i, uint8_t* g) {
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* qs = g + packed_qs_offset(b, kQ5_0PackedQs);
     move_words(src[b].qs, 4, i, qs, 0);
-    for (int l = 0; l < 16; ++l)
-      qs[kQ4_0PackedQs + lane_byte(l % 4, i)] |=
-          static_cast<uint8_t>(q5_fifth_bit(src[b].qh, l) << (l / 4) | q5_fifth_bit(src[b].qh, 16 + l) << (4 + l / 4));
+    pack_fifth_bits(src[b].qh, i, qs + kQ4_0PackedQs);
     set_d(g, b, kQ5_0PackedQs, i, src[b].d);
+  }
+}
+
+// Q4_1 / Q5_1: Q4_0's / Q5_0's quant record, d and m after each pair's quants.
+template <typename Block, bool kFifth>
+void pack_row_q_min(const Block* src, int64_t nb, int i, uint8_t* g) {
+  constexpr int64_t Q = kFifth ? kQ5_0PackedQs : kQ4_0PackedQs;
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* qs = g + packed_qs_offset(b, Q, kMinPairScales);
+    move_words(src[b].qs, 4, i, qs, 0);
+    if constexpr (kFifth) pack_fifth_bits(src[b].qh, i, qs + kQ4_0PackedQs);
+    set_d(g, b, Q, i, src[b].d, kMinPairScales);
+    std::memcpy(g + packed_m_offset(b, Q) + 2 * i, &src[b].m, 2);
   }
 }
 
@@ -159,6 +177,8 @@ size_t packed_group_bytes(DType t, int64_t cols) {
     case DType::Q4_0:
     case DType::IQ4_NL: return static_cast<size_t>((cols / kQK4_0 + 1) / 2 * (2 * kQ4_0PackedQs + 64));
     case DType::Q5_0: return static_cast<size_t>((cols / kQK8_0 + 1) / 2 * (2 * kQ5_0PackedQs + 64));
+    case DType::Q4_1: return static_cast<size_t>((cols / kQK8_0 + 1) / 2 * (2 * kQ4_0PackedQs + kMinPairScales));
+    case DType::Q5_1: return static_cast<size_t>((cols / kQK8_0 + 1) / 2 * (2 * kQ5_0PackedQs + kMinPairScales));
     case DType::Q4_K: return static_cast<size_t>(cols / kQK_K * kPackedQ4K.record);
     case DType::Q5_K: return static_cast<size_t>(cols / kQK_K * kPackedQ5K.record);
     case DType::Q6_K: return static_cast<size_t>(cols / kQK_K * kQ6KRecord);
@@ -176,6 +196,8 @@ bool packable(DType t) {
     case DType::Q4_0: return k.gemm_q4_0_x16 != nullptr;
     case DType::IQ4_NL: return k.gemm_iq4_nl_x16 != nullptr;
     case DType::Q5_0: return k.gemm_q5_0_x16 != nullptr;
+    case DType::Q4_1: return k.gemm_q4_1_x16 != nullptr;
+    case DType::Q5_1: return k.gemm_q5_1_x16 != nullptr;
     case DType::Q4_K: return k.gemm_q4_k_x16 != nullptr;
     case DType::Q5_K: return k.gemm_q5_k_x16 != nullptr;
     case DType::Q6_K: return k.gemm_q6_k_x16 != nullptr;
@@ -216,6 +238,8 @@ void pack_into(WeightMatrix& w, uint8_t* dst) {
           case DType::Q4_0:
           case DType::IQ4_NL: pack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(row), nb, i, g); break;  // same layout
           case DType::Q5_0: pack_row_q5_0(reinterpret_cast<const BlockQ5_0*>(row), nb, i, g); break;
+          case DType::Q4_1: pack_row_q_min<BlockQ4_1, false>(reinterpret_cast<const BlockQ4_1*>(row), nb, i, g); break;
+          case DType::Q5_1: pack_row_q_min<BlockQ5_1, true>(reinterpret_cast<const BlockQ5_1*>(row), nb, i, g); break;
           case DType::Q4_K:
             pack_row_k_scale_min<BlockQ4_K, q4_k_quant>(reinterpret_cast<const BlockQ4_K*>(row), nb, i, g, kPackedQ4K);
             break;
@@ -342,6 +366,35 @@ void gemm_iq4_nl_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t 
 }
 void gemm_q5_0_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   gemm_q_x16_ref<kQ5_0PackedQs, 16, block_sum_q5_0>(g, nb, x, R, y, ys);
+}
+
+namespace {
+// Q4_1 / Q5_1 (quants unsigned, no offset): per block the d term by one fma, then the min term m_w·(d_x·Σx) by a
+// second; every kernel (x16 and AMX) applies these two fmas in this order. The products inside are exact in float
+// (d_w, m_w and d_x are fp16 values, 11-bit significands; |Σx| ≤ 32·127 < 2^12), so only the two accumulations round
+// and their order is what the kernels must share: the tests catch swapping them, not regrouping m_w·d_x·Σx.
+template <int64_t Q, int32_t (*BlockSum)(const uint8_t*, int, const int8_t*)>
+void gemm_q_min_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  for (int64_t t = 0; t < R; ++t)
+    for (int i = 0; i < kPackRows; ++i) {
+      float s = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
+        const float dx = x.d[t * nb + b];
+        const int32_t sumi = BlockSum(g + packed_qs_offset(b, Q, kMinPairScales), i, xq);
+        s = std::fma(static_cast<float>(sumi), f16(g + packed_d_offset(b, Q, kMinPairScales), i) * dx, s);
+        s = std::fma(f16(g + packed_m_offset(b, Q), i), dx * static_cast<float>(x.sums[t * nb + b]), s);
+      }
+      y[t * ys + i] = s;
+    }
+}
+}  // namespace
+
+void gemm_q4_1_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  gemm_q_min_x16_ref<kQ4_0PackedQs, block_sum_q4_0>(g, nb, x, R, y, ys);
+}
+void gemm_q5_1_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  gemm_q_min_x16_ref<kQ5_0PackedQs, block_sum_q5_0>(g, nb, x, R, y, ys);
 }
 
 namespace {

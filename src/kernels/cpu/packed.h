@@ -29,6 +29,9 @@
 //         and take 16·Σx off.
 //         all four with blocks in pairs: [qs of block 2p][qs of 2p + 1][d of 2p][d of 2p + 1] (a multiple of 64 bytes;
 //         an odd last block gets a zero partner), so quants and scales arrive in one sequential stream.
+//   Q4_1 / Q5_1 (x = d·q + m, q unsigned: no offset): Q4_0's / Q5_0's quant record, and per pair the mins after
+//         the scales: [qs of 2p][qs of 2p + 1][d of 2p][d of 2p + 1][m of 2p][m of 2p + 1] (m [16] fp16; 128 scale
+//         bytes per pair instead of 64). The min term of a block is m_w·s_x with s_x = d_x·Σx rounded to float.
 //   Q4_K: per 256-element super-block (2368 bytes, a multiple of 64):
 //         qs [8 sub-blocks j][4 v][16 rows][4]: low nibble = element 32j + 4v + e, high = 32j + 16 + 4v + e;
 //         d [16] fp16, dmin [16] fp16, sc [8 j][16 rows] u8, m [4 pairs p][16 rows][2] u8 (m_2p, m_2p+1).
@@ -75,9 +78,16 @@ inline constexpr int64_t kBF16TileK = 32, kBF16PackedBlock = kBF16TileK * kPackR
 inline constexpr int64_t bf16_blocks(int64_t cols) { return (cols + kBF16TileK - 1) / kBF16TileK; }
 inline constexpr int64_t packed_bf16_index(int64_t k, int i) { return (k / 2) * 2 * kPackRows + 2 * i + k % 2; }
 
-// Offsets of block b's quants and scales in a Q8_0 / Q4_0 group with Q quant bytes per block.
-inline constexpr int64_t packed_qs_offset(int64_t b, int64_t Q) { return (b / 2) * (2 * Q + 64) + (b % 2) * Q; }
-inline constexpr int64_t packed_d_offset(int64_t b, int64_t Q) { return (b / 2) * (2 * Q + 64) + 2 * Q + (b % 2) * 32; }
+// Offsets of block b's quants, scales and (Q4_1 / Q5_1) mins in a Q8_0 / Q4_0 group with Q quant bytes per block
+// and S scale bytes per pair of blocks (64: d only; kMinPairScales: d and m).
+inline constexpr int64_t kPairScales = 64, kMinPairScales = 128;
+inline constexpr int64_t packed_qs_offset(int64_t b, int64_t Q, int64_t S = kPairScales) {
+  return (b / 2) * (2 * Q + S) + (b % 2) * Q;
+}
+inline constexpr int64_t packed_d_offset(int64_t b, int64_t Q, int64_t S = kPairScales) {
+  return (b / 2) * (2 * Q + S) + 2 * Q + (b % 2) * 32;
+}
+inline constexpr int64_t packed_m_offset(int64_t b, int64_t Q) { return packed_d_offset(b, Q, kMinPairScales) + 64; }
 inline constexpr int64_t kQ8_0PackedQs = 512, kQ4_0PackedQs = 256, kQ5_0PackedQs = 320;
 
 // Byte offsets inside a packed K-quant super-block record.
@@ -139,6 +149,9 @@ void gemm_q8_0_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_
 void gemm_q4_0_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
 void gemm_iq4_nl_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
 void gemm_q5_0_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
+// Q4_1 / Q5_1: per block s = fma(float(Σq_w·q_x), d_w·d_x, s), then s = fma(m_w, d_x·float(Σx), s).
+void gemm_q4_1_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
+void gemm_q5_1_x16_ref(const uint8_t* group, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys);
 void gemm_q4_k_x16_ref(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys);
 void gemm_q5_k_x16_ref(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys);
 void gemm_q6_k_x16_ref(const uint8_t* group, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys);
