@@ -297,66 +297,23 @@ void gemm_bf16(const uint8_t* groups, int64_t G, size_t gb, int64_t nblk, const 
 
 }  // namespace detail
 
-// The ten table entries over a tile back end.
-template <class Tiles>
-void gemm_q8_0(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  detail::gemm_q<Tiles, detail::Quant::kQ8_0>(g, G, gb, nb, x, R, y, ys);
-}
-template <class Tiles>
-void gemm_q4_0(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  detail::gemm_q<Tiles, detail::Quant::kQ4_0>(g, G, gb, nb, x, R, y, ys);
-}
-template <class Tiles>
-void gemm_iq4_nl(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  detail::gemm_q<Tiles, detail::Quant::kIQ4NL>(g, G, gb, nb, x, R, y, ys);
-}
-template <class Tiles>
-void gemm_q5_0(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  detail::gemm_q<Tiles, detail::Quant::kQ5_0>(g, G, gb, nb, x, R, y, ys);
-}
-template <class Tiles>
-void gemm_q4_1(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  detail::gemm_q<Tiles, detail::Quant::kQ4_1>(g, G, gb, nb, x, R, y, ys);
-}
-template <class Tiles>
-void gemm_q5_1(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  detail::gemm_q<Tiles, detail::Quant::kQ5_1>(g, G, gb, nb, x, R, y, ys);
-}
-template <class Tiles>
-void gemm_q4_k(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
-  detail::gemm_k_scale_min<Tiles, false>(g, G, gb, nb, x, R, y, ys);
-}
-template <class Tiles>
-void gemm_q5_k(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
-  detail::gemm_k_scale_min<Tiles, true>(g, G, gb, nb, x, R, y, ys);
-}
-template <class Tiles>
-void gemm_q6_k(const uint8_t* g, int64_t G, size_t gb, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
-  detail::gemm_q6_k<Tiles>(g, G, gb, nb, x, R, y, ys);
-}
-
-template <class Tiles>
-void gemm_bf16(const uint8_t* g, int64_t G, size_t gb, int64_t nblk, const uint16_t* x, int64_t R, float* y,
-               int64_t ys) {
-  detail::gemm_bf16<Tiles>(g, G, gb, nblk, x, R, y, ys);
-}
-
 // A kernel table with the AMX entries over Tiles (AMX-BF16's only when bf16), the rest from `base` (the AVX-512
 // table).
 template <class Tiles>
 CpuKernels with_amx(const CpuKernels& base, std::string_view isa, bool bf16) {
   CpuKernels k = base;
   k.isa = isa;
-  k.amx_q8_0 = gemm_q8_0<Tiles>;
-  k.amx_q4_0 = gemm_q4_0<Tiles>;
-  k.amx_iq4_nl = gemm_iq4_nl<Tiles>;
-  k.amx_q5_0 = gemm_q5_0<Tiles>;
-  k.amx_q4_1 = gemm_q4_1<Tiles>;
-  k.amx_q5_1 = gemm_q5_1<Tiles>;
-  k.amx_q4_k = gemm_q4_k<Tiles>;
-  k.amx_q5_k = gemm_q5_k<Tiles>;
-  k.amx_q6_k = gemm_q6_k<Tiles>;
-  if (bf16) k.amx_bf16 = gemm_bf16<Tiles>;
+  using detail::Quant;
+  k.amx_q8_0 = detail::gemm_q<Tiles, Quant::kQ8_0>;
+  k.amx_q4_0 = detail::gemm_q<Tiles, Quant::kQ4_0>;
+  k.amx_iq4_nl = detail::gemm_q<Tiles, Quant::kIQ4NL>;
+  k.amx_q5_0 = detail::gemm_q<Tiles, Quant::kQ5_0>;
+  k.amx_q4_1 = detail::gemm_q<Tiles, Quant::kQ4_1>;
+  k.amx_q5_1 = detail::gemm_q<Tiles, Quant::kQ5_1>;
+  k.amx_q4_k = detail::gemm_k_scale_min<Tiles, false>;
+  k.amx_q5_k = detail::gemm_k_scale_min<Tiles, true>;
+  k.amx_q6_k = detail::gemm_q6_k<Tiles>;
+  if (bf16) k.amx_bf16 = detail::gemm_bf16<Tiles>;
   return k;
 }
 
