@@ -339,16 +339,24 @@ int32_t block_sum_q5_0(const uint8_t* qs, int i, const int8_t* xq) {
 }
 
 // Q8_0 / Q4_0 / IQ4_NL / Q5_0: per block the stored-quant sum less Offset·Σx, times d_w·d_x into the row's sum by
-// one fma.
-template <int64_t Q, int32_t Offset, int32_t (*BlockSum)(const uint8_t*, int, const int8_t*)>
+// one fma. Q4_1 / Q5_1 (kMin: quants unsigned, Offset 0, the scale pairs followed by the min pairs): then the min
+// term m_w·(d_x·Σx) by a second fma; every kernel (x16 and AMX) applies these two fmas in this order. The products
+// inside are exact in float (d_w, m_w and d_x are fp16 values, 11-bit significands; |Σx| ≤ 32·127 < 2^12), so only
+// the two accumulations round and their order is what the kernels must share: the tests catch swapping them, not
+// regrouping m_w·d_x·Σx.
+template <int64_t Q, int32_t Offset, int32_t (*BlockSum)(const uint8_t*, int, const int8_t*), bool kMin = false>
 void gemm_q_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
+  constexpr int64_t S = kMin ? kMinPairScales : kPairScales;
   for (int64_t t = 0; t < R; ++t)
     for (int i = 0; i < kPackRows; ++i) {
       float s = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
         const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
-        const int32_t sumi = BlockSum(g + packed_qs_offset(b, Q), i, xq) - Offset * x.sums[t * nb + b];
-        s = std::fma(static_cast<float>(sumi), f16(g + packed_d_offset(b, Q), i) * x.d[t * nb + b], s);
+        const float dx = x.d[t * nb + b];
+        const int32_t sumi = BlockSum(g + packed_qs_offset(b, Q, S), i, xq) - Offset * x.sums[t * nb + b];
+        s = std::fma(static_cast<float>(sumi), f16(g + packed_d_offset(b, Q, S), i) * dx, s);
+        if constexpr (kMin)
+          s = std::fma(f16(g + packed_m_offset(b, Q), i), dx * static_cast<float>(x.sums[t * nb + b]), s);
       }
       y[t * ys + i] = s;
     }
@@ -367,34 +375,11 @@ void gemm_iq4_nl_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t 
 void gemm_q5_0_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   gemm_q_x16_ref<kQ5_0PackedQs, 16, block_sum_q5_0>(g, nb, x, R, y, ys);
 }
-
-namespace {
-// Q4_1 / Q5_1 (quants unsigned, no offset): per block the d term by one fma, then the min term m_w·(d_x·Σx) by a
-// second; every kernel (x16 and AMX) applies these two fmas in this order. The products inside are exact in float
-// (d_w, m_w and d_x are fp16 values, 11-bit significands; |Σx| ≤ 32·127 < 2^12), so only the two accumulations round
-// and their order is what the kernels must share: the tests catch swapping them, not regrouping m_w·d_x·Σx.
-template <int64_t Q, int32_t (*BlockSum)(const uint8_t*, int, const int8_t*)>
-void gemm_q_min_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  for (int64_t t = 0; t < R; ++t)
-    for (int i = 0; i < kPackRows; ++i) {
-      float s = 0.0f;
-      for (int64_t b = 0; b < nb; ++b) {
-        const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
-        const float dx = x.d[t * nb + b];
-        const int32_t sumi = BlockSum(g + packed_qs_offset(b, Q, kMinPairScales), i, xq);
-        s = std::fma(static_cast<float>(sumi), f16(g + packed_d_offset(b, Q, kMinPairScales), i) * dx, s);
-        s = std::fma(f16(g + packed_m_offset(b, Q), i), dx * static_cast<float>(x.sums[t * nb + b]), s);
-      }
-      y[t * ys + i] = s;
-    }
-}
-}  // namespace
-
 void gemm_q4_1_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  gemm_q_min_x16_ref<kQ4_0PackedQs, block_sum_q4_0>(g, nb, x, R, y, ys);
+  gemm_q_x16_ref<kQ4_0PackedQs, 0, block_sum_q4_0, true>(g, nb, x, R, y, ys);
 }
 void gemm_q5_1_x16_ref(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  gemm_q_min_x16_ref<kQ5_0PackedQs, block_sum_q5_0>(g, nb, x, R, y, ys);
+  gemm_q_x16_ref<kQ5_0PackedQs, 0, block_sum_q5_0, true>(g, nb, x, R, y, ys);
 }
 
 namespace {
