@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cpu/isa_avx512_common.h"
 
@@ -395,33 +396,43 @@ void gemm_f32_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64
 void gemm_f16_x16(const uint8_t* g, int64_t n, const float* x, int64_t xs, int64_t R, float* y, int64_t ys) {
   by_tokens<F16x16>(R, g, n, x, xs, y, ys);
 }
-// Few tokens, several groups a pass: 1 or 2 tokens × 4 groups, 3 or 4 tokens × 2 groups (4 to 8 chains); more tokens:
-// one group a pass, R chains.
+// Few tokens, several groups a pass: 1 or 2 tokens × 4 groups, 3 or 4 tokens × 2 groups (4 to 8 chains), each pass
+// pass(R, groups, j) over groups j.. with R and groups as std::integral_constant; the groups left over, and every
+// group for more tokens, one at a time: one(j), R chains.
+template <class Pass, class One>
+void in_group_passes(int64_t R, int64_t G, Pass&& pass, One&& one) {
+  using std::integral_constant;
+  int64_t j = 0;
+  auto passes = [&](auto r, auto groups) {
+    for (; j + groups <= G; j += groups) pass(r, groups, j);
+  };
+  if (R == 1)
+    passes(integral_constant<int, 1>{}, integral_constant<int, 4>{});
+  else if (R == 2)
+    passes(integral_constant<int, 2>{}, integral_constant<int, 4>{});
+  else if (R == 3)
+    passes(integral_constant<int, 3>{}, integral_constant<int, 2>{});
+  else if (R == 4)
+    passes(integral_constant<int, 4>{}, integral_constant<int, 2>{});
+  for (; j < G; ++j) one(j);
+}
 void gemm_bf16_x16(const uint8_t* g, int64_t G, size_t gb, int64_t n, const float* x, int64_t xs, int64_t R, float* y,
                    int64_t ys) {
-  int64_t j = 0;
-  if (R == 1)
-    for (; j + 4 <= G; j += 4) gemm_bf16_x16_rg<1, 4>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
-  else if (R == 2)
-    for (; j + 4 <= G; j += 4) gemm_bf16_x16_rg<2, 4>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
-  else if (R == 3)
-    for (; j + 2 <= G; j += 2) gemm_bf16_x16_rg<3, 2>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
-  else if (R == 4)
-    for (; j + 2 <= G; j += 2) gemm_bf16_x16_rg<4, 2>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
-  for (; j < G; ++j) by_tokens<BF16x16>(R, g + j * gb, n, x, xs, y + 16 * j, ys);
+  in_group_passes(
+      R, G,
+      [&](auto r, auto groups, int64_t j) {
+        gemm_bf16_x16_rg<decltype(r)::value, decltype(groups)::value>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
+      },
+      [&](int64_t j) { by_tokens<BF16x16>(R, g + j * gb, n, x, xs, y + 16 * j, ys); });
 }
 void gemm_bf16_dp_x16(const uint8_t* g, int64_t G, size_t gb, int64_t n, const uint16_t* x, int64_t xs, int64_t R,
                       float* y, int64_t ys) {
-  int64_t j = 0;
-  if (R == 1)
-    for (; j + 4 <= G; j += 4) gemm_bf16_dp_x16_rg<1, 4>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
-  else if (R == 2)
-    for (; j + 4 <= G; j += 4) gemm_bf16_dp_x16_rg<2, 4>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
-  else if (R == 3)
-    for (; j + 2 <= G; j += 2) gemm_bf16_dp_x16_rg<3, 2>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
-  else if (R == 4)
-    for (; j + 2 <= G; j += 2) gemm_bf16_dp_x16_rg<4, 2>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
-  for (; j < G; ++j) by_tokens<BF16DPx16>(R, g + j * gb, n, x, xs, y + 16 * j, ys);
+  in_group_passes(
+      R, G,
+      [&](auto r, auto groups, int64_t j) {
+        gemm_bf16_dp_x16_rg<decltype(r)::value, decltype(groups)::value>(g + j * gb, gb, n, x, xs, y + 16 * j, ys);
+      },
+      [&](int64_t j) { by_tokens<BF16DPx16>(R, g + j * gb, n, x, xs, y + 16 * j, ys); });
 }
 void gemm_q8_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   by_tokens<Q8_0x16>(R, g, nb, x, y, ys);
