@@ -37,6 +37,33 @@ std::vector<const CpuKernels*> runnable_tables() {
 // The γ bound of test_kernels.cpp: sums that differ only in order are within (n + 64)·2⁻²⁴·Σ|terms|.
 double gamma(int64_t n) { return static_cast<double>(n + 64) * std::ldexp(1.0, -24); }
 
+// Cache rows x (`row` values each) stored as Q8_0 blocks and as FP8 bytes, each with its dequantized values; key j of
+// offsets(n, d) is head j % 4 of row (7·j) % rows, keys scattered over the rows as a block table scatters them.
+struct QuantRows {
+  QuantRows(const std::vector<float>& x, int64_t row_values)
+      : row(row_values),
+        rows(static_cast<int64_t>(x.size()) / row_values),
+        q8(x.size() / 32),
+        f8(x.size()),
+        deq_q8(x.size()),
+        deq_f8(x.size()) {
+    quantize_row(DType::Q8_0, x.data(), q8.data(), static_cast<int64_t>(x.size()));
+    dequantize_row(DType::Q8_0, q8.data(), deq_q8.data(), static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) f8[i] = f32_to_fp8_e4m3(x[i]), deq_f8[i] = fp8_e4m3_to_f32(f8[i]);
+  }
+  const std::vector<float>& deq(bool fp8) const { return fp8 ? deq_f8 : deq_q8; }
+  std::vector<int64_t> offsets(int64_t n, int64_t d) const {
+    std::vector<int64_t> off(n);
+    for (int64_t j = 0; j < n; ++j) off[j] = ((j * 7) % rows) * row + (j % 4) * d;
+    return off;
+  }
+
+  int64_t row, rows;
+  std::vector<BlockQ8_0> q8;
+  std::vector<uint8_t> f8;
+  std::vector<float> deq_q8, deq_f8;
+};
+
 }  // namespace
 
 TEST(KvQuant, Fp8E4M3Conversions) {
@@ -82,32 +109,24 @@ TEST(KvQuant, AttentionKernelsMatchReference) {
         for (auto& v : x) v = nd(rng) * 3;
         for (auto& v : q) v = nd(rng);
         for (auto& v : p) v = std::fabs(nd(rng));
-        std::vector<BlockQ8_0> q8(rows * row / 32);
-        std::vector<uint8_t> f8(rows * row);
-        quantize_row(DType::Q8_0, x.data(), q8.data(), rows * row);
-        for (size_t i = 0; i < x.size(); ++i) f8[i] = f32_to_fp8_e4m3(x[i]);
-        std::vector<int64_t> off(keys);
-        for (int64_t j = 0; j < keys; ++j) off[j] = ((j * 7) % rows) * row + (j % 4) * d;  // head j % 4
+        const QuantRows cache(x, row);
+        const std::vector<int64_t> off = cache.offsets(keys, d);
         std::vector<float> s0(keys), s1(keys), o0(d), o1(d);
         const CpuKernels& ref = generic_kernels();
         for (int fp8 = 0; fp8 < 2; ++fp8) {
-          std::vector<float> deq(x.size());
+          const std::vector<float>& deq = cache.deq(fp8);
           if (fp8)
-            for (size_t i = 0; i < x.size(); ++i) deq[i] = fp8_e4m3_to_f32(f8[i]);
+            ref.scores_fp8(q.data(), cache.f8.data(), off.data(), keys, d, 0.5f, s0.data()),
+                k->scores_fp8(q.data(), cache.f8.data(), off.data(), keys, d, 0.5f, s1.data());
           else
-            dequantize_row(DType::Q8_0, q8.data(), deq.data(), rows * row);
+            ref.scores_q8_0(q.data(), cache.q8.data(), off.data(), keys, d, 0.5f, s0.data()),
+                k->scores_q8_0(q.data(), cache.q8.data(), off.data(), keys, d, 0.5f, s1.data());
           if (fp8)
-            ref.scores_fp8(q.data(), f8.data(), off.data(), keys, d, 0.5f, s0.data()),
-                k->scores_fp8(q.data(), f8.data(), off.data(), keys, d, 0.5f, s1.data());
+            ref.wsum_fp8(p.data(), cache.f8.data(), off.data(), keys, d, o0.data()),
+                k->wsum_fp8(p.data(), cache.f8.data(), off.data(), keys, d, o1.data());
           else
-            ref.scores_q8_0(q.data(), q8.data(), off.data(), keys, d, 0.5f, s0.data()),
-                k->scores_q8_0(q.data(), q8.data(), off.data(), keys, d, 0.5f, s1.data());
-          if (fp8)
-            ref.wsum_fp8(p.data(), f8.data(), off.data(), keys, d, o0.data()),
-                k->wsum_fp8(p.data(), f8.data(), off.data(), keys, d, o1.data());
-          else
-            ref.wsum_q8_0(p.data(), q8.data(), off.data(), keys, d, o0.data()),
-                k->wsum_q8_0(p.data(), q8.data(), off.data(), keys, d, o1.data());
+            ref.wsum_q8_0(p.data(), cache.q8.data(), off.data(), keys, d, o0.data()),
+                k->wsum_q8_0(p.data(), cache.q8.data(), off.data(), keys, d, o1.data());
           for (int64_t j = 0; j < keys; ++j) {
             double mag = 0, exact = 0;
             for (int64_t i = 0; i < d; ++i)
@@ -160,30 +179,22 @@ TEST(KvQuant, MultiQueryKernelsMatchReferenceAndDoNotDependOnTheTile) {
         for (auto& v : x) v = nd(rng) * 3;
         for (auto& v : q) v = nd(rng);
         for (auto& v : p) v = std::fabs(nd(rng)) / static_cast<float>(keys);
-        std::vector<BlockQ8_0> q8(rows * row / 32);
-        std::vector<uint8_t> f8(rows * row);
-        quantize_row(DType::Q8_0, x.data(), q8.data(), rows * row);
-        for (size_t i = 0; i < x.size(); ++i) f8[i] = f32_to_fp8_e4m3(x[i]);
-        std::vector<int64_t> off(keys + 3);
-        for (int64_t j = 0; j < keys + 3; ++j) off[j] = ((j * 7) % rows) * row + (j % 4) * d;  // head j % 4
+        const QuantRows cache(x, row);
+        const std::vector<int64_t> off = cache.offsets(keys + 3, d);
         for (int fp8 = 0; fp8 < 2; ++fp8) {
-          std::vector<float> deq(x.size());
-          if (fp8)
-            for (size_t i = 0; i < x.size(); ++i) deq[i] = fp8_e4m3_to_f32(f8[i]);
-          else
-            dequantize_row(DType::Q8_0, q8.data(), deq.data(), rows * row);
+          const std::vector<float>& deq = cache.deq(fp8);
           auto scores = [&](const CpuKernels& t, const float* qq, int64_t n_q, const int64_t* o, int64_t n,
                             float* out) {
             if (fp8)
-              t.scores_multi_fp8(qq, d, n_q, f8.data(), o, n, d, 0.5f, out, n);
+              t.scores_multi_fp8(qq, d, n_q, cache.f8.data(), o, n, d, 0.5f, out, n);
             else
-              t.scores_multi_q8_0(qq, d, n_q, q8.data(), o, n, d, 0.5f, out, n);
+              t.scores_multi_q8_0(qq, d, n_q, cache.q8.data(), o, n, d, 0.5f, out, n);
           };
           auto sums = [&](const CpuKernels& t, const float* pp, int64_t n_q, float* out) {
             if (fp8)
-              t.wsum_multi_fp8(pp, keys, n_q, f8.data(), off.data() + 3, keys, d, out, d);
+              t.wsum_multi_fp8(pp, keys, n_q, cache.f8.data(), off.data() + 3, keys, d, out, d);
             else
-              t.wsum_multi_q8_0(pp, keys, n_q, q8.data(), off.data() + 3, keys, d, out, d);
+              t.wsum_multi_q8_0(pp, keys, n_q, cache.q8.data(), off.data() + 3, keys, d, out, d);
           };
           std::vector<float> s0(nq * keys), s1(nq * keys), alone(keys), shifted(keys + 3), o0(nq * d), o1(nq * d),
               one(d);
