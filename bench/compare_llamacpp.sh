@@ -60,17 +60,15 @@ MAXLEN=$(( (P + G > BP + BG ? P + G : BP + BG) + 64 ))
 # The KV cache type of every run: kvik --kv-cache-dtype; llama.cpp through tools/llamacpp_bench.mjs (K and V of that
 # type, flash attention on) unless it is f16, the peer script's default; ik_llama.cpp -ctk / -ctv.
 KV_ARGS=(--kv-cache-dtype "$KV_TYPE")
+# The peer script and its trailing arguments: the shared one for f16, tools/llamacpp_bench.mjs with the KV type else.
+PEER_SCRIPT=llamacpp-ref.mjs PEER_KV=()
+[[ "$KV_TYPE" == f16 ]] || PEER_SCRIPT=llamacpp_bench.mjs PEER_KV=("$KV_TYPE")
 llama_bench() {  # PROMPT_TOKENS GEN_TOKENS
-  if [[ "$KV_TYPE" == f16 ]]; then (cd "$PEER" && node llamacpp-ref.mjs bench "$MODEL" "$1" "$2" "$THREADS" 2>/dev/null | tail -n 1)
-  else (cd "$PEER" && node llamacpp_bench.mjs bench "$MODEL" "$1" "$2" "$THREADS" "$KV_TYPE" 2>/dev/null | tail -n 1); fi
+  (cd "$PEER" && node "$PEER_SCRIPT" bench "$MODEL" "$1" "$2" "$THREADS" "${PEER_KV[@]}" 2>/dev/null | tail -n 1)
 }
 llama_bench_batch() {  # SEQUENCES
-  if [[ "$KV_TYPE" == f16 ]]; then
-    (cd "$PEER" && node llamacpp-ref.mjs bench-batch "$MODEL" "$1" "$BP" "$BG" "$THREADS" 2>/dev/null | tail -n 1)
-  else
-    (cd "$PEER" && node llamacpp_bench.mjs bench-batch "$MODEL" "$1" "$BP" "$BG" "$THREADS" "$KV_TYPE" 2>/dev/null |
-      tail -n 1)
-  fi
+  (cd "$PEER" && node "$PEER_SCRIPT" bench-batch "$MODEL" "$1" "$BP" "$BG" "$THREADS" "${PEER_KV[@]}" 2>/dev/null |
+    tail -n 1)
 }
 kvik_single() {
   "$KVIK" bench -m "$MODEL" "${KV_ARGS[@]}" --no-bandwidth --threads "$THREADS" --max-model-len "$MAXLEN" --num-prompts 1 --input-len "$P" \
