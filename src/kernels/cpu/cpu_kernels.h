@@ -45,6 +45,12 @@ inline int64_t act_q8_offset(int64_t nb, int64_t b, int j) {
 enum class StreamLoad { kPlain, kNonTemporal, kPrefetch };
 inline constexpr int64_t kStreamPrefetchBytes = 1024;
 
+// The AMX-INT8 entries' signatures (below): weights with Q8_0-style and with Q8_K activations.
+using AmxGemmQ8S = void(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8S& x, int64_t R,
+                        float* y, int64_t ys);
+using AmxGemmQ8KS = void(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8KS& x, int64_t R,
+                         float* y, int64_t ys);
+
 struct CpuKernels {
   std::string_view isa;  // "generic", "avx2", "avx512", "avx512_vnni"
   // Dot products of one weight row with one activation row (activation already in the weight's partner type).
@@ -160,24 +166,15 @@ struct CpuKernels {
   // against R ≤ kAmxMaxTokens activation rows, y[t·ys + 16·j + i] = dot(row i of group j, activation row t): bit for
   // bit what the x16 kernels give (the integer sums are exact; the float epilogue is their fmas in their order), so a
   // token's result does not depend on whether its batch ran on tiles. Null where the CPU has no usable AMX.
-  void (*amx_q8_0)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8S& x, int64_t R,
-                   float* y, int64_t ys) = nullptr;
-  void (*amx_q4_0)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8S& x, int64_t R,
-                   float* y, int64_t ys) = nullptr;
-  void (*amx_iq4_nl)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8S& x, int64_t R,
-                     float* y, int64_t ys) = nullptr;
-  void (*amx_q5_0)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8S& x, int64_t R,
-                   float* y, int64_t ys) = nullptr;
-  void (*amx_q4_1)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8S& x, int64_t R,
-                   float* y, int64_t ys) = nullptr;
-  void (*amx_q5_1)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8S& x, int64_t R,
-                   float* y, int64_t ys) = nullptr;
-  void (*amx_q4_k)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8KS& x, int64_t R,
-                   float* y, int64_t ys) = nullptr;
-  void (*amx_q5_k)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8KS& x, int64_t R,
-                   float* y, int64_t ys) = nullptr;
-  void (*amx_q6_k)(const uint8_t* groups, int64_t G, size_t group_bytes, int64_t nb, const ActQ8KS& x, int64_t R,
-                   float* y, int64_t ys) = nullptr;
+  AmxGemmQ8S* amx_q8_0 = nullptr;
+  AmxGemmQ8S* amx_q4_0 = nullptr;
+  AmxGemmQ8S* amx_iq4_nl = nullptr;
+  AmxGemmQ8S* amx_q5_0 = nullptr;
+  AmxGemmQ8S* amx_q4_1 = nullptr;
+  AmxGemmQ8S* amx_q5_1 = nullptr;
+  AmxGemmQ8KS* amx_q4_k = nullptr;
+  AmxGemmQ8KS* amx_q5_k = nullptr;
+  AmxGemmQ8KS* amx_q6_k = nullptr;
   // AMX-BF16: G full groups of a packed BF16 weight against R ≤ kAmxMaxTokens rows of bf16_pair_activations (packed.h,
   // no swap; row t at x + t·nblk·32, nblk = bf16_blocks(n)), y as above: bit for bit gemm_bf16_x16's result (one fp32
   // sum per output, inputs in order) wherever no denormal occurs. Null where the CPU has no usable AMX-BF16.

@@ -226,9 +226,6 @@ ActQ8KS act_q8ks(const PreparedInput& in, int64_t t) {
   return {in.q8k->data() + (in.t0 + t) * nb, sums32, nb};
 }
 
-using AmxQ8SKernel = decltype(CpuKernels::amx_q8_0);
-using AmxQ8KSKernel = decltype(CpuKernels::amx_q4_k);
-
 // G 16-row groups at g (first row r; G > 1 only for full groups of a BF16 weight) for tokens [t, t + R),
 // R ≤ kPackMaxTokens, through the x16 kernels.
 void packed_group(const CpuKernels& k, const PreparedInput& in, const WeightMatrix& w, const uint8_t* g, int64_t r,
@@ -267,7 +264,7 @@ void packed_group(const CpuKernels& k, const PreparedInput& in, const WeightMatr
 }
 
 // The AMX kernel of a packed weight type in table k, or null.
-AmxQ8SKernel amx_q8s_kernel(const CpuKernels& k, DType t) {
+AmxGemmQ8S* amx_q8s_kernel(const CpuKernels& k, DType t) {
   switch (t) {
     case DType::Q8_0: return k.amx_q8_0;
     case DType::Q4_0: return k.amx_q4_0;
@@ -278,7 +275,7 @@ AmxQ8SKernel amx_q8s_kernel(const CpuKernels& k, DType t) {
     default: return nullptr;
   }
 }
-AmxQ8KSKernel amx_q8ks_kernel(const CpuKernels& k, DType t) {
+AmxGemmQ8KS* amx_q8ks_kernel(const CpuKernels& k, DType t) {
   return t == DType::Q4_K ? k.amx_q4_k : t == DType::Q5_K ? k.amx_q5_k : t == DType::Q6_K ? k.amx_q6_k : nullptr;
 }
 
@@ -290,8 +287,8 @@ void matmul_packed(const PreparedInput& in, const WeightMatrix& w, float* y, int
   static_assert(kRowsPerTask % kPackRows == 0);
   const CpuKernels& k = cpu_kernels();
   const int64_t T = in.T;
-  const AmxQ8SKernel q = amx_q8s_kernel(k, w.dtype);
-  const AmxQ8KSKernel kq = amx_q8ks_kernel(k, w.dtype);
+  AmxGemmQ8S* const q = amx_q8s_kernel(k, w.dtype);
+  AmxGemmQ8KS* const kq = amx_q8ks_kernel(k, w.dtype);
   const bool bf16 = w.dtype == DType::BF16 && k.amx_bf16 && in.x_bf16_tiles;
   const int64_t full_end = std::max(r0, std::min(r1, w.rows / kPackRows * kPackRows));
   const int64_t rem = T % kAmxMaxTokens;
