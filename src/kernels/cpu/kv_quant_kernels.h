@@ -1,5 +1,7 @@
-// Attention over quantized KV caches (Q8_0, FP8 E4M3): the scalar references (generic table) and the AVX2
-// versions, which the AVX-512 table shares (the work is the dequantization, not the FMA width).
+// Attention over quantized KV caches (Q8_0, FP8 E4M3), one query at a time: the scalar references (generic table) and
+// the AVX2 versions. The multi-query entries the paged attention calls are these per query on those tables; the
+// AVX-512 table has its own (isa_avx512_attention.cpp) and falls back to the AVX2 ones for Q8_0 rows off block
+// boundaries.
 #pragma once
 
 #include <cstdint>
