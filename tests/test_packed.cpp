@@ -581,9 +581,8 @@ TEST(PackedBF16, CpuWithAvx512Bf16ChoosesTheVdpbf16psTable) {
   EXPECT_EQ(isa.substr(isa.size() - std::string("+avx512_bf16").size()), "+avx512_bf16") << isa;
 }
 
-TEST(Packed, QuantizeActQ8SIsBitExactIncludingTiesAndZeroBlocks) {
-  const CpuKernels& k = cpu_kernels();
-  if (!k.quantize_act_q8s) GTEST_SKIP() << "no packed kernels in the " << k.isa << " table";
+// quantize_act_q8s of table k against the reference: q, d and Σq equal, with rounding ties and an all-zero block.
+void quantize_act_q8s_matches_reference(const CpuKernels& k) {
   std::mt19937 rng(19);
   std::normal_distribution<float> g(0.0f, 3.0f);
   for (int64_t nb : {1, 2, 3, 8, 64}) {
@@ -598,10 +597,21 @@ TEST(Packed, QuantizeActQ8SIsBitExactIncludingTiesAndZeroBlocks) {
     std::vector<int32_t> s0(nb), s1(nb);
     quantize_act_q8s_ref(x.data(), q0.data(), d0.data(), s0.data(), n);
     k.quantize_act_q8s(x.data(), q1.data(), d1.data(), s1.data(), n);
-    EXPECT_EQ(q0, q1) << "nb " << nb;
-    EXPECT_EQ(0, std::memcmp(d0.data(), d1.data(), sizeof(float) * nb)) << "nb " << nb;
-    EXPECT_EQ(s0, s1) << "nb " << nb;
+    EXPECT_EQ(q0, q1) << k.isa << " nb " << nb;
+    EXPECT_EQ(0, std::memcmp(d0.data(), d1.data(), sizeof(float) * nb)) << k.isa << " nb " << nb;
+    EXPECT_EQ(s0, s1) << k.isa << " nb " << nb;
   }
 }
 
+TEST(Packed, QuantizeActQ8SIsBitExactIncludingTiesAndZeroBlocks) {
+  std::vector<const CpuKernels*> tables;
+  __builtin_cpu_init();
+  if (avx2_kernels() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    tables.push_back(avx2_kernels());
+  if (avx512_kernels() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+    tables.push_back(avx512_kernels());
+  if (tables.empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  for (const CpuKernels* k : tables) quantize_act_q8s_matches_reference(*k);
+}
 }  // namespace
