@@ -34,9 +34,9 @@ void add_engine_flags(CLI::App* c, EngineFlags& f) {
   c->add_option("--long-prefill-token-threshold", e.long_prefill_token_threshold,
                 "Longest prompt chunk per step (0 = the token budget)");
   c->add_option("--threads,-t", e.num_threads, "Compute threads (default: all cores)");
-  c->add_flag(
-      "--repack,!--no-repack", e.repack_weights,
-      "Repack F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q4_K/Q5_K/Q6_K weights at load for the row-parallel AVX2 / AVX-512 / AMX kernels (default on)");
+  c->add_flag("--repack,!--no-repack", e.repack_weights,
+              "Repack F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q4_K/Q5_K/Q6_K weights at load for the row-parallel "
+              "AVX2 / AVX-512 / AMX kernels (default on)");
   c->add_option("--tensor-parallel-size", e.parallel.tensor_parallel_size,
                 "Split every layer's heads and MLP over this many ranks (under mpirun; see README)")
       ->check(CLI::PositiveNumber)

@@ -34,12 +34,24 @@ inline __m256i quants(const BlockIQ4_NL& w) {  // the codebook looked up by vpsh
   return _mm256_shuffle_epi8(book, nibbles(w.qs));
 }
 
-// Σ_b m_w·s_x over a row's blocks for the types with a minimum (Q4_1, Q5_1); 0 for the others.
+// Σ_b m_w·s_x over a row's blocks for the types with a minimum (Q4_1, Q5_1); 0 for the others. Eight blocks' mins
+// at a time, widened by F16C, in eight lanes (a scalar loop of software fp16 conversions and one add chain cost as
+// much as the row's dot product itself).
 template <typename Block>
 float min_terms(const Block* w, const float* xs, int64_t nb) {
   if constexpr (requires { w->m; }) {
-    float s = 0.0f;
-    for (int64_t b = 0; b < nb; ++b) s += fp16_to_f32(w[b].m) * xs[b];
+    __m256 acc = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+      alignas(16) uint16_t m[8];
+      for (int i = 0; i < 8; ++i) m[i] = w[b + i].m;
+      acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(m))),
+                            _mm256_loadu_ps(xs + b), acc);
+    }
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    float s = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+    for (; b < nb; ++b) s += fp16_to_f32(w[b].m) * xs[b];
     return s;
   } else {
     return 0.0f;

@@ -22,7 +22,9 @@ inline __m256i bcast4(const void* p) {
 inline __m256i load32(const uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
 inline __m128i load16(const uint8_t* p) { return _mm_load_si128(reinterpret_cast<const __m128i*>(p)); }
 // Each 32-bit lane's low 16 bits in both halves (a scale for vpmaddwd against two s16 partial sums).
-inline __m256i twice16(__m256i v) { return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16)); }
+inline __m256i twice16(__m256i v) {
+  return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
+}
 
 // Q4_K / Q5_K, half h of a super-block record for R tokens: isum[t] = Σ_j sc_j·Σ w·x and msum[t] = Σ_j m_j·Σx_j.
 template <int R, bool kFifth>
@@ -44,7 +46,8 @@ inline void k_scale_min_half(const uint8_t* rec, int h, const BlockQ8_K* const* 
         hi[v] = _mm256_or_si256(hi[v], _mm256_and_si256(_mm256_srli_epi16(fb, v), bit4));
       }
     }
-    const __m256i sc = twice16(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + L.sc + 16 * j + 8 * h))));
+    const __m256i sc =
+        twice16(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rec + L.sc + 16 * j + 8 * h))));
     for (int t = 0; t < R; ++t) {
       const int8_t* xq = xb[t]->qs + 32 * j;
       __m256i p = _mm256_setzero_si256();
@@ -77,7 +80,8 @@ void gemm_k_scale_min_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y
     for (int h = 0; h < 2; ++h) {
       __m256i isum[R], msum[R];
       k_scale_min_half<R, kFifth>(rec, h, xb, s32, isum, msum);
-      const __m256 dw = _mm256_cvtph_ps(load16(rec + L.d + 16 * h)), dmin = _mm256_cvtph_ps(load16(rec + L.dmin + 16 * h));
+      const __m256 dw = _mm256_cvtph_ps(load16(rec + L.d + 16 * h)),
+                   dmin = _mm256_cvtph_ps(load16(rec + L.dmin + 16 * h));
       for (int t = 0; t < R; ++t) {
         const __m256 dx = _mm256_set1_ps(xb[t]->d);
         acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, dx), acc[t][h]);
@@ -148,7 +152,8 @@ void gemm_q6_k_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, int64
       q6_k_half<R>(rec, h, xb, isum);
       const __m256 dw = _mm256_cvtph_ps(load16(rec + kQ6KD + 16 * h));
       for (int t = 0; t < R; ++t)
-        acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, _mm256_set1_ps(xb[t]->d)), acc[t][h]);
+        acc[t][h] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, _mm256_set1_ps(xb[t]->d)), acc[t][h]);
     }
   }
   for (int t = 0; t < R; ++t) _mm256_storeu_ps(y + t * ys, acc[t][0]), _mm256_storeu_ps(y + t * ys + 8, acc[t][1]);

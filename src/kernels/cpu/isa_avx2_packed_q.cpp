@@ -74,7 +74,8 @@ inline void block_sums(const uint8_t* qs, const int8_t* const* xq, const int32_t
   if constexpr (T == Q::kQ8_0) {
     for (int k = 0; k < 8; ++k) {
       const __m256i flip = _mm256_set1_epi8(-128);
-      const __m256i w0 = _mm256_xor_si256(load32(qs + 64 * k), flip), w1 = _mm256_xor_si256(load32(qs + 64 * k + 32), flip);
+      const __m256i w0 = _mm256_xor_si256(load32(qs + 64 * k), flip),
+                    w1 = _mm256_xor_si256(load32(qs + 64 * k + 32), flip);
       for (int t = 0; t < R; ++t) {
         const __m256i x = bcast4(xq[t] + 4 * k);
         s[t][0] = _mm256_add_epi32(s[t][0], dot_signed(w0, x));
@@ -141,9 +142,7 @@ void gemm_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys)
 template <Q T>
 void gemm_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
   int64_t t = 0;
-  const auto rows = [&](int64_t t0) {
-    return ActQ8S{x.qs + t0 * nb * kQK8_0, x.d + t0 * nb, x.sums + t0 * nb, nb};
-  };
+  const auto rows = [&](int64_t t0) { return ActQ8S{x.qs + t0 * nb * kQK8_0, x.d + t0 * nb, x.sums + t0 * nb, nb}; };
   for (; t + 4 <= R; t += 4) gemm_r<T, 4>(g, nb, rows(t), y + t * ys, ys);
   switch (R - t) {
     case 3: return gemm_r<T, 3>(g, nb, rows(t), y + t * ys, ys);
