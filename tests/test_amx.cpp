@@ -7,7 +7,8 @@
 //  - A BF16 model end to end: the same logits, bit for bit, on the FMA, vdpbf16ps and (emulated) AMX-BF16 kernels.
 //  - The start-up self-test (amx_self_test.h): it passes over emulated tiles (and real ones where usable), fails
 //    naming the type when any one type's AMX entry is wrong (one ulp off, last token unwritten, another type's
-//    kernel; in the forked form also a kernel that dies), and covers exactly the table's non-null AMX-INT8 entries.
+//    kernel; in the forked form also a kernel that dies), and covers exactly the table's non-null AMX-INT8 entries;
+//    the AMX-BF16 one likewise passes, and fails on a wrong or dying kernel.
 //  - The start-up decision: on a CPU without AMX the table is not chosen and the reason says so; KVIK_ISA=avx512
 //    keeps an AMX CPU on AVX-512.
 #include <gtest/gtest.h>
@@ -336,6 +337,50 @@ TEST(AmxSelfTest, ForkedSelfTestNamesTheTypeThatDifferedOrDied) {
               std::string("the AMX self-test died with signal ") + strsignal(SIGABRT) + " while testing the " +
                   std::string(dtype_name(t)) + " kernels");
   }
+}
+
+// The AMX-BF16 self-test over `amx` (whose amx_bf16 is right): it passes, and fails on an entry one ulp off or
+// leaving the last token unwritten; forked, it also names a kernel that dies.
+decltype(CpuKernels::amx_bf16) g_real_bf16 = nullptr;
+
+template <Wrong W>
+void wrong_bf16(const uint8_t* groups, int64_t G, size_t gb, int64_t nblk, const uint16_t* x, int64_t R, float* y,
+                int64_t ys) {
+  if (W == Wrong::kDies) std::abort();
+  g_real_bf16(groups, G, gb, nblk, x, W == Wrong::kLastTokenUnwritten ? R - 1 : R, y, ys);
+  float& last = y[(R - 1) * ys + kPackRows * G - 1];
+  if (W == Wrong::kOneUlp) last = std::nextafter(last, INFINITY);
+}
+
+template <Wrong W>
+CpuKernels with_wrong_bf16(const CpuKernels& amx) {
+  CpuKernels k = amx;
+  g_real_bf16 = amx.amx_bf16, k.amx_bf16 = wrong_bf16<W>;
+  return k;
+}
+
+void expect_bf16_self_test_catches_wrong_kernels(const CpuKernels& amx) {
+  const CpuKernels& base = *avx512_kernels();
+  ASSERT_NE(amx.amx_bf16, nullptr) << amx.isa;
+  AmxBf16SelfTest test;
+  EXPECT_EQ(test.run(base, amx), 0) << amx.isa;
+  EXPECT_EQ(test.run(base, with_wrong_bf16<Wrong::kOneUlp>(amx)), 1) << amx.isa;
+  EXPECT_EQ(test.run(base, with_wrong_bf16<Wrong::kLastTokenUnwritten>(amx)), 1) << amx.isa;
+  EXPECT_EQ(amx_bf16_self_test_in_child(base, amx), "") << amx.isa;
+  EXPECT_EQ(amx_bf16_self_test_in_child(base, with_wrong_bf16<Wrong::kOneUlp>(amx)),
+            "the AMX-BF16 self-test's results differ from the AVX-512 kernels'");
+  EXPECT_EQ(amx_bf16_self_test_in_child(base, with_wrong_bf16<Wrong::kDies>(amx)),
+            std::string("the AMX-BF16 self-test died with signal ") + strsignal(SIGABRT));
+}
+
+TEST(AmxSelfTest, Bf16PassesOnEmulatedTilesAndFailsOnAWrongKernel) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "the AMX kernels' epilogue needs AVX-512, which this CPU lacks";
+  expect_bf16_self_test_catches_wrong_kernels(test::emulated_amx_kernels());
+}
+
+TEST(AmxSelfTest, Bf16PassesOnHardwareTilesAndFailsOnAWrongKernel) {
+  if (!amx_status().bf16_usable) GTEST_SKIP() << "AMX-BF16 not usable here: " << amx_status().bf16_reason;
+  expect_bf16_self_test_catches_wrong_kernels(*amx_kernels(true, false));
 }
 
 // Every non-null AMX-INT8 entry of the AMX tables is self-tested: the words in which a table with the AMX entries

@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 
+#include "core/fp16.h"
 #include "tensor/k_quants.h"
 
 namespace kvik {
@@ -111,6 +112,37 @@ int AmxInt8SelfTest::run(const CpuKernels& base, const CpuKernels& amx, volatile
     if (std::memcmp(c.want.data(), c.got.data(), c.want.size() * sizeof(float)) != 0) return static_cast<int>(i) + 1;
   }
   return 0;
+}
+
+AmxBf16SelfTest::AmxBf16SelfTest()
+    : w_(gb_ * kGroups),
+      x_(kTokens * kInputs),
+      tiles_(kTokens * bf16_blocks(kInputs) * kBF16TileK),
+      want_(kTokens * kGroups * kPackRows),
+      got_(want_.size()) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> v(-2.0f, 2.0f);
+  for (int64_t g = 0; g < kGroups; ++g)
+    for (int i = 0; i < kPackRows; ++i)
+      for (int64_t k = 0; k < kInputs; ++k) {
+        const uint16_t h = f32_to_bf16(v(rng));
+        std::memcpy(&w_[gb_ * g + 2 * packed_bf16_index(k, i)], &h, 2);
+      }
+  for (auto& f : x_) f = bf16_to_f32(f32_to_bf16(v(rng)));
+  for (int64_t t = 0; t < kTokens; ++t)
+    bf16_pair_activations(&x_[t * kInputs], kInputs, false, &tiles_[t * bf16_blocks(kInputs) * kBF16TileK]);
+}
+
+int AmxBf16SelfTest::run(const CpuKernels& base, const CpuKernels& amx) {
+  if (!amx.amx_bf16) return 0;
+  if (!base.gemm_bf16_x16) return 1;
+  const int64_t ys = kGroups * kPackRows;
+  std::fill(got_.begin(), got_.end(), std::numeric_limits<float>::quiet_NaN());
+  for (int64_t t = 0; t < kTokens; t += kPackMaxTokens)  // the x16 kernels take at most kPackMaxTokens tokens a call
+    base.gemm_bf16_x16(w_.data(), kGroups, gb_, kInputs, x_.data() + t * kInputs, kInputs,
+                       std::min(kPackMaxTokens, kTokens - t), want_.data() + t * ys, ys);
+  amx.amx_bf16(w_.data(), kGroups, gb_, bf16_blocks(kInputs), tiles_.data(), kTokens, got_.data(), ys);
+  return std::memcmp(want_.data(), got_.data(), want_.size() * sizeof(float)) == 0 ? 0 : 1;
 }
 
 std::string_view amx_self_test_type(int running) {

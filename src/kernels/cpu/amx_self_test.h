@@ -34,9 +34,9 @@ std::span<const AmxInt8Entry> amx_int8_entries();
 // The data of the self-test, allocated by the constructor so that run() allocates nothing (it runs in a child forked
 // from a possibly multi-threaded process). Per type: a weight of kGroups 16-row groups (a pair and a single, the two
 // paths of the AMX kernels) of 16 random N(0, 1) rows quantized by quantize_row (sane scales and mins; rotated
-// differently in each group) and packed by pack_group; an odd number of 32-element blocks (an unpaired last block) or two K-quant super-blocks; and
-// kAmxMaxTokens activation rows quantized as the engine does (quantize_act_q8s_ref, or quantize_row_q8_k and
-// q8_k_sums32).
+// differently in each group) and packed by pack_group; an odd number of 32-element blocks (an unpaired last block) or
+// two K-quant super-blocks; and kAmxMaxTokens activation rows quantized as the engine does (quantize_act_q8s_ref, or
+// quantize_row_q8_k and q8_k_sums32).
 class AmxInt8SelfTest {
  public:
   static constexpr int64_t kGroups = 3, kBlocks = 3, kSuperBlocks = 2;
@@ -55,6 +55,25 @@ class AmxInt8SelfTest {
 
  private:
   std::vector<Case> cases_;
+};
+
+// The AMX-BF16 self-test's data: a packed BF16 weight of 3 groups (a pair and a single) and 3 blocks of inputs, and
+// kAmxMaxTokens activation rows (rounded through bf16 for the x16 kernel, in tile layout for AMX); weights and inputs
+// in [−2, 2]: no denormal occurs (where the tiles and the FMA kernels may differ). Built before the fork.
+class AmxBf16SelfTest {
+ public:
+  AmxBf16SelfTest();
+  // amx.amx_bf16 against base.gemm_bf16_x16 (at most kPackMaxTokens tokens a call), bit for bit: 0 when the same
+  // bits (or amx has no amx_bf16), 1 when not (or base has no gemm_bf16_x16).
+  int run(const CpuKernels& base, const CpuKernels& amx);
+
+ private:
+  static constexpr int64_t kInputs = 3 * kBF16TileK, kGroups = 3, kTokens = kAmxMaxTokens;
+  size_t gb_ = packed_group_bytes(DType::BF16, kInputs);
+  std::vector<uint8_t> w_;
+  std::vector<float> x_;
+  std::vector<uint16_t> tiles_;
+  std::vector<float> want_, got_;
 };
 
 // Why AMX-INT8 is not used after run() returned `code` (≠ 0): "the AMX self-test's Q5_K results differ from the

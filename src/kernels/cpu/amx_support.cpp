@@ -5,15 +5,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <random>
-#include <vector>
 
-#include "core/fp16.h"
 #include "kernels/cpu/amx_self_test.h"
-#include "kernels/cpu/packed.h"
 
 namespace kvik {
 namespace {
@@ -36,39 +31,6 @@ std::string request_tile_permission() {
   if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &mask) != 0 || !(mask & (1ul << kXfeatureXtiledata)))
     return "the Linux kernel did not grant the AMX tile state (ARCH_GET_XCOMP_PERM)";
   return {};
-}
-
-// A packed BF16 weight of 3 groups (a pair and a single) with 3 blocks of inputs, and R activation rows (rounded
-// through bf16 for the x16 kernel, in tile layout for AMX); weights and inputs in [−2, 2].
-struct Bf16SelfTestCase {
-  int64_t n = 3 * kBF16TileK, groups = 3, R = kAmxMaxTokens;
-  size_t gb = packed_group_bytes(DType::BF16, n);
-  std::vector<uint8_t> w = std::vector<uint8_t>(gb * groups);
-  std::vector<float> x = std::vector<float>(R * n);
-  std::vector<uint16_t> tiles = std::vector<uint16_t>(R * bf16_blocks(n) * kBF16TileK);
-  std::vector<float> want = std::vector<float>(R * groups * kPackRows), got = want;
-  explicit Bf16SelfTestCase(uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> v(-2.0f, 2.0f);
-    for (int64_t g = 0; g < groups; ++g)
-      for (int i = 0; i < kPackRows; ++i)
-        for (int64_t k = 0; k < n; ++k) {
-          const uint16_t h = f32_to_bf16(v(rng));
-          std::memcpy(&w[gb * g + 2 * packed_bf16_index(k, i)], &h, 2);
-        }
-    for (auto& f : x) f = bf16_to_f32(f32_to_bf16(v(rng)));
-    for (int64_t t = 0; t < R; ++t) bf16_pair_activations(&x[t * n], n, false, &tiles[t * bf16_blocks(n) * kBF16TileK]);
-  }
-};
-
-// In the child: the AMX-BF16 kernel against the AVX-512 one. 0 = equal, 1 = different.
-int run_bf16_self_test(const CpuKernels& base, const CpuKernels& amx, Bf16SelfTestCase& c) {
-  // The x16 kernels take at most kPackMaxTokens tokens a call.
-  for (int64_t t = 0; t < c.R; t += kPackMaxTokens)
-    base.gemm_bf16_x16(c.w.data(), c.groups, c.gb, c.n, c.x.data() + t * c.n, c.n, std::min(kPackMaxTokens, c.R - t),
-                       c.want.data() + t * c.groups * kPackRows, c.groups * kPackRows);
-  amx.amx_bf16(c.w.data(), c.groups, c.gb, bf16_blocks(c.n), c.tiles.data(), c.R, c.got.data(), c.groups * kPackRows);
-  return std::memcmp(c.want.data(), c.got.data(), c.want.size() * sizeof(float)) == 0 ? 0 : 1;
 }
 
 // How a forked child ended.
@@ -126,15 +88,15 @@ std::string amx_int8_self_test_in_child(const CpuKernels& base, const CpuKernels
   return end.code == 0 ? std::string() : amx_self_test_failure(end.code);
 }
 
-namespace {
-
-std::string bf16_self_test() {
-  Bf16SelfTestCase c(3);  // allocated before the fork
-  const ChildEnd end = in_child([&] { return run_bf16_self_test(*avx512_kernels(), *amx_kernels(true, false), c); });
+std::string amx_bf16_self_test_in_child(const CpuKernels& base, const CpuKernels& amx) {
+  AmxBf16SelfTest test;  // allocated before the fork
+  const ChildEnd end = in_child([&] { return test.run(base, amx); });
   if (!end.fork_error.empty()) return "the AMX-BF16 self-test could not fork: " + end.fork_error;
   if (end.signal) return std::string("the AMX-BF16 self-test died with signal ") + strsignal(end.signal);
   return end.code == 0 ? std::string() : "the AMX-BF16 self-test's results differ from the AVX-512 kernels'";
 }
+
+namespace {
 
 AmxStatus probe() {
   AmxStatus s;
@@ -147,7 +109,8 @@ AmxStatus probe() {
     return s.reason = s.bf16_reason = why, s;
   s.usable = true;
   if (!__builtin_cpu_supports("amx-bf16")) return s.bf16_reason = "the CPU has no AMX-BF16", s;
-  if (std::string why = bf16_self_test(); !why.empty()) return s.bf16_reason = why, s;
+  if (std::string why = amx_bf16_self_test_in_child(*avx512_kernels(), *amx_kernels(true, false)); !why.empty())
+    return s.bf16_reason = why, s;
   s.bf16_usable = true;
   return s;
 }

@@ -33,6 +33,8 @@ const AmxStatus& amx_status();
 // The AMX-INT8 self-test of `amx` against `base` (amx_self_test.h) in a forked child: empty when every type agreed,
 // else why not, naming the type. amx_status() runs it over the real tiles; tests over emulated or broken tables.
 std::string amx_int8_self_test_in_child(const CpuKernels& base, const CpuKernels& amx);
+// The same for AMX-BF16 (amx.amx_bf16 against base.gemm_bf16_x16).
+std::string amx_bf16_self_test_in_child(const CpuKernels& base, const CpuKernels& amx);
 
 // The AVX-512 table (avx512_bf16_kernels() when avx512_bf16) with the AMX-INT8 entries, and with AMX-BF16's when
 // amx_bf16 (isa_amx.cpp); nullptr when the compiler could not build them.
