@@ -5,20 +5,34 @@
 //    count 1..64 and is batch invariant (a token's row equals its row computed alone).
 //  - Over the real instructions (only where amx_status() allows them; otherwise skipped, naming why): the same.
 //  - A BF16 model end to end: the same logits, bit for bit, on the FMA, vdpbf16ps and (emulated) AMX-BF16 kernels.
+//  - The start-up self-test (amx_self_test.h): it passes over emulated tiles (and real ones where usable), fails
+//    naming the type when any one type's AMX entry is wrong (one ulp off, last token unwritten, another type's
+//    kernel; in the forked form also a kernel that dies), and covers exactly the table's non-null AMX-INT8 entries;
+//    the AMX-BF16 one likewise passes, and fails on a wrong or dying kernel.
 //  - The start-up decision: on a CPU without AMX the table is not chosen and the reason says so; KVIK_ISA=avx512
 //    keeps an AMX CPU on AVX-512.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
+#include <set>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "amx_emulated_kernels.h"
 #include "engine/engine_core.h"
 #include "engine/single_sequence.h"
+#include "kernels/cpu/amx_self_test.h"
 #include "kernels/cpu/amx_support.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/ops.h"
@@ -196,6 +210,217 @@ INSTANTIATE_TEST_SUITE_P(AmxWeightTypes, AmxTypes,
                          ::testing::Values(DType::Q8_0, DType::Q4_0, DType::IQ4_NL, DType::Q5_0, DType::Q4_1,
                                            DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::BF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// The start-up self-test (amx_self_test.h). Wrong AMX kernels, each standing in for a tile kernel that computes
+// wrongly on some CPU: the real kernel's result with one output one ulp off, the real kernel leaving the last token
+// unwritten, another type's kernel whose packed layout is no larger (it reads only inside the weight), and one that
+// dies (std::abort, for the forked form: ASan would turn a SIGSEGV into an exit code).
+AmxGemmQ8S* g_real = nullptr;
+AmxGemmQ8KS* g_real_k = nullptr;
+enum class Wrong { kOneUlp, kLastTokenUnwritten, kDies };
+
+template <class Act, Wrong W>
+void wrong_kernel(const uint8_t* groups, int64_t G, size_t gb, int64_t nb, const Act& x, int64_t R, float* y,
+                  int64_t ys) {
+  if (W == Wrong::kDies) std::abort();
+  if constexpr (std::is_same_v<Act, ActQ8S>)
+    g_real(groups, G, gb, nb, x, W == Wrong::kLastTokenUnwritten ? R - 1 : R, y, ys);
+  else
+    g_real_k(groups, G, gb, nb, x, W == Wrong::kLastTokenUnwritten ? R - 1 : R, y, ys);
+  float& last = y[(R - 1) * ys + kPackRows * G - 1];
+  if (W == Wrong::kOneUlp) last = std::nextafter(last, INFINITY);
+}
+
+// `amx` with the entry of type e replaced by the wrong kernel W (the real one kept in g_real / g_real_k).
+template <Wrong W>
+CpuKernels with_wrong(const CpuKernels& amx, const AmxInt8Entry& e) {
+  CpuKernels k = amx;
+  if (e.amx_k)
+    g_real_k = amx.*e.amx_k, k.*e.amx_k = wrong_kernel<ActQ8KS, W>;
+  else
+    g_real = amx.*e.amx, k.*e.amx = wrong_kernel<ActQ8S, W>;
+  return k;
+}
+
+// `amx` with e's entry replaced by another type's whose packed group is no larger (so it reads only inside e's
+// weight); found = false for Q4_K (no K-quant is smaller).
+CpuKernels with_other_types_kernel(const CpuKernels& amx, const AmxInt8Entry& e, bool& found) {
+  const std::map<DType, DType> other = {{DType::Q8_0, DType::Q4_0},   {DType::Q4_0, DType::IQ4_NL},
+                                        {DType::IQ4_NL, DType::Q4_0}, {DType::Q5_0, DType::Q4_0},
+                                        {DType::Q4_1, DType::Q4_0},   {DType::Q5_1, DType::Q5_0},
+                                        {DType::Q5_K, DType::Q4_K},   {DType::Q6_K, DType::Q5_K}};
+  CpuKernels k = amx;
+  found = other.count(e.type) != 0;
+  if (!found) return k;
+  for (const AmxInt8Entry& o : amx_int8_entries()) {
+    if (o.type != other.at(e.type)) continue;
+    EXPECT_GE(packed_group_bytes(e.type, 512), packed_group_bytes(o.type, 512));
+    if (e.amx_k)
+      k.*e.amx_k = amx.*o.amx_k;
+    else
+      k.*e.amx = amx.*o.amx;
+  }
+  return k;
+}
+
+std::string differ_message(DType t) {
+  return "the AMX self-test's " + std::string(dtype_name(t)) + " results differ from the AVX-512 kernels'";
+}
+
+// The self-test of `amx` (a table whose every entry is right) passes, and fails naming the type when any one type's
+// entry is replaced by a wrong kernel; the types before it passed, the ones after it did not run.
+void expect_self_test_catches_every_wrong_type(const CpuKernels& amx) {
+  const CpuKernels& base = *avx512_kernels();
+  AmxInt8SelfTest test;
+  int running = -1;
+  ASSERT_EQ(test.run(base, amx, &running), 0) << amx.isa;
+  EXPECT_EQ(running, static_cast<int>(amx_int8_entries().size()) - 1);  // every type ran
+  for (size_t i = 0; i < amx_int8_entries().size(); ++i) {
+    const AmxInt8Entry& e = amx_int8_entries()[i];
+    SCOPED_TRACE(std::string(amx.isa) + " " + std::string(dtype_name(e.type)));
+    bool has_other = false;
+    const CpuKernels other = with_other_types_kernel(amx, e, has_other);
+    std::vector<CpuKernels> wrongs = {with_wrong<Wrong::kOneUlp>(amx, e),
+                                      with_wrong<Wrong::kLastTokenUnwritten>(amx, e)};
+    if (has_other) wrongs.push_back(other);
+    for (size_t w = 0; w < wrongs.size(); ++w) {
+      running = -1;
+      const int code = test.run(base, wrongs[w], &running);
+      EXPECT_EQ(code, static_cast<int>(i) + 1) << "wrong kernel " << w;
+      EXPECT_EQ(running, static_cast<int>(i)) << "wrong kernel " << w;
+      EXPECT_EQ(amx_self_test_failure(code), differ_message(e.type)) << "wrong kernel " << w;
+    }
+  }
+  EXPECT_EQ(test.run(base, amx), 0);  // the same data, checked again: nothing was left behind
+}
+
+TEST(AmxSelfTest, PassesOnEmulatedTilesAndNamesEachWrongType) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "the AMX kernels' epilogue needs AVX-512, which this CPU lacks";
+  const int64_t configs = test::emulated_tile_configs();
+  expect_self_test_catches_every_wrong_type(test::emulated_amx_kernels());
+  EXPECT_GT(test::emulated_tile_configs(), configs);  // the kernels really ran on the (emulated) tiles
+}
+
+TEST(AmxSelfTest, PassesOnHardwareTilesAndNamesEachWrongType) {
+  if (!amx_status().usable) GTEST_SKIP() << "AMX-INT8 not usable here: " << amx_status().reason;
+  expect_self_test_catches_every_wrong_type(*amx_kernels(false, false));
+}
+
+// The start-up cost of the self-test's body (the data it builds and one run over every type), logged; the forked
+// form adds one fork. Emulated tiles are far slower than real ones: this bounds the run from above.
+TEST(AmxSelfTest, StartupCostIsSmall) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "the AMX kernels' epilogue needs AVX-512, which this CPU lacks";
+  const auto t0 = std::chrono::steady_clock::now();
+  AmxInt8SelfTest test;
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_EQ(test.run(*avx512_kernels(), test::emulated_amx_kernels()), 0);
+  const auto t2 = std::chrono::steady_clock::now();
+  EXPECT_EQ(amx_int8_self_test_in_child(*avx512_kernels(), test::emulated_amx_kernels()), "");
+  const auto t3 = std::chrono::steady_clock::now();
+  const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  std::printf("AMX-INT8 self-test, %zu types: data %.2f ms, run (emulated tiles) %.2f ms, forked %.2f ms\n",
+              amx_int8_entries().size(), ms(t1 - t0), ms(t2 - t1), ms(t3 - t2));
+}
+
+// The forked form amx_status() uses: a wrong result and a dying kernel each leave a reason that names the type.
+TEST(AmxSelfTest, ForkedSelfTestNamesTheTypeThatDifferedOrDied) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "the AMX kernels' epilogue needs AVX-512, which this CPU lacks";
+  const CpuKernels& emulated = test::emulated_amx_kernels();
+  for (DType t : {DType::Q8_0, DType::Q5_1, DType::Q5_K}) {
+    const AmxInt8Entry* e = nullptr;
+    for (const AmxInt8Entry& x : amx_int8_entries())
+      if (x.type == t) e = &x;
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(amx_int8_self_test_in_child(*avx512_kernels(), with_wrong<Wrong::kOneUlp>(emulated, *e)),
+              differ_message(t));
+    EXPECT_EQ(amx_int8_self_test_in_child(*avx512_kernels(), with_wrong<Wrong::kDies>(emulated, *e)),
+              std::string("the AMX self-test died with signal ") + strsignal(SIGABRT) + " while testing the " +
+                  std::string(dtype_name(t)) + " kernels");
+  }
+}
+
+// The AMX-BF16 self-test over `amx` (whose amx_bf16 is right): it passes, and fails on an entry one ulp off or
+// leaving the last token unwritten; forked, it also names a kernel that dies.
+decltype(CpuKernels::amx_bf16) g_real_bf16 = nullptr;
+
+template <Wrong W>
+void wrong_bf16(const uint8_t* groups, int64_t G, size_t gb, int64_t nblk, const uint16_t* x, int64_t R, float* y,
+                int64_t ys) {
+  if (W == Wrong::kDies) std::abort();
+  g_real_bf16(groups, G, gb, nblk, x, W == Wrong::kLastTokenUnwritten ? R - 1 : R, y, ys);
+  float& last = y[(R - 1) * ys + kPackRows * G - 1];
+  if (W == Wrong::kOneUlp) last = std::nextafter(last, INFINITY);
+}
+
+template <Wrong W>
+CpuKernels with_wrong_bf16(const CpuKernels& amx) {
+  CpuKernels k = amx;
+  g_real_bf16 = amx.amx_bf16, k.amx_bf16 = wrong_bf16<W>;
+  return k;
+}
+
+void expect_bf16_self_test_catches_wrong_kernels(const CpuKernels& amx) {
+  const CpuKernels& base = *avx512_kernels();
+  ASSERT_NE(amx.amx_bf16, nullptr) << amx.isa;
+  AmxBf16SelfTest test;
+  EXPECT_EQ(test.run(base, amx), 0) << amx.isa;
+  EXPECT_EQ(test.run(base, with_wrong_bf16<Wrong::kOneUlp>(amx)), 1) << amx.isa;
+  EXPECT_EQ(test.run(base, with_wrong_bf16<Wrong::kLastTokenUnwritten>(amx)), 1) << amx.isa;
+  EXPECT_EQ(amx_bf16_self_test_in_child(base, amx), "") << amx.isa;
+  EXPECT_EQ(amx_bf16_self_test_in_child(base, with_wrong_bf16<Wrong::kOneUlp>(amx)),
+            "the AMX-BF16 self-test's results differ from the AVX-512 kernels'");
+  EXPECT_EQ(amx_bf16_self_test_in_child(base, with_wrong_bf16<Wrong::kDies>(amx)),
+            std::string("the AMX-BF16 self-test died with signal ") + strsignal(SIGABRT));
+}
+
+TEST(AmxSelfTest, Bf16PassesOnEmulatedTilesAndFailsOnAWrongKernel) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "the AMX kernels' epilogue needs AVX-512, which this CPU lacks";
+  expect_bf16_self_test_catches_wrong_kernels(test::emulated_amx_kernels());
+}
+
+TEST(AmxSelfTest, Bf16PassesOnHardwareTilesAndFailsOnAWrongKernel) {
+  if (!amx_status().bf16_usable) GTEST_SKIP() << "AMX-BF16 not usable here: " << amx_status().bf16_reason;
+  expect_bf16_self_test_catches_wrong_kernels(*amx_kernels(true, false));
+}
+
+// Every non-null AMX-INT8 entry of the AMX tables is self-tested: the words in which a table with the AMX entries
+// differs from the AVX-512 table it was built over (its name and the AMX-BF16 entry aside) are exactly the entries of
+// amx_int8_entries(). A type given an amx_* entry later without a self-test fails here.
+std::set<size_t> amx_words(const CpuKernels& amx, const CpuKernels& base) {
+  static_assert(sizeof(CpuKernels) % sizeof(uintptr_t) == 0);
+  std::array<uintptr_t, sizeof(CpuKernels) / sizeof(uintptr_t)> a{}, b{};
+  std::memcpy(a.data(), &amx, sizeof(CpuKernels));
+  std::memcpy(b.data(), &base, sizeof(CpuKernels));
+  const auto offset = [&](const void* field) {
+    return static_cast<size_t>(static_cast<const char*>(field) - reinterpret_cast<const char*>(&amx));
+  };
+  std::set<size_t> words;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const size_t off = i * sizeof(uintptr_t);
+    const bool isa = off >= offset(&amx.isa) && off < offset(&amx.isa) + sizeof(amx.isa);
+    if (a[i] != b[i] && !isa && off != offset(&amx.amx_bf16)) words.insert(off);
+  }
+  return words;
+}
+
+TEST(AmxSelfTest, CoversEveryAmxInt8EntryOfTheTable) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "the AMX tables are built over the AVX-512 one, which this CPU lacks";
+  std::vector<std::pair<const CpuKernels*, const CpuKernels*>> tables = {
+      {&test::emulated_amx_kernels(), avx512_kernels()}};
+  if (amx_kernels(false, false)) tables.emplace_back(amx_kernels(false, false), avx512_kernels());
+  for (auto [amx, base] : tables) {
+    std::set<size_t> tested;
+    std::set<DType> types;
+    for (const AmxInt8Entry& e : amx_int8_entries()) {
+      EXPECT_TRUE(types.insert(e.type).second) << dtype_name(e.type) << " listed twice";
+      EXPECT_NE(e.amx == nullptr, e.amx_k == nullptr) << dtype_name(e.type);  // one activation form each
+      EXPECT_TRUE(e.amx ? base->*e.x16 != nullptr : base->*e.x16_k != nullptr) << dtype_name(e.type);
+      const void* field = e.amx ? static_cast<const void*>(&(amx->*e.amx)) : static_cast<const void*>(&(amx->*e.amx_k));
+      tested.insert(static_cast<size_t>(static_cast<const char*>(field) - reinterpret_cast<const char*>(amx)));
+    }
+    EXPECT_EQ(amx_words(*amx, *base), tested) << amx->isa;
+  }
+}
 
 // The start-up decision as a user sees it: the table cpu_kernels() chose and the reason AMX is not used.
 TEST(Amx, StartupChoiceFollowsTheCpuAndKvikIsa) {

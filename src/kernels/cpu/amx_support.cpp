@@ -1,17 +1,14 @@
 #include "kernels/cpu/amx_support.h"
 
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <random>
-#include <vector>
 
-#include "core/fp16.h"
-#include "kernels/cpu/packed.h"
+#include "kernels/cpu/amx_self_test.h"
 
 namespace kvik {
 namespace {
@@ -36,110 +33,70 @@ std::string request_tile_permission() {
   return {};
 }
 
-// A small packed weight of `groups` 16-row groups (random quants, fp16 scales in [0.5, 2)) and R activation rows.
-struct SelfTestCase {
-  int64_t nb = 8, groups = 2, R = kAmxMaxTokens;
-  std::vector<uint8_t> w;
-  size_t gb = 0;
-  std::vector<int8_t> qs;
-  std::vector<float> d;
-  std::vector<int32_t> sums;
-  std::vector<float> want, got;
-  SelfTestCase(DType t, uint32_t seed) {
-    std::mt19937 rng(seed);
-    const int64_t Q = t == DType::Q8_0 ? kQ8_0PackedQs : kQ4_0PackedQs;
-    gb = packed_group_bytes(t, nb * kQK8_0);
-    w.resize(gb * groups);
-    for (auto& b : w) b = static_cast<uint8_t>(rng());
-    std::uniform_real_distribution<float> scale(0.5f, 2.0f);
-    for (int64_t g = 0; g < groups; ++g)
-      for (int64_t b = 0; b < nb; ++b)
-        for (int i = 0; i < kPackRows; ++i) {
-          const uint16_t h = f32_to_fp16(scale(rng));
-          std::memcpy(&w[gb * g + packed_d_offset(b, Q) + 2 * i], &h, 2);
-        }
-    qs.resize(R * nb * kQK8_0), d.resize(R * nb), sums.resize(R * nb);
-    for (auto& q : qs) q = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
-    for (int64_t r = 0; r < R * nb; ++r) {
-      d[r] = scale(rng);
-      int32_t s = 0;
-      for (int j = 0; j < kQK8_0; ++j) s += qs[r * kQK8_0 + j];
-      sums[r] = s;
-    }
-    want.resize(R * groups * kPackRows), got.resize(want.size());
-  }
-  ActQ8S x(int64_t t0 = 0) const {
-    return {qs.data() + t0 * nb * kQK8_0, d.data() + t0 * nb, sums.data() + t0 * nb, nb};
-  }
+// How a forked child ended.
+struct ChildEnd {
+  std::string fork_error;  // non-empty when there was no child
+  int signal = 0;          // the signal that ended it, or 0
+  int code = 0;            // its exit code (signal == 0)
 };
 
-// A packed BF16 weight of 3 groups (a pair and a single) with 3 blocks of inputs, and R activation rows (rounded
-// through bf16 for the x16 kernel, in tile layout for AMX); weights and inputs in [−2, 2].
-struct Bf16SelfTestCase {
-  int64_t n = 3 * kBF16TileK, groups = 3, R = kAmxMaxTokens;
-  size_t gb = packed_group_bytes(DType::BF16, n);
-  std::vector<uint8_t> w = std::vector<uint8_t>(gb * groups);
-  std::vector<float> x = std::vector<float>(R * n);
-  std::vector<uint16_t> tiles = std::vector<uint16_t>(R * bf16_blocks(n) * kBF16TileK);
-  std::vector<float> want = std::vector<float>(R * groups * kPackRows), got = want;
-  explicit Bf16SelfTestCase(uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> v(-2.0f, 2.0f);
-    for (int64_t g = 0; g < groups; ++g)
-      for (int i = 0; i < kPackRows; ++i)
-        for (int64_t k = 0; k < n; ++k) {
-          const uint16_t h = f32_to_bf16(v(rng));
-          std::memcpy(&w[gb * g + 2 * packed_bf16_index(k, i)], &h, 2);
-        }
-    for (auto& f : x) f = bf16_to_f32(f32_to_bf16(v(rng)));
-    for (int64_t t = 0; t < R; ++t) bf16_pair_activations(&x[t * n], n, false, &tiles[t * bf16_blocks(n) * kBF16TileK]);
-  }
-};
-
-// In the child: the AMX kernels against the AVX-512 ones. 0 = equal, 1 = different.
-int run_bf16_self_test(Bf16SelfTestCase& c) {
-  const CpuKernels& base = *avx512_kernels();
-  const CpuKernels& amx = *amx_kernels(true, false);
-  // The x16 kernels take at most kPackMaxTokens tokens a call.
-  for (int64_t t = 0; t < c.R; t += kPackMaxTokens)
-    base.gemm_bf16_x16(c.w.data(), c.groups, c.gb, c.n, c.x.data() + t * c.n, c.n, std::min(kPackMaxTokens, c.R - t),
-                       c.want.data() + t * c.groups * kPackRows, c.groups * kPackRows);
-  amx.amx_bf16(c.w.data(), c.groups, c.gb, bf16_blocks(c.n), c.tiles.data(), c.R, c.got.data(), c.groups * kPackRows);
-  return std::memcmp(c.want.data(), c.got.data(), c.want.size() * sizeof(float)) == 0 ? 0 : 1;
-}
-
-int run_self_test(SelfTestCase& q8, SelfTestCase& q4) {
-  const CpuKernels& base = *avx512_kernels();
-  const CpuKernels& amx = *amx_kernels(false, false);
-  for (SelfTestCase* c : {&q8, &q4}) {
-    const bool is_q8 = c == &q8;
-    for (int64_t g = 0; g < c->groups; ++g)
-      for (int64_t t = 0; t < c->R; t += kPackMaxTokens)  // the x16 kernels take at most kPackMaxTokens tokens a call
-        (is_q8 ? base.gemm_q8_0_x16 : base.gemm_q4_0_x16)(
-            c->w.data() + c->gb * g, c->nb, c->x(t), std::min(kPackMaxTokens, c->R - t),
-            c->want.data() + (t * c->groups + g) * kPackRows, c->groups * kPackRows);
-    (is_q8 ? amx.amx_q8_0 : amx.amx_q4_0)(c->w.data(), c->groups, c->gb, c->nb, c->x(), c->R, c->got.data(),
-                                          c->groups * kPackRows);
-    if (std::memcmp(c->want.data(), c->got.data(), c->want.size() * sizeof(float)) != 0) return 1;
-  }
-  return 0;
-}
-
-// Runs test() in a forked child: empty when it exits 0, else why not (`what` names the test).
+// Runs test() in a forked child (which must allocate nothing: the parent may have other threads).
 template <class Test>
-std::string in_child(const char* what, Test&& test) {
+ChildEnd in_child(Test&& test) {
+  ChildEnd end;
   const pid_t pid = fork();
-  if (pid < 0) return std::string("the ") + what + " self-test could not fork: " + std::strerror(errno);
+  if (pid < 0) return end.fork_error = std::strerror(errno), end;
   if (pid == 0) _exit(test());
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (WIFSIGNALED(status))
-    return std::string("the ") + what + " self-test died with signal " + strsignal(WTERMSIG(status));
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return std::string("the ") + what + " self-test's results differ from the AVX-512 kernels'";
-  return {};
+    end.signal = WTERMSIG(status);
+  else
+    end.code = WIFEXITED(status) ? WEXITSTATUS(status) : 255;
+  return end;
 }
+
+// One int shared with a forked child (the index of the type it is testing), or null where mmap fails.
+struct SharedInt {
+  volatile int* p = nullptr;
+  SharedInt() {
+    void* m = mmap(nullptr, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return;
+    p = static_cast<volatile int*>(m);
+    *p = -1;
+  }
+  ~SharedInt() {
+    if (p) munmap(const_cast<int*>(p), sizeof(int));
+  }
+  SharedInt(const SharedInt&) = delete;
+  SharedInt& operator=(const SharedInt&) = delete;
+};
+
+}  // namespace
+
+std::string amx_int8_self_test_in_child(const CpuKernels& base, const CpuKernels& amx) {
+  AmxInt8SelfTest test;  // allocated before the fork: the child allocates nothing
+  SharedInt running;
+  const ChildEnd end = in_child([&] { return test.run(base, amx, running.p); });
+  if (!end.fork_error.empty()) return "the AMX self-test could not fork: " + end.fork_error;
+  if (end.signal) {
+    const std::string_view type = amx_self_test_type(running.p ? *running.p : -1);
+    return std::string("the AMX self-test died with signal ") + strsignal(end.signal) +
+           (type.empty() ? std::string() : " while testing the " + std::string(type) + " kernels");
+  }
+  return end.code == 0 ? std::string() : amx_self_test_failure(end.code);
+}
+
+std::string amx_bf16_self_test_in_child(const CpuKernels& base, const CpuKernels& amx) {
+  AmxBf16SelfTest test;  // allocated before the fork
+  const ChildEnd end = in_child([&] { return test.run(base, amx); });
+  if (!end.fork_error.empty()) return "the AMX-BF16 self-test could not fork: " + end.fork_error;
+  if (end.signal) return std::string("the AMX-BF16 self-test died with signal ") + strsignal(end.signal);
+  return end.code == 0 ? std::string() : "the AMX-BF16 self-test's results differ from the AVX-512 kernels'";
+}
+
+namespace {
 
 AmxStatus probe() {
   AmxStatus s;
@@ -148,13 +105,11 @@ AmxStatus probe() {
   if (!amx_kernels(false, false) || !avx512_kernels())
     return s.reason = s.bf16_reason = "this build has no AMX kernels", s;
   if (std::string why = request_tile_permission(); !why.empty()) return s.reason = s.bf16_reason = why, s;
-  SelfTestCase q8(DType::Q8_0, 1), q4(DType::Q4_0, 2);  // allocated before the fork: the child allocates nothing
-  if (std::string why = in_child("AMX", [&] { return run_self_test(q8, q4); }); !why.empty())
+  if (std::string why = amx_int8_self_test_in_child(*avx512_kernels(), *amx_kernels(false, false)); !why.empty())
     return s.reason = s.bf16_reason = why, s;
   s.usable = true;
   if (!__builtin_cpu_supports("amx-bf16")) return s.bf16_reason = "the CPU has no AMX-BF16", s;
-  Bf16SelfTestCase bf16(3);
-  if (std::string why = in_child("AMX-BF16", [&] { return run_bf16_self_test(bf16); }); !why.empty())
+  if (std::string why = amx_bf16_self_test_in_child(*avx512_kernels(), *amx_kernels(true, false)); !why.empty())
     return s.bf16_reason = why, s;
   s.bf16_usable = true;
   return s;

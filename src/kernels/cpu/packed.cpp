@@ -219,37 +219,40 @@ PackedBuffer allocate_packed(size_t bytes) {
   return buf;
 }
 
+void pack_group(const WeightMatrix& w, int64_t gi, uint8_t* g) {
+  const size_t gb = packed_group_bytes(w.dtype, w.cols);
+  if (gb == 0) fail("pack_group: weight type {} has no packed layout", dtype_name(w.dtype));
+  const int64_t nb = w.cols / traits(w.dtype).block_size;
+  std::memset(g, 0, gb);  // padding rows: zero scales, so they contribute nothing
+  for (int i = 0; i < kPackRows && gi * kPackRows + i < w.rows; ++i) {
+    const uint8_t* row = w.row(gi * kPackRows + i);
+    switch (w.dtype) {
+      case DType::F32: pack_row_f32(reinterpret_cast<const float*>(row), w.cols, i, g); break;
+      case DType::F16: pack_row_f16(reinterpret_cast<const uint16_t*>(row), w.cols, i, g); break;
+      case DType::BF16: pack_row_bf16(reinterpret_cast<const uint16_t*>(row), w.cols, i, g); break;
+      case DType::Q8_0: pack_row_q8_0(reinterpret_cast<const BlockQ8_0*>(row), nb, i, g); break;
+      case DType::Q4_0:
+      case DType::IQ4_NL: pack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(row), nb, i, g); break;  // same layout
+      case DType::Q5_0: pack_row_q5_0(reinterpret_cast<const BlockQ5_0*>(row), nb, i, g); break;
+      case DType::Q4_1: pack_row_q_min<BlockQ4_1, false>(reinterpret_cast<const BlockQ4_1*>(row), nb, i, g); break;
+      case DType::Q5_1: pack_row_q_min<BlockQ5_1, true>(reinterpret_cast<const BlockQ5_1*>(row), nb, i, g); break;
+      case DType::Q4_K:
+        pack_row_k_scale_min<BlockQ4_K, q4_k_quant>(reinterpret_cast<const BlockQ4_K*>(row), nb, i, g, kPackedQ4K);
+        break;
+      case DType::Q5_K:
+        pack_row_k_scale_min<BlockQ5_K, q5_k_quant>(reinterpret_cast<const BlockQ5_K*>(row), nb, i, g, kPackedQ5K);
+        break;
+      default: pack_row_q6_k(reinterpret_cast<const BlockQ6_K*>(row), nb, i, g); break;
+    }
+  }
+}
+
 void pack_into(WeightMatrix& w, uint8_t* dst) {
   const size_t gb = packed_group_bytes(w.dtype, w.cols);
   if (gb == 0) fail("pack_into: weight type {} has no packed layout", dtype_name(w.dtype));
   const int64_t groups = (w.rows + kPackRows - 1) / kPackRows;
-  const int64_t nb = w.cols / traits(w.dtype).block_size;
   ThreadPool::global().parallel_for(groups, [&](int64_t g0, int64_t g1) {
-    for (int64_t gi = g0; gi < g1; ++gi) {
-      uint8_t* g = dst + gb * static_cast<size_t>(gi);
-      std::memset(g, 0, gb);  // padding rows: zero scales, so they contribute nothing
-      for (int i = 0; i < kPackRows && gi * kPackRows + i < w.rows; ++i) {
-        const uint8_t* row = w.row(gi * kPackRows + i);
-        switch (w.dtype) {
-          case DType::F32: pack_row_f32(reinterpret_cast<const float*>(row), w.cols, i, g); break;
-          case DType::F16: pack_row_f16(reinterpret_cast<const uint16_t*>(row), w.cols, i, g); break;
-          case DType::BF16: pack_row_bf16(reinterpret_cast<const uint16_t*>(row), w.cols, i, g); break;
-          case DType::Q8_0: pack_row_q8_0(reinterpret_cast<const BlockQ8_0*>(row), nb, i, g); break;
-          case DType::Q4_0:
-          case DType::IQ4_NL: pack_row_q4_0(reinterpret_cast<const BlockQ4_0*>(row), nb, i, g); break;  // same layout
-          case DType::Q5_0: pack_row_q5_0(reinterpret_cast<const BlockQ5_0*>(row), nb, i, g); break;
-          case DType::Q4_1: pack_row_q_min<BlockQ4_1, false>(reinterpret_cast<const BlockQ4_1*>(row), nb, i, g); break;
-          case DType::Q5_1: pack_row_q_min<BlockQ5_1, true>(reinterpret_cast<const BlockQ5_1*>(row), nb, i, g); break;
-          case DType::Q4_K:
-            pack_row_k_scale_min<BlockQ4_K, q4_k_quant>(reinterpret_cast<const BlockQ4_K*>(row), nb, i, g, kPackedQ4K);
-            break;
-          case DType::Q5_K:
-            pack_row_k_scale_min<BlockQ5_K, q5_k_quant>(reinterpret_cast<const BlockQ5_K*>(row), nb, i, g, kPackedQ5K);
-            break;
-          default: pack_row_q6_k(reinterpret_cast<const BlockQ6_K*>(row), nb, i, g); break;
-        }
-      }
-    }
+    for (int64_t gi = g0; gi < g1; ++gi) pack_group(w, gi, dst + gb * static_cast<size_t>(gi));
   });
   w.packed = dst;
   w.packed_group_bytes = gb;

@@ -110,6 +110,9 @@ using PackedBuffer = std::unique_ptr<uint8_t[], AlignedFree>;
 size_t packed_bytes(const WeightMatrix& w);
 // A buffer for packed weights: 64-byte aligned; from 2 MiB up, 2 MiB-aligned and advised for huge pages.
 PackedBuffer allocate_packed(size_t bytes);
+// Packs rows [16·gi, 16·gi + 16) of w (those that exist; the rest are zero padding) into the group at g
+// (packed_group_bytes bytes), on the calling thread. Throws kvik::Error for a type without a packed layout.
+void pack_group(const WeightMatrix& w, int64_t gi, uint8_t* g);
 // Packs w's rows into dst (packed_bytes(w) bytes, 64-byte aligned; groups in parallel on the thread pool) and
 // points w.packed at it. Throws kvik::Error for a type without a packed layout.
 void pack_into(WeightMatrix& w, uint8_t* dst);
