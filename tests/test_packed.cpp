@@ -228,6 +228,7 @@ TEST_P(PackedTypes, EveryTableKernelEqualsReferenceBitForBitForEveryTokenCount) 
   const DType t = GetParam();
   std::vector<const CpuKernels*> tables = {&generic_kernels()};
   if (avx2_kernels()) tables.push_back(avx2_kernels());
+  if (avx_vnni_kernels() && cpu_has_avx_vnni()) tables.push_back(avx_vnni_kernels());
   __builtin_cpu_init();
   if (avx512_kernels() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))

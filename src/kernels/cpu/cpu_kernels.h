@@ -224,13 +224,17 @@ void wsum_multi_by_rows(const float* p, int64_t p_stride, int64_t nq, const KV* 
 }
 
 const CpuKernels& generic_kernels();
-const CpuKernels* avx2_kernels();    // nullptr when not compiled in
+const CpuKernels* avx2_kernels();  // nullptr when not compiled in
+// The AVX2 table with vpdpbusd (AVX-VNNI) in the packed Q8_0 / Q4_0 / IQ4_NL / Q5_0 / Q4_1 / Q5_1 kernels.
+const CpuKernels* avx_vnni_kernels();
+bool cpu_has_avx_vnni();             // AVX2, FMA and AVX-VNNI (the avx_vnni table's instructions)
 const CpuKernels* avx512_kernels();  // nullptr when not compiled in
 // The AVX-512 table plus gemm_bf16_dp_x16, for CPUs that also have AVX512_BF16.
 const CpuKernels* avx512_bf16_kernels();
 
 // The best table this CPU supports, chosen on first use: AMX-INT8 where amx_support.h allows it, else AVX-512 with
-// AVX512_BF16, AVX-512, AVX2 or generic (KVIK_ISA=generic|avx2|avx512|avx512_bf16|amx caps the level).
+// AVX512_BF16, AVX-512, AVX2 with AVX-VNNI, AVX2 or generic (KVIK_ISA=generic|avx2|avx_vnni|avx512|avx512_bf16|amx
+// caps the level).
 const CpuKernels& cpu_kernels();
 // Tests only: cpu_kernels() returns *k until called again with nullptr (an emulated AMX table on CPUs without AMX).
 void override_cpu_kernels_for_testing(const CpuKernels* k);

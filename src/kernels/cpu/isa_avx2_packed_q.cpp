@@ -1,156 +1,14 @@
-// AVX2 kernels on repacked 32-element-block weights (packed.h: Q8_0, Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1), and the
-// ActQ8S activation quantizer, for the table in isa_avx2.cpp (CPUs without AVX-512: AMD Zen 2/3, Intel Haswell to
-// Comet Lake).
-//
-// AVX2 has no vpdpbusd; vpmaddubsw multiplies u8 by s8 and adds pairs into s16 with saturation, then vpmaddwd by 1
-// widens pairs of those into s32. Per 4-byte k-group a 256-bit vector holds 8 of the group's 16 rows (two halves).
-// - Q8_0 and IQ4_NL weights are signed (Q8_0's stored q + 128 flipped back by xor; IQ4_NL's codebook looked up
-//   signed): |w| meets x with w's sign moved onto it (vpsignb), so each product is |w|·(±x) ≤ 128·127 and a pair
-//   fits s16 exactly (x is a quantize_row_q8_0 value, |x| ≤ 127).
-// - Q4_0, Q4_1 (w ≤ 15) and Q5_0, Q5_1 (w ≤ 31) are unsigned: vpmaddubsw directly; a pair is ≤ 3810 (7874), so
-//   eight (four) of them are added in s16 before one vpmaddwd; the offset comes off with the block's Σx as in the
-//   reference.
-// The integer sums are exact and the float epilogue is the reference's fmas in its order, so every result equals
-// gemm_*_x16_ref bit for bit and no token's result depends on how many tokens share the call.
+// The AVX2 table's kernels on repacked 32-element-block weights (avx2_packed_q_impl.h, without AVX-VNNI) and the
+// ActQ8S activation quantizer.
 #include <immintrin.h>
 
 #include "core/fp16.h"
 #include "kernels/cpu/avx2_packed.h"
+#include "kernels/cpu/avx2_packed_q_impl.h"
 #include "kernels/cpu/packed.h"
-#include "tensor/dtype.h"
 
 namespace kvik::avx2 {
 namespace {
-
-enum class Q { kQ8_0, kQ4_0, kIQ4_NL, kQ5_0, kQ4_1, kQ5_1 };
-
-template <Q T>
-struct Layout {
-  static constexpr bool kSigned = T == Q::kQ8_0 || T == Q::kIQ4_NL;
-  static constexpr bool kFifth = T == Q::kQ5_0 || T == Q::kQ5_1;
-  static constexpr bool kMin = T == Q::kQ4_1 || T == Q::kQ5_1;
-  static constexpr int64_t kQs = T == Q::kQ8_0 ? kQ8_0PackedQs : kFifth ? kQ5_0PackedQs : kQ4_0PackedQs;
-  static constexpr int64_t kS = kMin ? kMinPairScales : kPairScales;
-  static constexpr int32_t kOffset = T == Q::kQ4_0 ? 8 : T == Q::kQ5_0 ? 16 : 0;
-  static constexpr int kS16Terms = kFifth ? 4 : 8;  // unsigned products added in s16 before widening
-};
-
-inline __m256i bcast4(const int8_t* p) {
-  int32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-inline __m256i load32(const uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
-
-// Σ over 4-byte groups of s8 w times s8 x (|x| ≤ 127), as 8 s32 lanes, exact.
-inline __m256i dot_signed(__m256i w, __m256i x) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
-}
-
-// Half h (rows 8h .. 8h + 7) of nibble vector v of a Q4_0-layout block: its low and high quants as u8 (IQ4_NL: the
-// signed codebook values), Q5's fifth bits or-ed in at bit 4 (fb: bit v of a byte = the low element's, 4 + v = the
-// high one's; epi16 shifts, strays masked off).
-template <Q T>
-inline void nibble_quants(const uint8_t* qs, int v, int h, __m256i& lo, __m256i& hi) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i raw = load32(qs + 64 * v + 32 * h);
-  lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-  if constexpr (T == Q::kIQ4_NL) {
-    const __m256i book = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
-    lo = _mm256_shuffle_epi8(book, lo), hi = _mm256_shuffle_epi8(book, hi);
-  }
-  if constexpr (Layout<T>::kFifth) {
-    const __m256i fb = load32(qs + kQ4_0PackedQs + 32 * h), bit4 = _mm256_set1_epi8(0x10);
-    lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(fb, 4 - v), bit4));
-    hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(fb, v), bit4));
-  }
-}
-
-// The block's exact integer sums Σ_j w·x − offset·Σx of R tokens (x rows xq[t]) for both halves: s[t][h].
-template <Q T, int R>
-inline void block_sums(const uint8_t* qs, const int8_t* const* xq, const int32_t* xsum, __m256i (&s)[R][2]) {
-  using L = Layout<T>;
-  for (int t = 0; t < R; ++t) s[t][0] = s[t][1] = _mm256_set1_epi32(-L::kOffset * xsum[t]);
-  if constexpr (T == Q::kQ8_0) {
-    for (int k = 0; k < 8; ++k) {
-      const __m256i flip = _mm256_set1_epi8(-128);
-      const __m256i w0 = _mm256_xor_si256(load32(qs + 64 * k), flip),
-                    w1 = _mm256_xor_si256(load32(qs + 64 * k + 32), flip);
-      for (int t = 0; t < R; ++t) {
-        const __m256i x = bcast4(xq[t] + 4 * k);
-        s[t][0] = _mm256_add_epi32(s[t][0], dot_signed(w0, x));
-        s[t][1] = _mm256_add_epi32(s[t][1], dot_signed(w1, x));
-      }
-    }
-  } else {
-    for (int h = 0; h < 2; ++h) {
-      __m256i p[R];
-      for (int t = 0; t < R; ++t) p[t] = _mm256_setzero_si256();
-      for (int v = 0; v < 4; ++v) {
-        __m256i lo, hi;
-        nibble_quants<T>(qs, v, h, lo, hi);
-        for (int t = 0; t < R; ++t) {
-          const __m256i xl = bcast4(xq[t] + 4 * v), xh = bcast4(xq[t] + 16 + 4 * v);
-          if constexpr (L::kSigned) {
-            s[t][h] = _mm256_add_epi32(s[t][h], _mm256_add_epi32(dot_signed(lo, xl), dot_signed(hi, xh)));
-          } else {
-            p[t] = _mm256_add_epi16(p[t], _mm256_maddubs_epi16(lo, xl));
-            p[t] = _mm256_add_epi16(p[t], _mm256_maddubs_epi16(hi, xh));
-          }
-        }
-        if constexpr (!L::kSigned)
-          if ((2 * (v + 1)) % L::kS16Terms == 0)
-            for (int t = 0; t < R; ++t) {
-              s[t][h] = _mm256_add_epi32(s[t][h], _mm256_madd_epi16(p[t], _mm256_set1_epi16(1)));
-              p[t] = _mm256_setzero_si256();
-            }
-      }
-    }
-  }
-}
-
-// R ≤ 4 tokens (x rows 0..R−1) over one 16-row group: y[t·ys + i].
-template <Q T, int R>
-void gemm_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys) {
-  using L = Layout<T>;
-  __m256 acc[R][2];
-  for (int t = 0; t < R; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const int8_t* xq[R];
-    int32_t xsum[R];
-    for (int t = 0; t < R; ++t) xq[t] = x.qs + (t * nb + b) * kQK8_0, xsum[t] = x.sums[t * nb + b];
-    __m256i s[R][2];
-    block_sums<T, R>(g + packed_qs_offset(b, L::kQs, L::kS), xq, xsum, s);
-    const uint8_t* dp = g + packed_d_offset(b, L::kQs, L::kS);
-    for (int h = 0; h < 2; ++h) {
-      const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dp + 16 * h)));
-      __m256 mw = _mm256_setzero_ps();
-      if constexpr (L::kMin)
-        mw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(g + packed_m_offset(b, L::kQs) + 16 * h)));
-      for (int t = 0; t < R; ++t) {
-        const float dx = x.d[t * nb + b];
-        acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t][h]), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[t][h]);
-        if constexpr (L::kMin)
-          acc[t][h] = _mm256_fmadd_ps(mw, _mm256_set1_ps(dx * static_cast<float>(xsum[t])), acc[t][h]);
-      }
-    }
-  }
-  for (int t = 0; t < R; ++t) _mm256_storeu_ps(y + t * ys, acc[t][0]), _mm256_storeu_ps(y + t * ys + 8, acc[t][1]);
-}
-
-// Tokens four at a time (each four over the whole group), then the rest.
-template <Q T>
-void gemm_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  int64_t t = 0;
-  const auto rows = [&](int64_t t0) { return ActQ8S{x.qs + t0 * nb * kQK8_0, x.d + t0 * nb, x.sums + t0 * nb, nb}; };
-  for (; t + 4 <= R; t += 4) gemm_r<T, 4>(g, nb, rows(t), y + t * ys, ys);
-  switch (R - t) {
-    case 3: return gemm_r<T, 3>(g, nb, rows(t), y + t * ys, ys);
-    case 2: return gemm_r<T, 2>(g, nb, rows(t), y + t * ys, ys);
-    case 1: return gemm_r<T, 1>(g, nb, rows(t), y + t * ys, ys);
-    default: return;
-  }
-}
 
 // roundf (half away from zero), exactly: t = trunc(v) and v − t is exact, so |v − t| ≥ ½ decides the step.
 inline __m256 round_half_away(__m256 v) {
@@ -165,22 +23,22 @@ inline __m256 round_half_away(__m256 v) {
 }  // namespace
 
 void gemm_q8_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  gemm_x16<Q::kQ8_0>(g, nb, x, R, y, ys);
+  gemm_x16<Q::kQ8_0, false>(g, nb, x, R, y, ys);
 }
 void gemm_q4_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  gemm_x16<Q::kQ4_0>(g, nb, x, R, y, ys);
+  gemm_x16<Q::kQ4_0, false>(g, nb, x, R, y, ys);
 }
 void gemm_iq4_nl_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  gemm_x16<Q::kIQ4_NL>(g, nb, x, R, y, ys);
+  gemm_x16<Q::kIQ4_NL, false>(g, nb, x, R, y, ys);
 }
 void gemm_q5_0_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  gemm_x16<Q::kQ5_0>(g, nb, x, R, y, ys);
+  gemm_x16<Q::kQ5_0, false>(g, nb, x, R, y, ys);
 }
 void gemm_q4_1_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  gemm_x16<Q::kQ4_1>(g, nb, x, R, y, ys);
+  gemm_x16<Q::kQ4_1, false>(g, nb, x, R, y, ys);
 }
 void gemm_q5_1_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  gemm_x16<Q::kQ5_1>(g, nb, x, R, y, ys);
+  gemm_x16<Q::kQ5_1, false>(g, nb, x, R, y, ys);
 }
 
 // Per block as quantize_row Q8_0 (the same amax, d = amax/127, id = 1/d, roundf(x·id)) with Σq.
