@@ -20,6 +20,7 @@
 
 #include <immintrin.h>
 
+#include "kernels/cpu/avx2_int8.h"
 #include "kernels/cpu/packed.h"
 #include "tensor/dtype.h"
 
@@ -37,31 +38,12 @@ struct Layout {
   static constexpr int64_t kQs = T == Q::kQ8_0 ? kQ8_0PackedQs : kFifth ? kQ5_0PackedQs : kQ4_0PackedQs;
   static constexpr int64_t kS = kMin ? kMinPairScales : kPairScales;
   // The reference's offsets of the stored u8 quants (Q8_0 q + 128, IQ4_NL codebook + 128); none for signed quants.
-  static constexpr int32_t kOffset = T == Q::kQ4_0                        ? 8
-                                     : T == Q::kQ5_0                      ? 16
+  static constexpr int32_t kOffset = T == Q::kQ4_0                                    ? 8
+                                     : T == Q::kQ5_0                                  ? 16
                                      : !kSigned && (T == Q::kQ8_0 || T == Q::kIQ4_NL) ? 128
-                                                                          : 0;
+                                                                                      : 0;
   static constexpr int kS16Terms = kFifth ? 4 : 8;  // unsigned products added in s16 before widening
 };
-
-inline __m256i bcast4(const int8_t* p) {
-  int32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-inline __m256i load32(const uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
-
-// vpdpbusd (AVX-VNNI); only instantiated in the translation unit compiled with it.
-template <typename V = __m256i>
-inline V dpbusd(V s, V w, V x) {
-#ifdef __AVXVNNI__
-  return _mm256_dpbusd_avx_epi32(s, w, x);
-#else
-  static_assert(sizeof(V) == 0, "vpdpbusd needs a translation unit compiled with -mavxvnni");
-  return s;
-#endif
-}
-
 
 // Σ over 4-byte groups of s8 w times s8 x (|x| ≤ 127), as 8 s32 lanes, exact.
 inline __m256i dot_signed(__m256i w, __m256i x) {

@@ -225,7 +225,7 @@ void wsum_multi_by_rows(const float* p, int64_t p_stride, int64_t nq, const KV* 
 
 const CpuKernels& generic_kernels();
 const CpuKernels* avx2_kernels();  // nullptr when not compiled in
-// The AVX2 table with vpdpbusd (AVX-VNNI) in the packed Q8_0 / Q4_0 / IQ4_NL / Q5_0 / Q4_1 / Q5_1 kernels.
+// The AVX2 table with vpdpbusd (AVX-VNNI) in the packed integer kernels (the 32-element block types and K-quants).
 const CpuKernels* avx_vnni_kernels();
 bool cpu_has_avx_vnni();             // AVX2, FMA and AVX-VNNI (the avx_vnni table's instructions)
 const CpuKernels* avx512_kernels();  // nullptr when not compiled in

@@ -1,6 +1,7 @@
-// The AVX2 table with AVX-VNNI's vpdpbusd in the packed 32-element-block kernels (avx2_packed_q_impl.h), compiled
-// with -mavxvnni: CPUs with AVX2 and AVX-VNNI but no AVX-512 (Intel Alder Lake and later clients, Sierra Forest and
-// other E-core Xeons). Their results are the AVX2 kernels' bit for bit (both are the packed references').
+// The AVX2 table with AVX-VNNI's vpdpbusd in the packed integer kernels (avx2_packed_q_impl.h, avx2_packed_k_impl.h),
+// compiled with -mavxvnni: CPUs with AVX2 and AVX-VNNI but no AVX-512 (Intel Alder Lake and later clients, Sierra
+// Forest and other E-core Xeons). Their results are the AVX2 kernels' bit for bit (both are the packed references').
+#include "kernels/cpu/avx2_packed_k_impl.h"
 #include "kernels/cpu/avx2_packed_q_impl.h"
 #include "kernels/cpu/cpu_kernels.h"
 
@@ -15,7 +16,7 @@ void gemm_vnni(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* 
 }  // namespace
 
 const CpuKernels* avx_vnni_kernels() {
-  static const CpuKernels* t = [] () -> const CpuKernels* {
+  static const CpuKernels* t = []() -> const CpuKernels* {
     if (!avx2_kernels()) return nullptr;
     static CpuKernels k = *avx2_kernels();
     k.isa = "avx2+avx_vnni";
@@ -25,6 +26,9 @@ const CpuKernels* avx_vnni_kernels() {
     k.gemm_q5_0_x16 = gemm_vnni<avx2::Q::kQ5_0>;
     k.gemm_q4_1_x16 = gemm_vnni<avx2::Q::kQ4_1>;
     k.gemm_q5_1_x16 = gemm_vnni<avx2::Q::kQ5_1>;
+    k.gemm_q4_k_x16 = avx2::gemm_q4_k<true>;
+    k.gemm_q5_k_x16 = avx2::gemm_q5_k<true>;
+    k.gemm_q6_k_x16 = avx2::gemm_q6_k<true>;
     return &k;
   }();
   return t;
