@@ -24,11 +24,13 @@
 # AVX2=1 runs both engines as on a CPU without AVX-512 (AMD Zen 2/3, Intel before Ice Lake servers): kvik with
 # KVIK_ISA=avx2, llama.cpp from a copy of the peer directory (hard links, $PEER-avx2) that keeps only its haswell CPU
 # backend (AVX2 + FMA + F16C), so its system info reads AVX2 without AVX512; ik_llama.cpp is not run then.
+# AVX2=vnni does the same for AVX2 + AVX-VNNI CPUs (Intel Alder Lake and later clients): KVIK_ISA=avx_vnni and
+# llama.cpp's alderlake backend (needs a CPU with AVX-VNNI).
 #
 # Usage: bench/compare_llamacpp.sh MODEL.gguf [THREADS]
 # Environment: KVIK (default build/kvik), ROUNDS (5), P (512), G (128), NSEQ (16), BP (64), BG (64),
 #              KVIK_PEER_DIR (/tmp/kvik-peer), KVIK_SHARED_DIR (../shared), DECODE_CTX (8192),
-#              LONG_ROWS (with LONG=1, a subset of "batch64 decodectx prefill4k cold"), AVX2 (0; 1: see above),
+#              LONG_ROWS (with LONG=1, a subset of "batch64 decodectx prefill4k cold"), AVX2 (0; 1 or vnni: see above),
 #              KV_TYPE (f16; q8_0 or f32: both engines' KV cache of that type - kvik --kv-cache-dtype, llama.cpp
 #              through tools/llamacpp_bench.mjs with flash attention, ik_llama.cpp -ctk/-ctv; the JSON says kv_cache_type).
 # Time: about ROUNDS × (2 single-sequence runs + 2 batch runs); on a 2-core machine with a 1B Q8_0 model and the
@@ -56,16 +58,22 @@ fi
 
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
-if [[ "${AVX2:-0}" == 1 ]]; then
-  # node-llama-cpp loads the best libggml-cpu-<variant>.so of its bins directory: leave it only the haswell one.
-  bins="node_modules/@node-llama-cpp/linux-x64/bins/linux-x64"
-  [[ -f "$PEER/$bins/libggml-cpu-haswell.so" ]] || { echo "no haswell CPU backend in $PEER/$bins" >&2; exit 1; }
-  rm -rf "$PEER-avx2" && cp -al "$PEER" "$PEER-avx2"
-  find "$PEER-avx2/$bins" -name 'libggml-cpu-*.so' ! -name libggml-cpu-haswell.so -delete
-  PEER="$PEER-avx2"
-  export KVIK_ISA=avx2
-  unset IK_LLAMA_BENCH
-fi
+case "${AVX2:-0}" in
+  0) ;;
+  1 | vnni)
+    # node-llama-cpp loads the best libggml-cpu-<variant>.so of its bins directory: leave it only the one wanted.
+    variant=haswell KVIK_ISA=avx2
+    [[ "$AVX2" == vnni ]] && variant=alderlake KVIK_ISA=avx_vnni
+    export KVIK_ISA
+    bins="node_modules/@node-llama-cpp/linux-x64/bins/linux-x64"
+    [[ -f "$PEER/$bins/libggml-cpu-$variant.so" ]] || { echo "no $variant CPU backend in $PEER/$bins" >&2; exit 1; }
+    rm -rf "$PEER-$variant" && cp -al "$PEER" "$PEER-$variant"
+    find "$PEER-$variant/$bins" -name 'libggml-cpu-*.so' ! -name "libggml-cpu-$variant.so" -delete
+    PEER="$PEER-$variant"
+    unset IK_LLAMA_BENCH
+    ;;
+  *) echo "AVX2 must be 0, 1 or vnni: $AVX2" >&2; exit 1 ;;
+esac
 [[ "$KV_TYPE" == f16 ]] || cp "$ROOT/tools/llamacpp_bench.mjs" "$PEER/"
 echo "model $MODEL, $THREADS threads, $ROUNDS rounds; load: $(uptime | sed 's/.*load average: //')" >&2
 
