@@ -25,8 +25,8 @@ inline __m256 load8(const uint16_t* c, int64_t e) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + e)));
 }
 inline __m256 load8(const BlockQ8_0* c, int64_t e) {
-  const BlockQ8_0& b = c[e / 32];
-  const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + e % 32));
+  const BlockQ8_0& b = c[static_cast<uint64_t>(e) / 32];  // offsets are never negative: shifts, not divisions
+  const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + (e & 31)));
   const __m256 d = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<int16_t>(b.d)));
   return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
 }
