@@ -29,5 +29,7 @@ void wsum_multi_q8_0(const float* p, int64_t p_stride, int64_t nq, const BlockQ8
                      int64_t d, float* out, int64_t out_stride);
 void wsum_multi_fp8(const float* p, int64_t p_stride, int64_t nq, const uint8_t* v, const int64_t* off, int64_t n,
                     int64_t d, float* out, int64_t out_stride);
+// In-place softmax with a polynomial e^x (exp_ps), within 4e-7 relative of the reference's.
+void softmax(float* x, int64_t n);
 
 }  // namespace kvik::avx2

@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "core/fp16.h"
@@ -217,6 +218,36 @@ bool runs_in_blocks(const int64_t* off, int64_t n, int64_t d) {
   return true;
 }
 
+// e^x = 2^k·e^r with k = round(x·log2 e) and r = x − k·ln 2 (two-part ln 2, |r| ≤ ½ ln 2), e^r by its degree-6
+// Taylor polynomial (truncation < 1.3e-7 relative, as the AVX-512 table's), 2^k built in the exponent bits. AVX2
+// has no vscalefps, so x is clamped where 2^k stays normal (k ≥ −126) and lanes below it (e^x < 1.2e-38) read 0.
+inline __m256 exp_ps(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.33654f);  // ln 2^-126
+  const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_max_ps(x, lo);
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(1.428606765330187e-06f), r);
+  __m256 e = _mm256_set1_ps(1.0f / 720.0f);
+  e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f / 120.0f));
+  e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f / 24.0f));
+  e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f / 6.0f));
+  e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(0.5f));
+  e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f));
+  e = _mm256_fmadd_ps(e, r, _mm256_set1_ps(1.0f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(under, _mm256_mul_ps(e, _mm256_castsi256_ps(bits)));
+}
+// Lanes 0..m−1 of a vector (m ≤ 8) as an all-ones mask for maskload / maskstore.
+inline __m256i first_lanes(int64_t m) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(m)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline void add_to(__m256d* sum, __m256 e) {  // the sum in doubles, as the reference's
+  sum[0] = _mm256_add_pd(sum[0], _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+  sum[1] = _mm256_add_pd(sum[1], _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+}
+
 }  // namespace
 
 void scores_f32(const float* q, const float* k, const int64_t* off, int64_t n, int64_t d, float scale, float* out) {
@@ -288,6 +319,39 @@ void wsum_multi_fp8(const float* p, int64_t p_stride, int64_t nq, const uint8_t*
     wsum_multi(p, p_stride, nq, v, off, n, d, out, out_stride);
   else
     wsum_multi_by_rows<uint8_t, wsum_fp8>(p, p_stride, nq, v, off, n, d, out, out_stride);
+}
+
+// softmax: the max, then e^(x − max) by exp_ps summed in doubles, then times 1 / sum; the last partial vector through
+// masked loads and stores.
+void softmax(float* x, int64_t n) {
+  const int64_t whole = n / 8 * 8;
+  const __m256i tail = first_lanes(n - whole);
+  __m256 mv = _mm256_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < whole; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
+  if (whole < n)
+    mv = _mm256_max_ps(mv, _mm256_blendv_ps(mv, _mm256_maskload_ps(x + whole, tail), _mm256_castsi256_ps(tail)));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const __m256 mx = _mm256_broadcastss_ps(m4);
+  __m256d sum[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};
+  for (int64_t i = 0; i < whole; i += 8) {
+    const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), mx));
+    _mm256_storeu_ps(x + i, e);
+    add_to(sum, e);
+  }
+  if (whole < n) {
+    const __m256 e =
+        _mm256_and_ps(exp_ps(_mm256_sub_ps(_mm256_maskload_ps(x + whole, tail), mx)), _mm256_castsi256_ps(tail));
+    _mm256_maskstore_ps(x + whole, tail, e);
+    add_to(sum, e);
+  }
+  const __m256d s = _mm256_add_pd(sum[0], sum[1]);
+  __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+  s2 = _mm_add_sd(s2, _mm_unpackhi_pd(s2, s2));
+  const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / _mm_cvtsd_f64(s2)));
+  for (int64_t i = 0; i < whole; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+  if (whole < n) _mm256_maskstore_ps(x + whole, tail, _mm256_mul_ps(_mm256_maskload_ps(x + whole, tail), inv));
 }
 
 }  // namespace kvik::avx2
