@@ -171,18 +171,26 @@ void scores_multi(const float* q, int64_t q_stride, int64_t nq, const KV* k, con
 template <typename KV, int NQ, int NV>
 void wsum_block(const float* p, int64_t p_stride, const KV* v, const int64_t* off, int64_t n, int64_t c0, float* out,
                 int64_t out_stride) {
+  // The loops fully unrolled early (GCC otherwise stores the accumulator array to memory every iteration).
   __m256 a[NQ][NV];
-  for (auto& row : a)
-    for (auto& x : row) x = _mm256_setzero_ps();
+#pragma GCC unroll 8
+  for (int u = 0; u < NQ; ++u)
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; ++c) a[u][c] = _mm256_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
     __m256 x[NV];
+#pragma GCC unroll 8
     for (int c = 0; c < NV; ++c) x[c] = load8(v, off[j] + c0 + 8 * c);
+#pragma GCC unroll 8
     for (int u = 0; u < NQ; ++u) {
       const __m256 pj = _mm256_broadcast_ss(p + u * p_stride + j);
+#pragma GCC unroll 8
       for (int c = 0; c < NV; ++c) a[u][c] = _mm256_fmadd_ps(pj, x[c], a[u][c]);
     }
   }
+#pragma GCC unroll 8
   for (int u = 0; u < NQ; ++u)
+#pragma GCC unroll 8
     for (int c = 0; c < NV; ++c) _mm256_storeu_ps(out + u * out_stride + c0 + 8 * c, a[u][c]);
 }
 template <typename KV, int NQ, int NV>
