@@ -92,7 +92,7 @@ struct CpuKernels {
   void (*scores_multi_f16)(const float* q, int64_t q_stride, int64_t nq, const uint16_t* k, const int64_t* off,
                            int64_t n, int64_t d, float scale, float* out, int64_t out_stride);
   // Value sums of nq queries over the same n value rows: out[i·out_stride + c] = Σ_j p[i·p_stride + j]·v_j[c]. A
-  // query's sum is the same instructions whatever nq is (the value rows are loaded once for several queries on AVX-512 and AVX2).
+  // query's sum is the same instructions whatever nq is (AVX-512, AVX2: each value row loaded once for up to 4).
   void (*wsum_multi_f32)(const float* p, int64_t p_stride, int64_t nq, const float* v, const int64_t* off, int64_t n,
                          int64_t d, float* out, int64_t out_stride);
   void (*wsum_multi_f16)(const float* p, int64_t p_stride, int64_t nq, const uint16_t* v, const int64_t* off, int64_t n,
