@@ -43,6 +43,32 @@ inline __m256 load8(const uint8_t* c, int64_t e) {
   return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
 }
 
+// NV vectors of elements e, e+8, ... (the value row's columns of one wsum pass). Q8_0: two vectors in one block share
+// its scale and one 16-byte load (the same values as two load8 calls).
+template <int NV, typename KV>
+inline void load_runs(const KV* c, int64_t e, __m256* x) {
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) x[v] = load8(c, e + 8 * v);
+}
+template <int NV>
+inline void load_runs(const BlockQ8_0* c, int64_t e, __m256* x) {
+  int v = 0;
+#pragma GCC unroll 4
+  for (; v + 2 <= NV; v += 2) {
+    const int64_t ev = e + 8 * v;
+    if ((ev & 31) == 24) {  // the two runs in two blocks
+      x[v] = load8(c, ev), x[v + 1] = load8(c, ev + 8);
+      continue;
+    }
+    const BlockQ8_0& b = c[static_cast<uint64_t>(ev) / 32];
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + (ev & 31)));
+    const __m256 d = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<int16_t>(b.d)));
+    x[v] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+    x[v + 1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(q, q))));
+  }
+  if (v < NV) x[v] = load8(c, e + 8 * v);
+}
+
 inline float hsum(__m256 v) {
   __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
@@ -179,8 +205,7 @@ void wsum_block(const float* p, int64_t p_stride, const KV* v, const int64_t* of
     for (int c = 0; c < NV; ++c) a[u][c] = _mm256_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
     __m256 x[NV];
-#pragma GCC unroll 8
-    for (int c = 0; c < NV; ++c) x[c] = load8(v, off[j] + c0 + 8 * c);
+    load_runs<NV>(v, off[j] + c0, x);
 #pragma GCC unroll 8
     for (int u = 0; u < NQ; ++u) {
       const __m256 pj = _mm256_broadcast_ss(p + u * p_stride + j);
