@@ -94,8 +94,9 @@ TEST_P(KernelTable, AttentionKernelsMatchReference) {
         << "n=" << n;
   }
   // Scores of one query row against scattered key rows (f32 and f16 cache): |fast − ref| ≤ γ(d)·Σ|q·k|·scale, for
-  // key counts below, at and past the 16-row tree and head dims with a partial last vector.
-  for (int64_t d : {16, 40, 64, 128})
+  // key counts below, at and past the 16-row tree and head dims with a partial last vector (AVX2: 8-wide, so 12 and 20
+  // end in scalar elements).
+  for (int64_t d : {12, 16, 20, 40, 64, 128})
     for (int64_t keys : {1, 15, 16, 17, 33, 64, 100}) {
       const int64_t rows = keys + 7;
       std::vector<float> q(d), kf(rows * d), s0(keys), s1(keys);
@@ -264,9 +265,11 @@ void check_gemv(std::mt19937& rng, const CpuKernels& fast, const CpuKernels& ref
 
 // Scores of several queries against the same scattered keys (f32 and f16 cache): within the summation bound of the
 // reference, and a query's scores are bit for bit the same computed alone, among 9 queries, or with the key range
-// started elsewhere (what keeps attention batch-invariant when rows are scored together).
+// started elsewhere (what keeps attention batch-invariant when rows are scored together). Head dims: whole 8- and
+// 16-wide vectors (the transposed paths), 256 (the most the AVX2 and AVX-512 kernels transpose), and 12 and 264
+// (their per-query fallbacks); 9 queries = two groups of 4 and one alone.
 TEST_P(KernelTable, MultiQueryScoresMatchReferenceAndDoNotDependOnTheTile) {
-  for (int64_t d : {8, 16, 40, 64, 128})
+  for (int64_t d : {8, 12, 16, 24, 40, 64, 128, 256, 264})
     for (int64_t keys : {1, 15, 16, 17, 33, 100}) {
       const int64_t rows = keys + 7, nq = 9;
       std::vector<float> q(nq * d), kf(rows * d), s0(nq * keys), s1(nq * keys), alone(keys), shifted(keys + 3);
@@ -305,11 +308,12 @@ TEST_P(KernelTable, MultiQueryScoresMatchReferenceAndDoNotDependOnTheTile) {
 }
 
 // Value sums of several queries over the same scattered value rows: within the reference's bound, and a query's sum
-// is bit for bit the same computed alone or among 6.
+// is bit for bit the same computed alone or among 7 (AVX2: a group of 4, a pair and one alone; d 8 and 24 end in an
+// 8-column block, 12 and 20 take the per-query fallback).
 TEST_P(KernelTable, MultiQueryValueSumsMatchReferenceAndDoNotDependOnTheTile) {
-  for (int64_t d : {16, 40, 64, 128, 192})
+  for (int64_t d : {8, 12, 16, 20, 24, 40, 64, 128, 192})
     for (int64_t keys : {1, 5, 64, 130}) {
-      const int64_t rows = keys + 7, nq = 6;
+      const int64_t rows = keys + 7, nq = 7;
       std::vector<float> v(rows * d), p(nq * keys), o0(nq * d), o1(nq * d), alone(d);
       std::vector<uint16_t> vh(rows * d);
       for (size_t i = 0; i < v.size(); ++i) v[i] = normal(), vh[i] = f32_to_fp16(v[i]);
@@ -333,7 +337,7 @@ TEST_P(KernelTable, MultiQueryValueSumsMatchReferenceAndDoNotDependOnTheTile) {
               mag += std::fabs(double(p[i * keys + j]) * (f16 ? fp16_to_f32(vh[off[j] + c]) : v[off[j] + c]));
             EXPECT_LE(std::fabs(double(o0[i * d + c]) - o1[i * d + c]), gamma(keys) * mag)
                 << "f16=" << f16 << " d=" << d << " keys=" << keys << " q=" << i << " c=" << c;
-            EXPECT_EQ(alone[c], o1[i * d + c]) << "alone vs among 6: d=" << d << " q=" << i << " c=" << c;
+            EXPECT_EQ(alone[c], o1[i * d + c]) << "alone vs among 7: d=" << d << " q=" << i << " c=" << c;
           }
         }
       }

@@ -164,17 +164,19 @@ TEST(KvQuant, Fp8RowsReadEveryCodeAsTheTable) {
 }
 
 // The multi-query forms the paged attention calls: every runnable table within the reference's bound, and a query's
-// scores and value sums bit for bit the same computed alone, among 9 queries, or (scores) with the key range started
-// 3 keys earlier: what keeps attention over a quantized cache batch-invariant. Head dims 8 and 40 (Q8_0 rows inside
-// a block: the AVX-512 table's per-row fallback), 32, 64 and 128 (rows on block boundaries).
+// scores and value sums bit for bit the same computed alone, among 7 queries (a group of 4, then AVX2's pair and
+// single shapes), or (scores) with the key range started 3 keys earlier: what keeps attention over a quantized cache
+// batch-invariant. Head dims 8, 24 and 40 (Q8_0 rows inside a block: the AVX-512 table's per-row fallback, AVX2's
+// 8-element runs), 32, 64, 128 and 256 (rows on block boundaries), 12 and 264 (per-query fallbacks: not whole
+// vectors, more than the transposed block holds).
 TEST(KvQuant, MultiQueryKernelsMatchReferenceAndDoNotDependOnTheTile) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (const CpuKernels* k : runnable_tables())
-    for (int64_t d : {8, 32, 40, 64, 128})
+    for (int64_t d : {8, 12, 24, 32, 40, 64, 128, 256, 264})
       for (int64_t keys : {1, 15, 16, 17, 64, 100}) {
         SCOPED_TRACE(std::string(k->isa) + " d=" + std::to_string(d) + " keys=" + std::to_string(keys));
-        const int64_t row = d * 4 % 32 == 0 ? d * 4 : 160, rows = keys + 8, nq = 9;
+        const int64_t row = d * 4 % 32 == 0 ? d * 4 : 160, rows = keys + 8, nq = 7;
         std::vector<float> x(rows * row), q(nq * d), p(nq * (keys + 3));
         for (auto& v : x) v = nd(rng) * 3;
         for (auto& v : q) v = nd(rng);
@@ -217,10 +219,10 @@ TEST(KvQuant, MultiQueryKernelsMatchReferenceAndDoNotDependOnTheTile) {
             scores(*k, q.data() + i * d, 1, off.data(), keys + 3, shifted.data());
             sums(*k, p.data() + i * keys, 1, one.data());
             for (int64_t j = 0; j < keys; ++j) {
-              EXPECT_EQ(alone[j], s1[i * keys + j]) << "alone vs among 9: fp8=" << fp8 << " q=" << i << " j=" << j;
+              EXPECT_EQ(alone[j], s1[i * keys + j]) << "alone vs among 7: fp8=" << fp8 << " q=" << i << " j=" << j;
               EXPECT_EQ(shifted[j + 3], s1[i * keys + j]) << "range started 3 keys earlier: fp8=" << fp8;
             }
-            for (int64_t c = 0; c < d; ++c) EXPECT_EQ(one[c], o1[i * d + c]) << "value sums alone vs among 9";
+            for (int64_t c = 0; c < d; ++c) EXPECT_EQ(one[c], o1[i * d + c]) << "value sums alone vs among 7";
           }
         }
       }

@@ -85,14 +85,14 @@ struct CpuKernels {
                      float* out);
   // Scores of nq query rows q + i·q_stride against the same n keys: out[i·out_stride + j] = scale · q_i·k_j. A
   // (query, key) score is computed by the same instructions whatever nq is and wherever the key sits in the call,
-  // so a row's scores do not depend on the tile it is computed in (batch invariance). AVX-512 (d % 16 == 0): keys
-  // in the lanes, 16 at a time, the K rows transposed once for all queries.
+  // so a row's scores do not depend on the tile it is computed in (batch invariance). AVX-512 (d % 16 == 0) and AVX2
+  // (d % 8 == 0, d ≤ 256): keys in the lanes, 16 at a time, the K rows transposed once for all queries.
   void (*scores_multi_f32)(const float* q, int64_t q_stride, int64_t nq, const float* k, const int64_t* off, int64_t n,
                            int64_t d, float scale, float* out, int64_t out_stride);
   void (*scores_multi_f16)(const float* q, int64_t q_stride, int64_t nq, const uint16_t* k, const int64_t* off,
                            int64_t n, int64_t d, float scale, float* out, int64_t out_stride);
   // Value sums of nq queries over the same n value rows: out[i·out_stride + c] = Σ_j p[i·p_stride + j]·v_j[c]. A
-  // query's sum is the same instructions whatever nq is (the value rows are loaded once for all queries on AVX-512).
+  // query's sum is the same instructions whatever nq is (AVX-512, AVX2: each value row loaded once for up to 4).
   void (*wsum_multi_f32)(const float* p, int64_t p_stride, int64_t nq, const float* v, const int64_t* off, int64_t n,
                          int64_t d, float* out, int64_t out_stride);
   void (*wsum_multi_f16)(const float* p, int64_t p_stride, int64_t nq, const uint16_t* v, const int64_t* off, int64_t n,

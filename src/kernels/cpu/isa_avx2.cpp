@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include "core/fp16.h"
+#include "kernels/cpu/avx2_attention.h"
 #include "kernels/cpu/avx2_blocks.h"
 #include "kernels/cpu/avx2_packed.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -132,13 +133,6 @@ void round_bf16(const float* x, float* y, int64_t n) { round_through_half(x, y, 
 void quantize_act_q8(const float* x, uint8_t* qs, float* d, int64_t n) {
   generic_kernels().quantize_act_q8(x, qs, d, n);
 }
-void wsum_f32(const float* p, const float* v, const int64_t* off, int64_t n, int64_t d, float* out) {
-  generic_kernels().wsum_f32(p, v, off, n, d, out);
-}
-void wsum_f16(const float* p, const uint16_t* v, const int64_t* off, int64_t n, int64_t d, float* out) {
-  generic_kernels().wsum_f16(p, v, off, n, d, out);
-}
-void softmax(float* x, int64_t n) { generic_kernels().softmax(x, n); }
 void silu_mul(float* gate, const float* up, int64_t n) { generic_kernels().silu_mul(gate, up, n); }
 
 inline int32_t hsum_i32(__m256i v) {
@@ -271,23 +265,23 @@ constexpr CpuKernels kAvx2 = {
     .dot4_q6_k = dot4_by_rows<BlockQ6_K, BlockQ8_K, dot_q6_k>,
     .tile_f32 = tile_by_rows<dot_f32>,
     .dot_f32_f16 = dot_f32_f16,
-    .wsum_f32 = wsum_f32,
-    .wsum_f16 = wsum_f16,
-    .scores_f32 = scores_by_rows<float, dot_f32>,
-    .scores_f16 = scores_by_rows<uint16_t, dot_f32_f16>,
-    .scores_multi_f32 = scores_multi_by_rows<float, scores_by_rows<float, dot_f32>>,
-    .scores_multi_f16 = scores_multi_by_rows<uint16_t, scores_by_rows<uint16_t, dot_f32_f16>>,
-    .wsum_multi_f32 = wsum_multi_by_rows<float, wsum_f32>,
-    .wsum_multi_f16 = wsum_multi_by_rows<uint16_t, wsum_f16>,
+    .wsum_f32 = avx2::wsum_f32,
+    .wsum_f16 = avx2::wsum_f16,
+    .scores_f32 = avx2::scores_f32,
+    .scores_f16 = avx2::scores_f16,
+    .scores_multi_f32 = avx2::scores_multi_f32,
+    .scores_multi_f16 = avx2::scores_multi_f16,
+    .wsum_multi_f32 = avx2::wsum_multi_f32,
+    .wsum_multi_f16 = avx2::wsum_multi_f16,
     .scores_q8_0 = avx2::scores_q8_0,
     .wsum_q8_0 = avx2::wsum_q8_0,
     .scores_fp8 = avx2::scores_fp8,
     .wsum_fp8 = avx2::wsum_fp8,
-    .scores_multi_q8_0 = scores_multi_by_rows<BlockQ8_0, avx2::scores_q8_0>,
-    .wsum_multi_q8_0 = wsum_multi_by_rows<BlockQ8_0, avx2::wsum_q8_0>,
-    .scores_multi_fp8 = scores_multi_by_rows<uint8_t, avx2::scores_fp8>,
-    .wsum_multi_fp8 = wsum_multi_by_rows<uint8_t, avx2::wsum_fp8>,
-    .softmax = softmax,
+    .scores_multi_q8_0 = avx2::scores_multi_q8_0,
+    .wsum_multi_q8_0 = avx2::wsum_multi_q8_0,
+    .scores_multi_fp8 = avx2::scores_multi_fp8,
+    .wsum_multi_fp8 = avx2::wsum_multi_fp8,
+    .softmax = avx2::softmax,
     .silu_mul = silu_mul,
     .gemv_q8_0 = gemv_q8_0,
     .gemv_q4_0 = gemv_q4_0,

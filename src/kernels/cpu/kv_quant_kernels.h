@@ -1,7 +1,7 @@
 // Attention over quantized KV caches (Q8_0, FP8 E4M3), one query at a time: the scalar references (generic table) and
-// the AVX2 versions. The multi-query entries the paged attention calls are these per query on those tables; the
-// AVX-512 table has its own (isa_avx512_attention.cpp) and falls back to the AVX2 ones for Q8_0 rows off block
-// boundaries.
+// the AVX2 versions. The generic table's multi-query entries are these per query; the AVX-512 and AVX2 tables have
+// their own (isa_avx512_attention.cpp, isa_avx2_attention.cpp) and fall back to the AVX2 ones where their loaders do
+// not fit (Q8_0 rows off block boundaries or 8-element runs, head dims that are not whole vectors).
 #pragma once
 
 #include <cstdint>
