@@ -140,7 +140,8 @@ inline void q6_k_half(const uint8_t* rec, int h, const BlockQ8_K* const* xb, __m
         for (int v = 0; v < 4; ++v)
           sl = dpbusd(sl, lo[v], bcast4(xq + 4 * v)), sh = dpbusd(sh, hi[v], bcast4(xq + 16 + 4 * v));
         const __m256i s = _mm256_add_epi32(_mm256_mullo_epi32(sl, sc_lo32), _mm256_mullo_epi32(sh, sc_hi32));
-        isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(s, _mm256_madd_epi16(neg32, bcast4(xb[t]->bsums + 2 * c))));
+        isum[t] =
+            _mm256_add_epi32(isum[t], _mm256_add_epi32(s, _mm256_madd_epi16(neg32, bcast4(xb[t]->bsums + 2 * c))));
       }
       continue;
     }

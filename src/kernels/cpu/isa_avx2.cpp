@@ -133,7 +133,6 @@ void round_bf16(const float* x, float* y, int64_t n) { round_through_half(x, y, 
 void quantize_act_q8(const float* x, uint8_t* qs, float* d, int64_t n) {
   generic_kernels().quantize_act_q8(x, qs, d, n);
 }
-void silu_mul(float* gate, const float* up, int64_t n) { generic_kernels().silu_mul(gate, up, n); }
 
 inline int32_t hsum_i32(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -282,7 +281,7 @@ constexpr CpuKernels kAvx2 = {
     .scores_multi_fp8 = avx2::scores_multi_fp8,
     .wsum_multi_fp8 = avx2::wsum_multi_fp8,
     .softmax = avx2::softmax,
-    .silu_mul = silu_mul,
+    .silu_mul = avx2::silu_mul,
     .gemv_q8_0 = gemv_q8_0,
     .gemv_q4_0 = gemv_q4_0,
     .gemv_q4_1 = gemv_q4_1,
