@@ -9,6 +9,14 @@
 
 namespace kvik::avx2 {
 
+// The sum of a vector's 8 lanes: halves, then pairs, then the last two (one fixed order for every kernel).
+inline float hsum(__m256 v) {
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
 inline __m256i nibbles(const uint8_t* qs) {  // the 32 nibbles of a block in element order, as u8 0..15
   const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
@@ -48,9 +56,7 @@ float min_terms(const Block* w, const float* xs, int64_t nb) {
       acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(m))),
                             _mm256_loadu_ps(xs + b), acc);
     }
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    float s = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+    float s = hsum(acc);
     for (; b < nb; ++b) s += fp16_to_f32(w[b].m) * xs[b];
     return s;
   } else {

@@ -11,14 +11,6 @@
 namespace kvik {
 namespace {
 
-inline float hsum(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
-
 float dot_f32(const float* w, const float* x, int64_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
   int64_t i = 0;
@@ -29,7 +21,7 @@ float dot_f32(const float* w, const float* x, int64_t n) {
     a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
   }
   for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-  float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  float s = avx2::hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
   for (; i < n; ++i) s += w[i] * x[i];
   return s;
 }
@@ -52,7 +44,7 @@ float dot_half(const uint16_t* w, const uint16_t* x, int64_t n) {
     a1 = _mm256_fmadd_ps(Load(w + i + 8), Load(x + i + 8), a1);
   }
   for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(Load(w + i), Load(x + i), a0);
-  float s = hsum(_mm256_add_ps(a0, a1));
+  float s = avx2::hsum(_mm256_add_ps(a0, a1));
   for (; i < n; ++i) s += ToF32(w[i]) * ToF32(x[i]);
   return s;
 }
@@ -97,9 +89,10 @@ void gemv_q(const Block* w, const ActQ8& x, int64_t R, float* out) {
       const __m256 dx = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(xd + b)));
       acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(wp.d, dx), acc);
     }
-    float s = hsum(acc);
+    float s = avx2::hsum(acc);
     if (b < nb)
-      s += hsum(_mm256_cvtepi32_ps(dot_i8(weight_block(w[b]), load_act(xq + 32 * b)))) * (fp16_to_f32(w[b].d) * xd[b]);
+      s += avx2::hsum(_mm256_cvtepi32_ps(dot_i8(weight_block(w[b]), load_act(xq + 32 * b)))) *
+           (fp16_to_f32(w[b].d) * xd[b]);
     out[r] = s + avx2::min_terms(w, x.s ? x.s + r * nb : nullptr, nb);
   }
 }
@@ -223,7 +216,7 @@ float dot_f32_f16(const float* x, const uint16_t* h, int64_t n) {
     a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), load_f16(h + i + 8), a1);
   }
   for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), load_f16(h + i), a0);
-  float s = hsum(_mm256_add_ps(a0, a1));
+  float s = avx2::hsum(_mm256_add_ps(a0, a1));
   for (; i < n; ++i) s += x[i] * fp16_to_f32(h[i]);
   return s;
 }

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "core/fp16.h"
+#include "kernels/cpu/avx2_blocks.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/kv_quant_kernels.h"
 
@@ -67,13 +68,6 @@ inline void load_runs(const BlockQ8_0* c, int64_t e, __m256* x) {
     x[v + 1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(q, q))));
   }
   if (v < NV) x[v] = load8(c, e + 8 * v);
-}
-
-inline float hsum(__m256 v) {
-  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
 }
 
 // One query's scores, key by key: a dot over d in two FMA chains (elements past the last whole vector scalar).

@@ -7,17 +7,11 @@
 
 #include "core/fp16.h"
 #include "core/fp8.h"
+#include "kernels/cpu/avx2_blocks.h"
 #include "kernels/cpu/kv_quant_kernels.h"
 
 namespace kvik::avx2 {
 namespace {
-
-inline float hsum(__m256 v) {
-  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
 
 // Elements e..e+7 (e a multiple of 8, so they share one block).
 inline __m256 load8(const BlockQ8_0* b, int64_t e) {
