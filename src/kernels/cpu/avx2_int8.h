@@ -6,6 +6,9 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/packed.h"
+#include "tensor/dtype.h"
+
 namespace kvik::avx2 {
 namespace {  // NOLINT(google-build-namespaces): one copy per ISA translation unit
 
@@ -26,6 +29,28 @@ inline V dpbusd(V s, V w, V x) {
   static_assert(sizeof(V) == 0, "vpdpbusd needs a translation unit compiled with -mavxvnni");
   return s;
 #endif
+}
+
+// Activation rows t0, t0 + 1, ... of x (nb blocks a row).
+inline ActQ8S rows_from(const ActQ8S& x, int64_t nb, int64_t t0) {
+  return {x.qs + t0 * nb * kQK8_0, x.d + t0 * nb, x.sums + t0 * nb, nb};
+}
+inline ActQ8KS rows_from(const ActQ8KS& x, int64_t nb, int64_t t0) {
+  return {x.x + t0 * nb, x.sums32 + t0 * nb * 8, nb};
+}
+
+// R tokens through a kernel for at most 4 (K::run<R>, the accumulators of 4 tokens fill the 16 ymm registers): four
+// at a time, each four over the whole group, then the rest.
+template <class K, class X>
+void by_fours(const uint8_t* g, int64_t nb, const X& x, int64_t R, float* y, int64_t ys) {
+  int64_t t = 0;
+  for (; t + 4 <= R; t += 4) K::template run<4>(g, nb, rows_from(x, nb, t), y + t * ys, ys);
+  switch (R - t) {
+    case 3: return K::template run<3>(g, nb, rows_from(x, nb, t), y + t * ys, ys);
+    case 2: return K::template run<2>(g, nb, rows_from(x, nb, t), y + t * ys, ys);
+    case 1: return K::template run<1>(g, nb, rows_from(x, nb, t), y + t * ys, ys);
+    default: return;
+  }
 }
 
 }  // namespace

@@ -180,19 +180,6 @@ void gemm_q6_k_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, int64
   for (int t = 0; t < R; ++t) _mm256_storeu_ps(y + t * ys, acc[t][0]), _mm256_storeu_ps(y + t * ys + 8, acc[t][1]);
 }
 
-// Tokens four at a time (each four over the whole group), then the rest; K::run<R> is the kernel for R tokens.
-template <class K>
-void by_fours(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys) {
-  const auto rows = [&](int64_t t0) { return ActQ8KS{x.x + t0 * nb, x.sums32 + t0 * nb * 8, nb}; };
-  int64_t t = 0;
-  for (; t + 4 <= R; t += 4) K::template run<4>(g, nb, rows(t), y + t * ys, ys);
-  switch (R - t) {
-    case 3: return K::template run<3>(g, nb, rows(t), y + t * ys, ys);
-    case 2: return K::template run<2>(g, nb, rows(t), y + t * ys, ys);
-    case 1: return K::template run<1>(g, nb, rows(t), y + t * ys, ys);
-    default: return;
-  }
-}
 template <bool kFifth, bool kVnni>
 struct KScaleMin {
   template <int R>

@@ -158,18 +158,16 @@ void gemm_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys)
   for (int t = 0; t < R; ++t) _mm256_storeu_ps(y + t * ys, acc[t][0]), _mm256_storeu_ps(y + t * ys + 8, acc[t][1]);
 }
 
-// Tokens four at a time (each four over the whole group), then the rest.
+template <Q T, bool kVnni>
+struct GemmQ {
+  template <int R>
+  static void run(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys) {
+    gemm_r<T, R, kVnni>(g, nb, x, y, ys);
+  }
+};
 template <Q T, bool kVnni>
 void gemm_x16(const uint8_t* g, int64_t nb, const ActQ8S& x, int64_t R, float* y, int64_t ys) {
-  int64_t t = 0;
-  const auto rows = [&](int64_t t0) { return ActQ8S{x.qs + t0 * nb * kQK8_0, x.d + t0 * nb, x.sums + t0 * nb, nb}; };
-  for (; t + 4 <= R; t += 4) gemm_r<T, 4, kVnni>(g, nb, rows(t), y + t * ys, ys);
-  switch (R - t) {
-    case 3: return gemm_r<T, 3, kVnni>(g, nb, rows(t), y + t * ys, ys);
-    case 2: return gemm_r<T, 2, kVnni>(g, nb, rows(t), y + t * ys, ys);
-    case 1: return gemm_r<T, 1, kVnni>(g, nb, rows(t), y + t * ys, ys);
-    default: return;
-  }
+  by_fours<GemmQ<T, kVnni>>(g, nb, x, R, y, ys);
 }
 
 }  // namespace
