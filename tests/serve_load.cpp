@@ -50,10 +50,19 @@ struct Server {
   std::string log;
 };
 
-int free_port() {
-  asio::io_context ioc;
-  tcp::acceptor a(ioc, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-  return a.local_endpoint().port();
+// The port of the server's "Listening on SCHEME://HOST:PORT" line in `log` (it runs with --port 0: the kernel picks a
+// free port at bind time, which a port chosen in advance and released again does not guarantee); 0 until it is there.
+int listening_port(const std::string& log) {
+  std::ifstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.find("Listening on ");
+    if (at == std::string::npos) continue;
+    const size_t space = line.find(' ', at + 13);
+    const std::string url = line.substr(at + 13, space == std::string::npos ? std::string::npos : space - at - 13);
+    const size_t colon = url.rfind(':');
+    return colon == std::string::npos ? 0 : std::atoi(url.c_str() + colon + 1);
+  }
+  return 0;
 }
 
 // What a client saw: the HTTP status, headers and (de-chunked) body; `error` when the exchange failed.
@@ -172,10 +181,9 @@ std::map<std::string, double> metrics(int port) {
 
 Server start_server(const std::string& kvik, const std::string& model, std::vector<std::string> extra) {
   Server s;
-  s.port = free_port();
   s.log = "/tmp/kvik-serve-load-" + std::to_string(getpid()) + ".log";
-  std::vector<std::string> args = {
-      kvik, "serve", model, "--port", std::to_string(s.port), "--threads", "1", "--disable-log-requests"};
+  std::vector<std::string> args = {kvik,     "serve", model,       "--host", "127.0.0.1",
+                                   "--port", "0",     "--threads", "1",      "--disable-log-requests"};
   args.insert(args.end(), extra.begin(), extra.end());
   s.pid = fork();
   if (s.pid == 0) {
@@ -189,13 +197,16 @@ Server start_server(const std::string& kvik, const std::string& model, std::vect
     _exit(127);
   }
   for (int i = 0; i < 600; ++i) {
-    Reply r = run_one(exchange(s.port, get_text(s.port, "/health"), seconds(5)));
-    if (r.status == 200) return s;
+    if (s.port == 0) s.port = listening_port(s.log);
+    if (s.port != 0 && run_one(exchange(s.port, get_text(s.port, "/health"), seconds(5))).status == 200) return s;
     int status;
     if (waitpid(s.pid, &status, WNOHANG) == s.pid) break;
     usleep(50000);
   }
-  std::fprintf(stderr, "kvik serve did not become healthy; log in %s\n", s.log.c_str());
+  std::ifstream in(s.log);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::fprintf(stderr, "kvik serve did not become healthy; its log (%s):\n%s\n", s.log.c_str(), text.str().c_str());
   std::exit(2);
 }
 

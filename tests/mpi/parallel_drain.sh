@@ -8,6 +8,8 @@
 # Usage: parallel_drain.sh KVIK STORIES rank0|mpirun
 set -euo pipefail
 kvik=$1 stories=$2 target=$3
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/serve_wait.sh"
 tmp=$(mktemp -d)
 job=
 cleanup() {
@@ -48,15 +50,13 @@ if [ "$target" = mpirun ]; then
 else
   sigkill_timeout=0 grace=120 max_tokens=1500
 fi
-port=$((20000 + RANDOM % 20000))
-url="http://127.0.0.1:$port"
-KVIK_DRAIN_DIR=$tmp "${mpi[@]}" "$tmp/rank.sh" "$kvik" serve "$model" --port "$port" --threads 1 \
-  --tensor-parallel-size 2 --shutdown-grace "$grace" >"$tmp/job.log" 2>&1 &
+name="kvik-drain-$$-$RANDOM"  # names this job's ranks for pgrep
+KVIK_DRAIN_DIR=$tmp "${mpi[@]}" "$tmp/rank.sh" "$kvik" serve "$model" --host 127.0.0.1 --port 0 --threads 1 \
+  --served-model-name "$name" --tensor-parallel-size 2 --shutdown-grace "$grace" >"$tmp/job.log" 2>&1 &
 job=$!
-for _ in $(seq 600); do
-  [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] && break
-  sleep 0.1
-done
+port=$(listening_port "$tmp/job.log" "$job" 60)
+url="http://127.0.0.1:$port"
+wait_healthy "$url" "$tmp/job.log" "$job" 60
 rank0=
 for w in $(pgrep -P "$job"); do
   for p in $(pgrep -P "$w"); do
@@ -112,5 +112,5 @@ for r in 0 1; do
     fail "rank $r's ledger is not all free at shutdown"
 done
 grep -q "SIGTERM: draining" "$tmp/job.log" || fail "rank 0 did not log the drain"
-pgrep -f -- "--port $port " >/dev/null && fail "a rank outlived the job"
+pgrep -f -- "--served-model-name $name " >/dev/null && fail "a rank outlived the job"
 echo "OK ($target): 503 while draining, the stream ended ($reason), both ranks exited 0, mpirun $rc after $took s"

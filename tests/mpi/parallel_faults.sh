@@ -7,6 +7,8 @@
 # Usage: parallel_faults.sh KVIK STORIES
 set -euo pipefail
 kvik=$1 model=$2
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/serve_wait.sh"
 tmp=$(mktemp -d)
 job=
 cleanup() {
@@ -32,13 +34,12 @@ for layout in "2 1" "1 2"; do
     { echo "FAIL: TP=$tp PP=$pp: no ledger message naming rank 1"; cat "$tmp/3.log"; exit 1; }
 done
 
-port=$((20000 + RANDOM % 20000))
-"${mpi[@]}" "$kvik" serve "$model" --port "$port" --threads 1 --tensor-parallel-size 2 >"$tmp/2.log" 2>&1 &
+name="kvik-faults-$$-$RANDOM"  # names this job's ranks for pgrep
+"${mpi[@]}" "$kvik" serve "$model" --host 127.0.0.1 --port 0 --threads 1 --served-model-name "$name" \
+  --tensor-parallel-size 2 >"$tmp/2.log" 2>&1 &
 job=$!
-for _ in $(seq 200); do
-  curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-  sleep 0.1
-done
+port=$(listening_port "$tmp/2.log" "$job")
+wait_healthy "http://127.0.0.1:$port" "$tmp/2.log" "$job"
 worker=
 for p in $(pgrep -P "$job"); do
   tr '\0' '\n' <"/proc/$p/environ" | grep -qx OMPI_COMM_WORLD_RANK=1 && worker=$p
@@ -57,5 +58,5 @@ job=
 [ "$rc" -ne 0 ] || { echo "FAIL: mpirun exited 0 after a rank died"; exit 1; }
 [ $((SECONDS - start)) -lt 20 ] || { echo "FAIL: the job took $((SECONDS - start)) s to end"; exit 1; }
 grep -q "rank 1" "$tmp/2.log" || { echo "FAIL: mpirun did not name rank 1"; cat "$tmp/2.log"; exit 1; }
-pgrep -f -- "--port $port " >/dev/null && { echo "FAIL: a rank outlived the job"; exit 1; }
+pgrep -f -- "--served-model-name $name " >/dev/null && { echo "FAIL: a rank outlived the job"; exit 1; }
 echo "OK: faults end the job (exit $rc in $((SECONDS - start)) s), naming the rank"

@@ -9,6 +9,7 @@ kvik=$1 model=$2 tp=$3 pp=$4
 shift 4
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/synth_model.sh"
+source "$here/serve_wait.sh"
 tmp=$(mktemp -d)
 server=
 cleanup() {
@@ -19,19 +20,16 @@ trap cleanup EXIT
 if [ "${model%%-*}" = synth ]; then
   model=$(synth_model "$kvik" "$here/../../../shared/models/stories260K.gguf" "$model" "$tmp")
 fi
-port=$((20000 + RANDOM % 20000))
 
 # Starts a server (the command line in "$@"), waits for /health, runs the 16 requests into $tmp/$name.*, stops it.
 run() {
-  local name=$1
+  local name=$1 port
   shift
-  "$@" --port "$port" --threads 1 --max-model-len 128 >"$tmp/$name.log" 2>&1 &
+  "$@" --host 127.0.0.1 --port 0 --threads 1 --max-model-len 128 >"$tmp/$name.log" 2>&1 &
   server=$!
-  for _ in $(seq 200); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-    sleep 0.1
-  done
-  local i
+  port=$(listening_port "$tmp/$name.log" "$server")
+  wait_healthy "http://127.0.0.1:$port" "$tmp/$name.log" "$server"
+  local i p
   for i in $(seq 16); do
     curl -s "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
       -d "{\"prompt\": \"Once upon a time there was a child number $i who\", \"max_tokens\": 32, \"temperature\": 0}" \
@@ -42,8 +40,11 @@ run() {
       -d "{\"prompt\": \"A tale of $i friends:\", \"max_tokens\": 24, \"temperature\": 0, \"n\": 4}" \
       >"$tmp/$name.n$i.json" &
   done
-  wait $(jobs -p | grep -v "^$server$")
-  curl -s "http://127.0.0.1:$port/v1/engine/state" >"$tmp/$name.state.json"
+  for p in $(jobs -p | grep -v "^$server$"); do
+    wait "$p" || { echo "FAIL: $name: a request failed (curl exit $?)"; cat "$tmp/$name.log"; exit 1; }
+  done
+  curl -sS "http://127.0.0.1:$port/v1/engine/state" >"$tmp/$name.state.json" ||
+    { echo "FAIL: $name: GET /v1/engine/state"; cat "$tmp/$name.log"; exit 1; }
   # Under mpirun, SIGTERM to rank 0 (it drains, then stops the other ranks: every rank logs its ledger).
   local target=$server w
   for w in $(pgrep -P "$server"); do
