@@ -73,22 +73,38 @@ test('chat: a streamed reply grows and finishes; Stop aborts a long one midway a
     await page.waitForSelector('#model option[value="slow"]');
     await setValue(page, '#max-tokens', 120);
     await setValue(page, '#temperature', 0);
-    // Every text length the reply shows while it streams.
+    // Every text the reply shows while it streams.
     await page.evaluate(() => {
-      window.lengths = [];
+      window.shown = [];
       new MutationObserver(() => {
         const body = document.querySelector('.msg.assistant:last-child .body');
-        if (body) window.lengths.push(body.textContent.length);
+        if (body) window.shown.push(body.textContent);
       }).observe(document.querySelector('#messages'), { subtree: true, childList: true, characterData: true });
     });
     await page.type('#prompt', LONG_PROMPT);
     await page.keyboard.press('Enter');  // Enter sends
     await page.waitForSelector('.msg.assistant.done', { timeout: 60000 });
-    const lengths = await page.evaluate(() => window.lengths);
-    const distinct = [...new Set(lengths)].filter((n) => n > 0);
-    assert.ok(distinct.length >= 5, `the reply grew in steps: ${JSON.stringify(distinct)}`);
-    for (let i = 1; i < distinct.length; i++) assert.ok(distinct[i] > distinct[i - 1], 'it only grew');
     const reply = await lastReply(page);
+    // Each text shown is the page's Markdown rendering of a prefix of the reply, the prefixes only grow, and there
+    // were at least 5 of them. (Not "the text only grew": with random tokens a closing `*` turns `*a b` into an
+    // emphasised "a b", one character shorter, whenever a paint falls between the two.)
+    const prefixes = await page.evaluate(async (content) => {
+      const { renderMarkdown } = await import('/web/markdown.js');
+      const box = document.createElement('div');
+      const rendered = (k) => { box.innerHTML = renderMarkdown(content.slice(0, k)); return box.textContent; };
+      const out = [];
+      let k = 0;
+      for (const text of window.shown.filter((t) => t.length > 0)) {
+        while (k <= content.length && rendered(k) !== text) k++;
+        if (k > content.length) return { unmatched: text, after: out };
+        out.push(k);
+      }
+      return { lengths: [...new Set(out)] };
+    }, reply.content);
+    assert.ok(prefixes.lengths, `a text shown that is no prefix's rendering after ${JSON.stringify(prefixes.after)}: ` +
+      `${JSON.stringify(prefixes.unmatched)} (the reply: ${JSON.stringify(reply.content)})`);
+    assert.ok(prefixes.lengths.length >= 5, `the reply grew in steps: ${JSON.stringify(prefixes.lengths)}`);
+    assert.equal(prefixes.lengths.at(-1), reply.content.length, 'the last text shown is the whole reply');
     assert.equal(reply.stats.completion_tokens, 120);
     assert.equal(reply.stats.finish_reason, 'length');
     assert.ok(reply.stats.tok_s > 0);
