@@ -50,6 +50,26 @@ inline __m256i dot_signed(__m256i w, __m256i x) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
 }
 
+// s0 += dot_signed(w0, x), s1 += dot_signed(w1, x) for x = the 4 bytes at xp in every lane, |w| = aw given. One
+// asm block: GCC would otherwise hoist the broadcasts of all R tokens ahead of their products, each a live register,
+// and then keep half the sums on the stack in the k loop (a store and a reload each per k-group): 10-15% slower.
+inline void dot_signed_acc2(__m256i& s0, __m256i& s1, const int8_t* xp, __m256i w0, __m256i aw0, __m256i w1,
+                            __m256i aw1, __m256i ones) {
+  __m256i x, p;
+  asm("vpbroadcastd %[xp], %[x]\n\t"
+      "vpsignb %[w0], %[x], %[p]\n\t"
+      "vpsignb %[w1], %[x], %[x]\n\t"
+      "vpmaddubsw %[p], %[aw0], %[p]\n\t"
+      "vpmaddubsw %[x], %[aw1], %[x]\n\t"
+      "vpmaddwd %[ones], %[p], %[p]\n\t"
+      "vpmaddwd %[ones], %[x], %[x]\n\t"
+      "vpaddd %[p], %[s0], %[s0]\n\t"
+      "vpaddd %[x], %[s1], %[s1]"
+      : [s0] "+x"(s0), [s1] "+x"(s1), [x] "=&x"(x), [p] "=&x"(p)
+      : [xp] "m"(*reinterpret_cast<const int32_t*>(xp)), [w0] "x"(w0), [aw0] "x"(aw0), [w1] "x"(w1), [aw1] "x"(aw1),
+        [ones] "x"(ones));
+}
+
 // Half h (rows 8h .. 8h + 7) of nibble vector v of a Q4_0-layout block: its low and high quants as u8 (IQ4_NL: the
 // signed codebook values), Q5's fifth bits or-ed in at bit 4 (fb: bit v of a byte = the low element's, 4 + v = the
 // high one's; epi16 shifts, strays masked off).
@@ -96,11 +116,8 @@ inline void block_sums(const uint8_t* qs, const int8_t* const* xq, const int32_t
       const __m256i flip = _mm256_set1_epi8(-128);
       const __m256i w0 = _mm256_xor_si256(load32(qs + 64 * k), flip),
                     w1 = _mm256_xor_si256(load32(qs + 64 * k + 32), flip);
-      for (int t = 0; t < R; ++t) {
-        const __m256i x = bcast4(xq[t] + 4 * k);
-        s[t][0] = _mm256_add_epi32(s[t][0], dot_signed(w0, x));
-        s[t][1] = _mm256_add_epi32(s[t][1], dot_signed(w1, x));
-      }
+      const __m256i aw0 = _mm256_abs_epi8(w0), aw1 = _mm256_abs_epi8(w1), ones = _mm256_set1_epi16(1);
+      for (int t = 0; t < R; ++t) dot_signed_acc2(s[t][0], s[t][1], xq[t] + 4 * k, w0, aw0, w1, aw1, ones);
     }
   } else {
     for (int h = 0; h < 2; ++h) {
