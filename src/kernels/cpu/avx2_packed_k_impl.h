@@ -24,6 +24,41 @@ inline __m256i twice16(__m256i v) {
   return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
 }
 
+// s += Σ_v maddubs(lo[v], x[4v..]) + maddubs(hi[v], x[16 + 4v..]) widened by vpmaddwd against sc every kTerms
+// products (8: Q4_K; 4: Q5_K), x = the sub-block's 32 activation bytes at xq. One asm block per token: GCC otherwise
+// hoists the broadcasts of all tokens ahead, each a live register beside the 8 weight vectors, and spills the weights
+// and the sums inside the loop.
+template <int kTerms>
+inline void sub_block_acc(__m256i& s, const int8_t* xq, const __m256i (&lo)[4], const __m256i (&hi)[4], __m256i sc) {
+  static_assert(kTerms == 8 || kTerms == 4);
+  __m256i p, x;
+#define KVIK_PRODUCT(OFF, W, OP) "vpbroadcastd " #OFF "(%[xq]), %[x]\n\tvpmaddubsw %[x], %[" #W "], %[x]\n\t" OP
+#define KVIK_FIRST(OFF, W) "vpbroadcastd " #OFF "(%[xq]), %[x]\n\tvpmaddubsw %[x], %[" #W "], %[p]\n\t"
+#define KVIK_ADD "vpaddw %[x], %[p], %[p]\n\t"
+#define KVIK_WIDEN "vpmaddwd %[sc], %[p], %[p]\n\tvpaddd %[p], %[s], %[s]\n\t"
+  if constexpr (kTerms == 8) {
+    asm(KVIK_FIRST(0, lo0) KVIK_PRODUCT(16, hi0, KVIK_ADD) KVIK_PRODUCT(4, lo1, KVIK_ADD) KVIK_PRODUCT(20, hi1, KVIK_ADD)
+            KVIK_PRODUCT(8, lo2, KVIK_ADD) KVIK_PRODUCT(24, hi2, KVIK_ADD) KVIK_PRODUCT(12, lo3, KVIK_ADD)
+                KVIK_PRODUCT(28, hi3, KVIK_ADD) KVIK_WIDEN
+        : [s] "+x"(s), [p] "=&x"(p), [x] "=&x"(x)
+        : [xq] "r"(xq), "m"(*reinterpret_cast<const int8_t(*)[32]>(xq)), [lo0] "x"(lo[0]), [lo1] "x"(lo[1]),
+          [lo2] "x"(lo[2]), [lo3] "x"(lo[3]), [hi0] "x"(hi[0]), [hi1] "x"(hi[1]), [hi2] "x"(hi[2]), [hi3] "x"(hi[3]),
+          [sc] "x"(sc));
+  } else {
+    asm(KVIK_FIRST(0, lo0) KVIK_PRODUCT(16, hi0, KVIK_ADD) KVIK_PRODUCT(4, lo1, KVIK_ADD) KVIK_PRODUCT(20, hi1, KVIK_ADD)
+            KVIK_WIDEN KVIK_FIRST(8, lo2) KVIK_PRODUCT(24, hi2, KVIK_ADD) KVIK_PRODUCT(12, lo3, KVIK_ADD)
+                KVIK_PRODUCT(28, hi3, KVIK_ADD) KVIK_WIDEN
+        : [s] "+x"(s), [p] "=&x"(p), [x] "=&x"(x)
+        : [xq] "r"(xq), "m"(*reinterpret_cast<const int8_t(*)[32]>(xq)), [lo0] "x"(lo[0]), [lo1] "x"(lo[1]),
+          [lo2] "x"(lo[2]), [lo3] "x"(lo[3]), [hi0] "x"(hi[0]), [hi1] "x"(hi[1]), [hi2] "x"(hi[2]), [hi3] "x"(hi[3]),
+          [sc] "x"(sc));
+  }
+#undef KVIK_PRODUCT
+#undef KVIK_FIRST
+#undef KVIK_ADD
+#undef KVIK_WIDEN
+}
+
 // Q4_K / Q5_K, half h of a super-block record for R tokens: isum[t] = Σ_j sc_j·Σ w·x and msum[t] = Σ_j m_j·Σx_j.
 template <int R, bool kFifth, bool kVnni>
 inline void k_scale_min_half(const uint8_t* rec, int h, const BlockQ8_K* const* xb, const int16_t* const* s32,
@@ -56,18 +91,7 @@ inline void k_scale_min_half(const uint8_t* rec, int h, const BlockQ8_K* const* 
       continue;
     }
     const __m256i sc = twice16(sc32);
-    for (int t = 0; t < R; ++t) {
-      const int8_t* xq = xb[t]->qs + 32 * j;
-      __m256i p = _mm256_setzero_si256();
-      for (int v = 0; v < 4; ++v) {
-        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lo[v], bcast4(xq + 4 * v)));
-        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[v], bcast4(xq + 16 + 4 * v)));
-        if ((2 * (v + 1)) % kTerms == 0) {
-          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, sc));
-          p = _mm256_setzero_si256();
-        }
-      }
-    }
+    for (int t = 0; t < R; ++t) sub_block_acc<kTerms>(isum[t], xb[t]->qs + 32 * j, lo, hi, sc);
   }
   for (int p = 0; p < 4; ++p) {  // (m_2p, m_2p+1) per row against the token's (Σx_2p, Σx_2p+1)
     const __m256i m = _mm256_cvtepu8_epi16(load16(rec + L.m + 32 * p + 16 * h));
