@@ -414,6 +414,39 @@ double k_abs_terms(DType t, const std::vector<Block>& w, const std::vector<Block
   return s;
 }
 
+// quantize_q8_k equals quantize_row_q8_k bit for bit where the vector code has its own paths: the first of two
+// equal magnitudes sets the sign, products halfway between integers round to even, an all-zero block, a block with
+// ±inf (NaN products, which the reference's int8 truncation turns into 0), NaNs skipped by the amax search.
+TEST_P(KernelTable, QuantizeQ8KEqualsTheReferenceOnEdgeCases) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::vector<float>> blocks;
+  auto block = [&](auto fill) {
+    std::vector<float> x(kQK_K);
+    for (auto& v : x) v = normal();
+    fill(x);
+    blocks.push_back(x);
+  };
+  block([](auto& x) { x[40] = 3.0f, x[200] = -3.0f; });  // first wins: +3
+  block([](auto& x) { x[7] = -5.0f, x[9] = 5.0f; });     // first wins: −5
+  block([](auto& x) {                                    // iscale = −1: every x.5 is a tie
+    for (int j = 0; j < kQK_K; ++j) x[j] = std::fmod(j * 0.5f, 127.0f) - 63.0f;
+    x[0] = -127.0f;
+  });
+  block([](auto& x) { std::fill(x.begin(), x.end(), 0.0f); });
+  block([](auto& x) { std::fill(x.begin(), x.end(), -0.0f); });
+  block([&](auto& x) { x[100] = inf; });
+  block([&](auto& x) { x[3] = -inf, x[50] = inf; });
+  block([&](auto& x) { x[0] = nan, x[130] = nan, x[255] = 9.0f; });
+  block([](auto& x) { x[255] = -1e-30f; });
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    BlockQ8_K got{}, want{};
+    fast().quantize_q8_k(blocks[i].data(), &got, kQK_K);
+    ref().quantize_q8_k(blocks[i].data(), &want, kQK_K);
+    EXPECT_EQ(0, std::memcmp(&got, &want, sizeof(BlockQ8_K))) << "block " << i;
+    EXPECT_EQ(std::memcmp(&got.d, &want.d, sizeof(float)), 0) << "block " << i << ": d " << got.d << " vs " << want.d;
+  }
+}
+
 // quantize_q8_k is bit-exact; the dots' integer parts are exact everywhere (each block's sums are exact int32) and
 // only the order of the float combination across blocks and lanes differs, so the fast tables agree with the
 // reference within the summation bound.

@@ -24,5 +24,6 @@ void gemm_q4_k_x16(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, fl
 void gemm_q5_k_x16(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys);
 void gemm_q6_k_x16(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R, float* y, int64_t ys);
 void quantize_act_q8s(const float* x, int8_t* qs, float* d, int32_t* sums, int64_t n);
+void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n);  // quantize_row_q8_k, bit for bit
 
 }  // namespace kvik::avx2

@@ -37,21 +37,21 @@ inline void sub_block_acc(__m256i& s, const int8_t* xq, const __m256i (&lo)[4], 
 #define KVIK_ADD "vpaddw %[x], %[p], %[p]\n\t"
 #define KVIK_WIDEN "vpmaddwd %[sc], %[p], %[p]\n\tvpaddd %[p], %[s], %[s]\n\t"
   if constexpr (kTerms == 8) {
-    asm(KVIK_FIRST(0, lo0) KVIK_PRODUCT(16, hi0, KVIK_ADD) KVIK_PRODUCT(4, lo1, KVIK_ADD) KVIK_PRODUCT(20, hi1, KVIK_ADD)
-            KVIK_PRODUCT(8, lo2, KVIK_ADD) KVIK_PRODUCT(24, hi2, KVIK_ADD) KVIK_PRODUCT(12, lo3, KVIK_ADD)
-                KVIK_PRODUCT(28, hi3, KVIK_ADD) KVIK_WIDEN
+    asm(KVIK_FIRST(0, lo0) KVIK_PRODUCT(16, hi0, KVIK_ADD) KVIK_PRODUCT(4, lo1, KVIK_ADD)
+            KVIK_PRODUCT(20, hi1, KVIK_ADD) KVIK_PRODUCT(8, lo2, KVIK_ADD) KVIK_PRODUCT(24, hi2, KVIK_ADD)
+                KVIK_PRODUCT(12, lo3, KVIK_ADD) KVIK_PRODUCT(28, hi3, KVIK_ADD) KVIK_WIDEN
         : [s] "+x"(s), [p] "=&x"(p), [x] "=&x"(x)
-        : [xq] "r"(xq), "m"(*reinterpret_cast<const int8_t(*)[32]>(xq)), [lo0] "x"(lo[0]), [lo1] "x"(lo[1]),
-          [lo2] "x"(lo[2]), [lo3] "x"(lo[3]), [hi0] "x"(hi[0]), [hi1] "x"(hi[1]), [hi2] "x"(hi[2]), [hi3] "x"(hi[3]),
-          [sc] "x"(sc));
+        : [xq] "r"(xq),
+          "m"(*reinterpret_cast<const int8_t(*)[32]>(xq)), [lo0] "x"(lo[0]), [lo1] "x"(lo[1]), [lo2] "x"(lo[2]),
+          [lo3] "x"(lo[3]), [hi0] "x"(hi[0]), [hi1] "x"(hi[1]), [hi2] "x"(hi[2]), [hi3] "x"(hi[3]), [sc] "x"(sc));
   } else {
-    asm(KVIK_FIRST(0, lo0) KVIK_PRODUCT(16, hi0, KVIK_ADD) KVIK_PRODUCT(4, lo1, KVIK_ADD) KVIK_PRODUCT(20, hi1, KVIK_ADD)
-            KVIK_WIDEN KVIK_FIRST(8, lo2) KVIK_PRODUCT(24, hi2, KVIK_ADD) KVIK_PRODUCT(12, lo3, KVIK_ADD)
-                KVIK_PRODUCT(28, hi3, KVIK_ADD) KVIK_WIDEN
+    asm(KVIK_FIRST(0, lo0) KVIK_PRODUCT(16, hi0, KVIK_ADD) KVIK_PRODUCT(4, lo1, KVIK_ADD)
+            KVIK_PRODUCT(20, hi1, KVIK_ADD) KVIK_WIDEN KVIK_FIRST(8, lo2) KVIK_PRODUCT(24, hi2, KVIK_ADD)
+                KVIK_PRODUCT(12, lo3, KVIK_ADD) KVIK_PRODUCT(28, hi3, KVIK_ADD) KVIK_WIDEN
         : [s] "+x"(s), [p] "=&x"(p), [x] "=&x"(x)
-        : [xq] "r"(xq), "m"(*reinterpret_cast<const int8_t(*)[32]>(xq)), [lo0] "x"(lo[0]), [lo1] "x"(lo[1]),
-          [lo2] "x"(lo[2]), [lo3] "x"(lo[3]), [hi0] "x"(hi[0]), [hi1] "x"(hi[1]), [hi2] "x"(hi[2]), [hi3] "x"(hi[3]),
-          [sc] "x"(sc));
+        : [xq] "r"(xq),
+          "m"(*reinterpret_cast<const int8_t(*)[32]>(xq)), [lo0] "x"(lo[0]), [lo1] "x"(lo[1]), [lo2] "x"(lo[2]),
+          [lo3] "x"(lo[3]), [hi0] "x"(hi[0]), [hi1] "x"(hi[1]), [hi2] "x"(hi[2]), [hi3] "x"(hi[3]), [sc] "x"(sc));
   }
 #undef KVIK_PRODUCT
 #undef KVIK_FIRST

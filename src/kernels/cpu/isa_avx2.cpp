@@ -206,8 +206,6 @@ float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nb) {
   return s;
 }
 
-void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n) { quantize_row_q8_k(x, y, n); }
-
 float dot_f32_f16(const float* x, const uint16_t* h, int64_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
   int64_t i = 0;
@@ -282,7 +280,7 @@ constexpr CpuKernels kAvx2 = {
     .gemv_q5_1 = gemv_q5_1,
     .gemv_iq4_nl = gemv_iq4_nl,
     .quantize_act_q8 = quantize_act_q8,
-    .quantize_q8_k = quantize_q8_k,
+    .quantize_q8_k = avx2::quantize_q8_k,
     .gemm_f32_x16 = avx2::gemm_f32_x16,
     .gemm_f16_x16 = avx2::gemm_f16_x16,
     .gemm_bf16_x16 = avx2::gemm_bf16_x16,

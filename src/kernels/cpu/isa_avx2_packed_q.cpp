@@ -2,10 +2,14 @@
 // ActQ8S activation quantizer.
 #include <immintrin.h>
 
+#include <cstdint>
+#include <cstring>
+
 #include "core/fp16.h"
 #include "kernels/cpu/avx2_packed.h"
 #include "kernels/cpu/avx2_packed_q_impl.h"
 #include "kernels/cpu/packed.h"
+#include "tensor/k_quants.h"
 
 namespace kvik::avx2 {
 namespace {
@@ -64,6 +68,56 @@ void quantize_act_q8s(const float* x, int8_t* qs, float* d, int32_t* sums, int64
     const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + b * kQK8_0),
                         _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
+}
+
+// quantize_row_q8_k, bit for bit: amax over |x| (NaN skipped, as the reference's `>` does), max = the first element of
+// that magnitude with its sign, q = min(127, round-half-even(iscale·x)) by vcvtps2dq in the default rounding mode (the
+// reference's 1.5·2²³ trick; |iscale·x| ≤ 127), NaN products (inf inputs) 0 as the reference's int8 truncation of
+// its 0, and bsums from the s32 values before packing.
+void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K) {
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < kQK_K; i += 8) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask), m);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    BlockQ8_K& o = y[b];
+    if (!amax) {
+      std::memset(&o, 0, sizeof(o));
+      continue;
+    }
+    float max = amax;
+    const __m256 am = _mm256_set1_ps(amax);
+    for (int i = 0; i < kQK_K; i += 8) {
+      const int hit =
+          _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask), am, _CMP_EQ_OQ));
+      if (hit) {
+        max = x[i + __builtin_ctz(static_cast<unsigned>(hit))];
+        break;
+      }
+    }
+    const float iscale = -127.f / max;
+    const __m256 is = _mm256_set1_ps(iscale);
+    const __m256i top = _mm256_set1_epi32(127), invalid = _mm256_set1_epi32(INT32_MIN);
+    for (int j = 0; j < kQK_K / 16; ++j) {
+      __m256i q[2];
+      for (int k = 0; k < 2; ++k) {
+        const __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(is, _mm256_loadu_ps(x + 16 * j + 8 * k)));
+        q[k] = _mm256_andnot_si256(_mm256_cmpeq_epi32(v, invalid), _mm256_min_epi32(v, top));
+      }
+      const __m256i s8 = _mm256_add_epi32(q[0], q[1]);
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+      o.bsums[j] = static_cast<int16_t>(_mm_cvtsi128_si32(s4));
+      // s32 → s16 → s8 (exact: -127 ≤ q ≤ 127); packs interleaves 128-bit lanes, the permute puts them back.
+      const __m256i q16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8);
+      const __m128i q8 = _mm_packs_epi16(_mm256_castsi256_si128(q16), _mm256_extracti128_si256(q16, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o.qs + 16 * j), q8);
+    }
+    o.d = 1 / iscale;
   }
 }
 

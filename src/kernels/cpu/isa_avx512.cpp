@@ -14,6 +14,7 @@
 
 #include "core/fp16.h"
 #include "kernels/cpu/avx2_blocks.h"
+#include "kernels/cpu/avx2_packed.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/isa_avx512_common.h"
 #include "kernels/cpu/kv_quant_kernels.h"
@@ -415,8 +416,6 @@ float dot_q5_k(const BlockQ5_K* w, const BlockQ8_K* x, int64_t nb) {
 }
 float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nb) { return one<rows_q6_k<1>>(w, x, nb); }
 
-void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n) { quantize_row_q8_k(x, y, n); }
-
 // One 64-byte line, loaded as `how` says.
 inline __m512i stream_line(const uint8_t* q, StreamLoad how) {
   if (how == StreamLoad::kNonTemporal) return _mm512_stream_load_si512(const_cast<uint8_t*>(q));
@@ -482,7 +481,7 @@ constexpr CpuKernels kAvx512 = {
     .gemv_q5_1 = gemv_q5_1,
     .gemv_iq4_nl = gemv_iq4_nl,
     .quantize_act_q8 = quantize_act_q8,
-    .quantize_q8_k = quantize_q8_k,
+    .quantize_q8_k = avx2::quantize_q8_k,
     .gemm_f32_x16 = gemm_f32_x16,
     .gemm_f16_x16 = gemm_f16_x16,
     .gemm_bf16_x16 = gemm_bf16_x16,
