@@ -22,16 +22,20 @@ namespace {
 alignas(64) int8_t g_x[4][4096];
 alignas(64) uint8_t g_w[32768];
 
-#define KVIK_HALF(W, AW, ACC) \
-  "vpsignb %%" W ", %%ymm0, %%ymm15\n vpmaddubsw %%ymm15, %%" AW ", %%ymm15\n vpmaddwd %%ymm2, %%ymm15, %%ymm15\n" \
+#define KVIK_HALF(W, AW, ACC)                                    \
+  "vpsignb %%" W ", %%ymm0, %%ymm15\n vpmaddubsw %%ymm15, %%" AW \
+  ", %%ymm15\n vpmaddwd %%ymm2, %%ymm15, %%ymm15\n"              \
   " vpaddd %%ymm15, %%" ACC ", %%" ACC "\n"
-#define KVIK_TOKEN(OFF, A0, A1) "vpbroadcastd " OFF "(%[x]), %%ymm0\n" KVIK_HALF("ymm3", "ymm4", A0) KVIK_HALF("ymm11", "ymm12", A1)
+#define KVIK_TOKEN(OFF, A0, A1) \
+  "vpbroadcastd " OFF "(%[x]), %%ymm0\n" KVIK_HALF("ymm3", "ymm4", A0) KVIK_HALF("ymm11", "ymm12", A1)
 #define KVIK_HALF_U(AW, ACC) \
   "vpmaddubsw %%ymm0, %%" AW ", %%ymm15\n vpmaddwd %%ymm2, %%ymm15, %%ymm15\n vpaddd %%ymm15, %%" ACC ", %%" ACC "\n"
-#define KVIK_TOKEN_U(OFF, A0, A1) "vpbroadcastd " OFF "(%[x]), %%ymm0\n" KVIK_HALF_U("ymm4", A0) KVIK_HALF_U("ymm12", A1)
-#define KVIK_TOKEN_V(OFF, A0, A1) \
-  "vpbroadcastd " OFF "(%[x]), %%ymm0\n %{vex%} vpdpbusd %%ymm0, %%ymm4, %%" A0 "\n %{vex%} vpdpbusd %%ymm0, %%ymm12, %%" A1 "\n"
-#define KVIK_CLOBBERS \
+#define KVIK_TOKEN_U(OFF, A0, A1) \
+  "vpbroadcastd " OFF "(%[x]), %%ymm0\n" KVIK_HALF_U("ymm4", A0) KVIK_HALF_U("ymm12", A1)
+#define KVIK_TOKEN_V(OFF, A0, A1)                                               \
+  "vpbroadcastd " OFF "(%[x]), %%ymm0\n %{vex%} vpdpbusd %%ymm0, %%ymm4, %%" A0 \
+  "\n %{vex%} vpdpbusd %%ymm0, %%ymm12, %%" A1 "\n"
+#define KVIK_CLOBBERS                                                                                                  \
   "xmm0", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", \
       "xmm15"
 
@@ -41,12 +45,13 @@ enum class Seq { kSigned, kUnsigned, kVnni };
 template <Seq S>
 inline void k_group(const int8_t* x, const uint8_t* w) {
   if constexpr (S == Seq::kSigned)
-    asm volatile("vpxor (%[w]), %%ymm2, %%ymm3\n vpabsb %%ymm3, %%ymm4\n vpxor 32(%[w]), %%ymm2, %%ymm11\n"
-                 " vpabsb %%ymm11, %%ymm12\n" KVIK_TOKEN("0", "ymm14", "ymm13") KVIK_TOKEN("4096", "ymm10", "ymm9")
-                     KVIK_TOKEN("8192", "ymm8", "ymm7") KVIK_TOKEN("12288", "ymm6", "ymm5")
-                 :
-                 : [x] "r"(x), [w] "r"(w)
-                 : KVIK_CLOBBERS);
+    asm volatile(
+        "vpxor (%[w]), %%ymm2, %%ymm3\n vpabsb %%ymm3, %%ymm4\n vpxor 32(%[w]), %%ymm2, %%ymm11\n"
+        " vpabsb %%ymm11, %%ymm12\n" KVIK_TOKEN("0", "ymm14", "ymm13") KVIK_TOKEN("4096", "ymm10", "ymm9")
+            KVIK_TOKEN("8192", "ymm8", "ymm7") KVIK_TOKEN("12288", "ymm6", "ymm5")
+        :
+        : [x] "r"(x), [w] "r"(w)
+        : KVIK_CLOBBERS);
   else if constexpr (S == Seq::kUnsigned)
     asm volatile("vmovdqa (%[w]), %%ymm4\n vmovdqa 32(%[w]), %%ymm12\n" KVIK_TOKEN_U("0", "ymm14", "ymm13")
                      KVIK_TOKEN_U("4096", "ymm10", "ymm9") KVIK_TOKEN_U("8192", "ymm8", "ymm7")

@@ -172,8 +172,13 @@ void gemm_q8_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
     const __m512 dw = _mm512_cvtph_ps(load256(g + packed_d_offset(b, kQ8_0PackedQs)));
     for (int t = 0; t < R; ++t) {
       const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
-      __m512i s = _mm512_set1_epi32(-128 * x.sums[t * nb + b]);
-      for (int k = 0; k < 8; ++k) s = _mm512_dpbusd_epi32(s, w[k], bcast4(xq + 4 * k));
+      // Two chains of vpdpbusd (even and odd k): one chain of 8 waits on its latency (450 → 525 GOPS, one thread).
+      __m512i s = _mm512_set1_epi32(-128 * x.sums[t * nb + b]), s1 = _mm512_setzero_si512();
+      for (int k = 0; k < 8; k += 2) {
+        s = _mm512_dpbusd_epi32(s, w[k], bcast4(xq + 4 * k));
+        s1 = _mm512_dpbusd_epi32(s1, w[k + 1], bcast4(xq + 4 * k + 4));
+      }
+      s = _mm512_add_epi32(s, s1);
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[t * nb + b])), acc[t]);
     }
   }
@@ -217,11 +222,12 @@ void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
     if constexpr (kMin) mw = _mm512_cvtph_ps(load256(g + packed_m_offset(b, Q)));
     for (int t = 0; t < R; ++t) {
       const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
-      __m512i s = _mm512_set1_epi32(-kOffset * x.sums[t * nb + b]);
-      for (int v = 0; v < 4; ++v) {
+      __m512i s = _mm512_set1_epi32(-kOffset * x.sums[t * nb + b]), s1 = _mm512_setzero_si512();
+      for (int v = 0; v < 4; ++v) {  // two chains, as Q8_0's
         s = _mm512_dpbusd_epi32(s, lo[v], bcast4(xq + 4 * v));
-        s = _mm512_dpbusd_epi32(s, hi[v], bcast4(xq + 16 + 4 * v));
+        s1 = _mm512_dpbusd_epi32(s1, hi[v], bcast4(xq + 16 + 4 * v));
       }
+      s = _mm512_add_epi32(s, s1);
       const float dx = x.d[t * nb + b];
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[t]);
       if constexpr (kMin)
@@ -258,12 +264,12 @@ void gemm_k_scale_min_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, floa
       for (int t = 0; t < R; ++t) {
         const int8_t* xq = x.x[t * nb + b].qs + 32 * j;
         __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(xq));
-        s = _mm512_dpbusd_epi32(s, hi[0], bcast4(xq + 16));
-        for (int v = 1; v < 4; ++v) {
+        __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], bcast4(xq + 16));
+        for (int v = 1; v < 4; ++v) {  // two chains, as Q8_0's
           s = _mm512_dpbusd_epi32(s, lo[v], bcast4(xq + 4 * v));
-          s = _mm512_dpbusd_epi32(s, hi[v], bcast4(xq + 16 + 4 * v));
+          s1 = _mm512_dpbusd_epi32(s1, hi[v], bcast4(xq + 16 + 4 * v));
         }
-        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s, sc));
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(_mm512_add_epi32(s, s1), sc));
       }
     }
     const __m512 dw = _mm512_cvtph_ps(load256(rec + L.d)), dminw = _mm512_cvtph_ps(load256(rec + L.dmin));
