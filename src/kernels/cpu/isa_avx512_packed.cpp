@@ -172,13 +172,19 @@ void gemm_q8_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
     const __m512 dw = _mm512_cvtph_ps(load256(g + packed_d_offset(b, kQ8_0PackedQs)));
     for (int t = 0; t < R; ++t) {
       const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
-      // Two chains of vpdpbusd (even and odd k): one chain of 8 waits on its latency (450 → 525 GOPS, one thread).
-      __m512i s = _mm512_set1_epi32(-128 * x.sums[t * nb + b]), s1 = _mm512_setzero_si512();
-      for (int k = 0; k < 8; k += 2) {
-        s = _mm512_dpbusd_epi32(s, w[k], bcast4(xq + 4 * k));
-        s1 = _mm512_dpbusd_epi32(s1, w[k + 1], bcast4(xq + 4 * k + 4));
+      // From 3 tokens on, two chains of vpdpbusd (even and odd k): with 8 tokens one chain of 8 each waits on the
+      // instruction's latency (450 → 525 GOPS, one thread); at 2 tokens one chain is 3% faster.
+      __m512i s = _mm512_set1_epi32(-128 * x.sums[t * nb + b]);
+      if constexpr (R > 2) {
+        __m512i s1 = _mm512_setzero_si512();
+        for (int k = 0; k < 8; k += 2) {
+          s = _mm512_dpbusd_epi32(s, w[k], bcast4(xq + 4 * k));
+          s1 = _mm512_dpbusd_epi32(s1, w[k + 1], bcast4(xq + 4 * k + 4));
+        }
+        s = _mm512_add_epi32(s, s1);
+      } else {
+        for (int k = 0; k < 8; ++k) s = _mm512_dpbusd_epi32(s, w[k], bcast4(xq + 4 * k));
       }
-      s = _mm512_add_epi32(s, s1);
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[t * nb + b])), acc[t]);
     }
   }
