@@ -16,6 +16,19 @@ inline float hsum(__m256 v) {
   lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
   return _mm_cvtss_f32(lo);
 }
+// The largest of a vector's 8 lanes, in the same order (NaN lanes: vmaxps's rule, the second operand).
+inline float hmax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+// The sum of a vector's 8 s32 lanes.
+inline int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
 
 inline __m256i nibbles(const uint8_t* qs) {  // the 32 nibbles of a block in element order, as u8 0..15
   const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));

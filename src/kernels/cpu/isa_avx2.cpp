@@ -127,12 +127,6 @@ void quantize_act_q8(const float* x, uint8_t* qs, float* d, int64_t n) {
   generic_kernels().quantize_act_q8(x, qs, d, n);
 }
 
-inline int32_t hsum_i32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-  return _mm_cvtsi128_si32(s);
-}
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 // Bits (2c) and (2c + 1) of each qh byte as the 0/16 fifth bit of chunk c's low and high nibbles.
@@ -166,7 +160,7 @@ float dot_k_scale_min(const Block* w, const BlockQ8_K* x, int64_t nb) {
     }
     int32_t summ = 0;
     for (int j = 0; j < 8; ++j) summ += m[j] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
-    const int32_t sumi = hsum_i32(acc);
+    const int32_t sumi = avx2::hsum_i32(acc);
     const float d = x[b].d * fp16_to_f32(w[b].d), dmin = x[b].d * fp16_to_f32(w[b].dmin);
     s += d * static_cast<float>(sumi) - dmin * static_cast<float>(summ);
   }
@@ -200,7 +194,7 @@ float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, int64_t nb) {
     }
     int32_t offs = 0;
     for (int j = 0; j < 16; ++j) offs += w[b].scales[j] * x[b].bsums[j];
-    const int32_t sumi = hsum_i32(acc) - 32 * offs;
+    const int32_t sumi = avx2::hsum_i32(acc) - 32 * offs;
     s += x[b].d * fp16_to_f32(w[b].d) * static_cast<float>(sumi);
   }
   return s;

@@ -357,10 +357,7 @@ void softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < whole; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
   if (whole < n)
     mv = _mm256_max_ps(mv, _mm256_blendv_ps(mv, _mm256_maskload_ps(x + whole, tail), _mm256_castsi256_ps(tail)));
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  const __m256 mx = _mm256_broadcastss_ps(m4);
+  const __m256 mx = _mm256_set1_ps(hmax(mv));
   __m256d sum[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};
   for (int64_t i = 0; i < whole; i += 8) {
     const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), mx));

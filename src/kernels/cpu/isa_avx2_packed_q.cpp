@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/fp16.h"
+#include "kernels/cpu/avx2_blocks.h"
 #include "kernels/cpu/avx2_packed.h"
 #include "kernels/cpu/avx2_packed_q_impl.h"
 #include "kernels/cpu/packed.h"
@@ -52,18 +53,14 @@ void quantize_act_q8s(const float* x, int8_t* qs, float* d, int32_t* sums, int64
     const float* xb = x + b * kQK8_0;
     __m256 v[4], m = _mm256_setzero_ps();
     for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(xb + 8 * i), m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    const float amax = hmax(m);
     const float dd = amax / 127.0f;
     const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
     d[b] = fp16_to_f32(f32_to_fp16(dd));
     __m256i q[4];
     for (int i = 0; i < 4; ++i) q[i] = _mm256_cvttps_epi32(round_half_away(_mm256_mul_ps(v[i], _mm256_set1_ps(id))));
     const __m256i s8 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-    sums[b] = _mm_cvtsi128_si32(_mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1)));
+    sums[b] = hsum_i32(s8);
     // packs interleave the 128-bit lanes: dword j of lane l holds elements of vector j, half l; put them in order.
     const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + b * kQK8_0),
@@ -80,9 +77,7 @@ void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K) {
     __m256 m = _mm256_setzero_ps();
     for (int i = 0; i < kQK_K; i += 8) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask), m);
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    const float amax = hmax(m);
     BlockQ8_K& o = y[b];
     if (!amax) {
       std::memset(&o, 0, sizeof(o));
@@ -107,11 +102,7 @@ void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t n) {
         const __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(is, _mm256_loadu_ps(x + 16 * j + 8 * k)));
         q[k] = _mm256_andnot_si256(_mm256_cmpeq_epi32(v, invalid), _mm256_min_epi32(v, top));
       }
-      const __m256i s8 = _mm256_add_epi32(q[0], q[1]);
-      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
-      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-      o.bsums[j] = static_cast<int16_t>(_mm_cvtsi128_si32(s4));
+      o.bsums[j] = static_cast<int16_t>(hsum_i32(_mm256_add_epi32(q[0], q[1])));
       // s32 → s16 → s8 (exact: -127 ≤ q ≤ 127); packs interleaves 128-bit lanes, the permute puts them back.
       const __m256i q16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8);
       const __m128i q8 = _mm_packs_epi16(_mm256_castsi256_si128(q16), _mm256_extracti128_si256(q16, 1));
