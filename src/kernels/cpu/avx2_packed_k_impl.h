@@ -106,6 +106,7 @@ void gemm_k_scale_min_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y
   for (int t = 0; t < R; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* rec = g + b * L.record;
+    if (!kVnni && R == 1) prefetch_ahead(rec, L.record);
     const BlockQ8_K* xb[R];
     const int16_t* s32[R];
     for (int t = 0; t < R; ++t) xb[t] = x.x + t * nb + b, s32[t] = x.sums32 + (t * nb + b) * 8;
@@ -190,6 +191,7 @@ void gemm_q6_k_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, int64
   for (int t = 0; t < R; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* rec = g + b * kQ6KRecord;
+    if (!kVnni && R == 1) prefetch_ahead(rec, kQ6KRecord);
     const BlockQ8_K* xb[R];
     for (int t = 0; t < R; ++t) xb[t] = x.x + t * nb + b;
     for (int h = 0; h < 2; ++h) {
