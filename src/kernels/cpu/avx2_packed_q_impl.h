@@ -170,13 +170,28 @@ inline void block_sums(const uint8_t* qs, const int8_t* const* xq, const int32_t
   }
 }
 
+// Block b's float epilogue, as the reference: half h's scales (and mins) of the 8 rows, then per token
+// acc + float(s) · (d_w · d_x) (+ m_w · (d_x · Σx) for the types with a min).
+template <Q T>
+inline void half_scales(const uint8_t* g, int64_t b, int h, __m256& dw, __m256& mw) {
+  using L = Layout<T, false>;  // the offsets do not depend on VNNI
+  dw = _mm256_cvtph_ps(load16(g + packed_d_offset(b, L::kQs, L::kS) + 16 * h));
+  mw = _mm256_setzero_ps();
+  if constexpr (L::kMin) mw = _mm256_cvtph_ps(load16(g + packed_m_offset(b, L::kQs) + 16 * h));
+}
+template <Q T>
+inline __m256 block_fma(__m256 acc, __m256i s, __m256 dw, __m256 mw, float dx, int32_t xsum) {
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc);
+  if constexpr (Layout<T, false>::kMin) acc = _mm256_fmadd_ps(mw, _mm256_set1_ps(dx * static_cast<float>(xsum)), acc);
+  return acc;
+}
+
 // The 4- and 5-bit types without VNNI for 3-4 tokens, one half (8 rows) at a time over all blocks: the R tokens' 8
 // float sums, their integer sums and the half's quants then fit the 16 ymm registers, where both halves at once kept
 // some on the stack (Zen 3, one thread, 2048², 8-64 tokens: Q4_0 100 → 141 GOPS, Q4_1 105 → 137, Q5_0 100 → 117,
 // Q5_1 98 → 111). Per output the integer sums are the same and the float epilogue is the same fmas in the same
-// block order, so the results are too.
-// From 3 tokens on (Zen 3, 2048², GOPS at 1 / 2 / 3 / 4 tokens: Q4_0 both halves 113 / 150 / 133 / 137, per half
-// 88 / 117 / 139 / 146); fewer fit both halves.
+// block order, so the results are too. From 3 tokens on: with fewer both halves at once fit and are faster (Zen 3,
+// 2048², GOPS at 1 / 2 / 3 / 4 tokens: Q4_0 both halves 113 / 150 / 133 / 137, per half 88 / 117 / 139 / 146).
 constexpr int kHalvesMinTokens = 3;
 
 template <Q T, int R>
@@ -191,16 +206,9 @@ void gemm_r_halves(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int6
       for (int t = 0; t < R; ++t) xq[t] = x.qs + (t * nb + b) * kQK8_0, xsum[t] = x.sums[t * nb + b];
       __m256i s[R];
       half_sums<T, R>(g + packed_qs_offset(b, L::kQs, L::kS), h, xq, xsum, s);
-      const __m256 dw = _mm256_cvtph_ps(
-          _mm_load_si128(reinterpret_cast<const __m128i*>(g + packed_d_offset(b, L::kQs, L::kS) + 16 * h)));
-      __m256 mw = _mm256_setzero_ps();
-      if constexpr (L::kMin)
-        mw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(g + packed_m_offset(b, L::kQs) + 16 * h)));
-      for (int t = 0; t < R; ++t) {
-        const float dx = x.d[t * nb + b];
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[t]);
-        if constexpr (L::kMin) acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(dx * static_cast<float>(xsum[t])), acc[t]);
-      }
+      __m256 dw, mw;
+      half_scales<T>(g, b, h, dw, mw);
+      for (int t = 0; t < R; ++t) acc[t] = block_fma<T>(acc[t], s[t], dw, mw, x.d[t * nb + b], xsum[t]);
     }
     for (int t = 0; t < R; ++t) _mm256_storeu_ps(y + t * ys + 8 * h, acc[t]);
   }
@@ -220,18 +228,10 @@ void gemm_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys)
     // Batch 1: prefetch the block pair ahead (avx2_int8.h); measured without VNNI only, so only there.
     if (!kVnni && R == 1 && b % 2 == 0) prefetch_ahead(g + packed_qs_offset(b, L::kQs, L::kS), 2 * L::kQs + L::kS);
     block_sums<T, R, kVnni>(g + packed_qs_offset(b, L::kQs, L::kS), xq, xsum, s);
-    const uint8_t* dp = g + packed_d_offset(b, L::kQs, L::kS);
     for (int h = 0; h < 2; ++h) {
-      const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dp + 16 * h)));
-      __m256 mw = _mm256_setzero_ps();
-      if constexpr (L::kMin)
-        mw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(g + packed_m_offset(b, L::kQs) + 16 * h)));
-      for (int t = 0; t < R; ++t) {
-        const float dx = x.d[t * nb + b];
-        acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t][h]), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[t][h]);
-        if constexpr (L::kMin)
-          acc[t][h] = _mm256_fmadd_ps(mw, _mm256_set1_ps(dx * static_cast<float>(xsum[t])), acc[t][h]);
-      }
+      __m256 dw, mw;
+      half_scales<T>(g, b, h, dw, mw);
+      for (int t = 0; t < R; ++t) acc[t][h] = block_fma<T>(acc[t][h], s[t][h], dw, mw, x.d[t * nb + b], xsum[t]);
     }
   }
   for (int t = 0; t < R; ++t) _mm256_storeu_ps(y + t * ys, acc[t][0]), _mm256_storeu_ps(y + t * ys + 8, acc[t][1]);
