@@ -188,8 +188,8 @@ inline __m256 block_fma(__m256 acc, __m256i s, __m256 dw, __m256 mw, float dx, i
 
 // The 4- and 5-bit types without VNNI for 3-4 tokens, one half (8 rows) at a time over all blocks: the R tokens' 8
 // float sums, their integer sums and the half's quants then fit the 16 ymm registers, where both halves at once kept
-// some on the stack (Zen 3, one thread, 2048², 8-64 tokens: Q4_0 100 → 141 GOPS, Q4_1 105 → 137, Q5_0 100 → 117,
-// Q5_1 98 → 111). Per output the integer sums are the same and the float epilogue is the same fmas in the same
+// some on the stack (Zen 3, one thread, 2048², 8-64 tokens: Q4_0 108 → 148, Q4_1 110 → 143, Q5_0 107 → 122,
+// Q5_1 104 → 118). Per output the integer sums are the same and the float epilogue is the same fmas in the same
 // block order, so the results are too. From 3 tokens on: with fewer both halves at once fit and are faster (Zen 3,
 // 2048², GOPS at 1 / 2 / 3 / 4 tokens: Q4_0 both halves 113 / 150 / 133 / 137, per half 88 / 117 / 139 / 146).
 constexpr int kHalvesMinTokens = 3;
