@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/packed.h"
 
 namespace kvik::avx512 {
 
@@ -36,10 +37,7 @@ inline __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_c
 // Zen 5); asking for the lines kPrefetchAhead bytes ahead overlaps the fetch with the dot products. Prefetching
 // past the end of an allocation is harmless (no fault).
 inline constexpr int64_t kPrefetchAhead = 4096;
-inline void prefetch_span(const uint8_t* p, int64_t bytes) {
-  for (int64_t o = 0; o < bytes; o += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead + o), _MM_HINT_T0);
-}
+inline void prefetch_span(const uint8_t* p, int64_t bytes) { prefetch_span_ahead<kPrefetchAhead>(p, bytes); }
 inline float hsum256(__m256 p) {
   __m128 h = _mm_add_ps(_mm256_castps256_ps128(p), _mm256_extractf128_ps(p, 1));
   h = _mm_add_ps(h, _mm_movehl_ps(h, h));

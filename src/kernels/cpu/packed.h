@@ -78,6 +78,14 @@ inline constexpr int64_t kBF16TileK = 32, kBF16PackedBlock = kBF16TileK * kPackR
 inline constexpr int64_t bf16_blocks(int64_t cols) { return (cols + kBF16TileK - 1) / kBF16TileK; }
 inline constexpr int64_t packed_bf16_index(int64_t k, int i) { return (k / 2) * 2 * kPackRows + 2 * i + k % 2; }
 
+// The packed kernels' software prefetch of a streamed weight group: the `bytes` starting kAhead bytes past p, line by
+// line into L1 (prefetcht0; past the end of an allocation it is harmless, no fault). Each kernel family keeps its own
+// distance with the measurement behind it (isa_avx512_common.h, avx2_int8.h).
+template <int64_t kAhead>
+inline void prefetch_span_ahead(const uint8_t* p, int64_t bytes) {
+  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + kAhead + o, 0, 3);
+}
+
 // Offsets of block b's quants, scales and (Q4_1 / Q5_1) mins in a Q8_0 / Q4_0 group with Q quant bytes per block
 // and S scale bytes per pair of blocks (64: d only; kMinPairScales: d and m).
 inline constexpr int64_t kPairScales = 64, kMinPairScales = 128;
