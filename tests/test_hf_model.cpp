@@ -68,11 +68,12 @@ float max_logit_diff(const std::string& a, const std::string& b, const std::vect
 }
 
 // F32: 1e-4. F16/BF16 weights: the same bytes on both sides, but the q/k rows sit in a different order, and the
-// half-precision GEMM's blocking may then sum in a different order; 5e-3. BF16 5e-2: where a table rounds the
-// activations to bf16 before its packed BF16 GEMM, an activation can land one bf16 step (2^-8 relative) apart in the
-// two twins when the attention's q·k sums, over the head dims in HF's and in GGUF's order, differ in the last bit (on
-// AVX2 the llama bf16 twins then differ by 0.017, the Mixtral ones by 0.027; with a one-token prompt, or qwen3's
-// unpermuted rows, by exactly 0). The f32 twins check the layouts themselves; a misread BF16 tensor is off by O(1).
+// half-precision GEMM's blocking may then sum in a different order; 5e-3. BF16 5e-2: a BF16 GEMM's activations are
+// rounded to bf16 first (every table), and when the attention's q·k sums, over the head dims in HF's and in GGUF's
+// order, differ in the last bit, an activation can land one bf16 step (2^-8 relative) apart in the two twins; whether
+// one does depends on the values (AVX2's packed path: the llama twins 0.017, the Mixtral ones 0.027; generic, or AVX2
+// unpacked: 0; a one-token prompt, or qwen3's unpermuted rows: exactly 0). The f32 twins check the layouts
+// themselves; a twin with other weights is off by 15-17.
 void check_twin(SynthOptions o, const std::string& tag) {
   const float tol = o.type == DType::F32 ? 1e-4f : o.type == DType::BF16 ? 5e-2f : 5e-3f;
   const fs::path dir = temp(tag), gguf = temp(tag + ".gguf");
