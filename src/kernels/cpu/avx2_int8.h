@@ -31,13 +31,21 @@ inline V dpbusd(V s, V w, V x) {
 #endif
 }
 
-// Batch-1 decode streams every weight once from memory; the kernels prefetch the bytes kDecodePrefetchAhead past
-// the ones they read. On Zen 3 (2 threads, 1B shape, medians of 4-5 alternated runs of `kvik bench`, decode tok/s
-// and fraction of the probed bandwidth) the hardware prefetcher alone reached Q8_0 19.5 (0.79), Q4_K_M 28.1 (0.61),
-// Q4_0 38.2 (0.73); with 1024 bytes ahead 21.9 (0.91), 32.9 (0.71), 45.4 (0.86). 768 bytes did as well as 1024;
-// 2048 and 4096 less.
+// Batch-1 decode streams every weight once from memory; the Q8_0 / Q4_0-family kernels prefetch the bytes
+// kDecodePrefetchAhead past the block pair they read (576-1088 bytes). On Zen 3 (2 threads, 1B shape, medians of 4-5
+// alternated runs of `kvik bench`, decode tok/s and fraction of the probed bandwidth) the hardware prefetcher alone
+// reached Q8_0 19.5 (0.79), Q4_K_M 28.1 (0.61), Q4_0 38.2 (0.73); with 1024 bytes ahead 21.9 (0.91), 32.9 (0.71), 45.4
+// (0.86). 768 bytes did as well as 1024; 2048 and 4096 less.
 constexpr int64_t kDecodePrefetchAhead = 1024;
 inline void prefetch_ahead(const uint8_t* p, int64_t bytes) { prefetch_span_ahead<kDecodePrefetchAhead>(p, bytes); }
+// The K-quant records (2368-3392 bytes) instead prefetch the next record, an eighth of it per sub-block of the
+// current one, so the prefetches are spread over the record's work rather than issued as one burst of 37-53 lines at
+// its start. Zen 3, 2 threads, 1B Q4_K_M (Q4_K and Q6_K), `kvik bench` decode, 5 alternated runs: 30.0 tok/s (29.1-
+// 31.2) with the burst 1024 bytes ahead, 33.4 (31.0-35.2) spread one record ahead, 33.5 (32.1-34.2) one and a half
+// records ahead; the burst 2304-6912 bytes ahead was slower than at 1024.
+inline void prefetch_eighth(const uint8_t* next_record, int64_t record, int j) {
+  prefetch_span_ahead<0>(next_record + record / 8 * j, record / 8);
+}
 
 // Activation rows t0, t0 + 1, ... of x (nb blocks a row).
 inline ActQ8S rows_from(const ActQ8S& x, int64_t nb, int64_t t0) {

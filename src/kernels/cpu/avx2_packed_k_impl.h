@@ -60,14 +60,16 @@ inline void sub_block_acc(__m256i& s, const int8_t* xq, const __m256i (&lo)[4], 
 }
 
 // Q4_K / Q5_K, half h of a super-block record for R tokens: isum[t] = Σ_j sc_j·Σ w·x and msum[t] = Σ_j m_j·Σx_j.
+// next: the record to prefetch, an eighth per sub-block (avx2_int8.h), or nullptr.
 template <int R, bool kFifth, bool kVnni>
 inline void k_scale_min_half(const uint8_t* rec, int h, const BlockQ8_K* const* xb, const int16_t* const* s32,
-                             __m256i (&isum)[R], __m256i (&msum)[R]) {
+                             __m256i (&isum)[R], __m256i (&msum)[R], const uint8_t* next) {
   constexpr PackedKScaleMin L = kFifth ? kPackedQ5K : kPackedQ4K;
   constexpr int kTerms = kFifth ? 4 : 8;  // products added in s16 before widening
   const __m256i m4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
   for (int t = 0; t < R; ++t) isum[t] = msum[t] = _mm256_setzero_si256();
   for (int j = 0; j < 8; ++j) {
+    if (next) prefetch_eighth(next, L.record, j);
     __m256i lo[4], hi[4];
     __m256i fb = _mm256_setzero_si256();
     if constexpr (kFifth) fb = load32(rec + L.fifth + 64 * j + 32 * h);
@@ -106,13 +108,14 @@ void gemm_k_scale_min_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y
   for (int t = 0; t < R; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* rec = g + b * L.record;
-    if (!kVnni && R == 1) prefetch_ahead(rec, L.record);
     const BlockQ8_K* xb[R];
     const int16_t* s32[R];
     for (int t = 0; t < R; ++t) xb[t] = x.x + t * nb + b, s32[t] = x.sums32 + (t * nb + b) * 8;
     for (int h = 0; h < 2; ++h) {
       __m256i isum[R], msum[R];
-      k_scale_min_half<R, kFifth, kVnni>(rec, h, xb, s32, isum, msum);
+      // Batch 1 without VNNI (where it was measured): the next record, during the first half.
+      const uint8_t* next = !kVnni && R == 1 && h == 0 ? rec + L.record : nullptr;
+      k_scale_min_half<R, kFifth, kVnni>(rec, h, xb, s32, isum, msum, next);
       const __m256 dw = _mm256_cvtph_ps(load16(rec + L.d + 16 * h)),
                    dmin = _mm256_cvtph_ps(load16(rec + L.dmin + 16 * h));
       for (int t = 0; t < R; ++t) {
@@ -139,13 +142,14 @@ inline __m256i q6_high_bits(__m256i hb, int v) {  // bits 2v..2v+1 of each byte 
 }
 
 template <int R, bool kVnni>
-inline void q6_k_half(const uint8_t* rec, int h, const BlockQ8_K* const* xb, __m256i (&isum)[R]) {
+inline void q6_k_half(const uint8_t* rec, int h, const BlockQ8_K* const* xb, __m256i (&isum)[R], const uint8_t* next) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i dup_lo = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4, 5, 8,
                                           9, 8, 9, 12, 13, 12, 13);
   const __m256i dup_hi = _mm256_add_epi8(dup_lo, _mm256_set1_epi8(2));
   for (int t = 0; t < R; ++t) isum[t] = _mm256_setzero_si256();
   for (int c = 0; c < 8; ++c) {
+    if (next) prefetch_eighth(next, kQ6KRecord, c);
     const uint8_t* ch = rec + c * kQ6KChunk;
     const __m256i hl = load32(ch + 256 + 32 * h), hh = load32(ch + 320 + 32 * h);
     __m256i lo[4], hi[4];
@@ -191,12 +195,11 @@ void gemm_q6_k_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, int64
   for (int t = 0; t < R; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* rec = g + b * kQ6KRecord;
-    if (!kVnni && R == 1) prefetch_ahead(rec, kQ6KRecord);
     const BlockQ8_K* xb[R];
     for (int t = 0; t < R; ++t) xb[t] = x.x + t * nb + b;
     for (int h = 0; h < 2; ++h) {
       __m256i isum[R];
-      q6_k_half<R, kVnni>(rec, h, xb, isum);
+      q6_k_half<R, kVnni>(rec, h, xb, isum, !kVnni && R == 1 && h == 0 ? rec + kQ6KRecord : nullptr);
       const __m256 dw = _mm256_cvtph_ps(load16(rec + kQ6KD + 16 * h));
       for (int t = 0; t < R; ++t)
         acc[t][h] =
