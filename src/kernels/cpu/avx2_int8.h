@@ -40,9 +40,9 @@ constexpr int64_t kDecodePrefetchAhead = 1024;
 inline void prefetch_ahead(const uint8_t* p, int64_t bytes) { prefetch_span_ahead<kDecodePrefetchAhead>(p, bytes); }
 // The K-quant records (2368-3392 bytes) instead prefetch the next record, an eighth of it per sub-block of the
 // current one, so the prefetches are spread over the record's work rather than issued as one burst of 37-53 lines at
-// its start. Zen 3, 2 threads, 1B Q4_K_M (Q4_K and Q6_K), `kvik bench` decode, 5 alternated runs: 30.0 tok/s (29.1-
-// 31.2) with the burst 1024 bytes ahead, 33.4 (31.0-35.2) spread one record ahead, 33.5 (32.1-34.2) one and a half
-// records ahead; the burst 2304-6912 bytes ahead was slower than at 1024.
+// its start. Zen 3, 2 threads, 1B Q4_K_M (Q4_K and Q6_K), `kvik bench` decode: 34.1 -> 41.0 tok/s (medians of 6
+// alternated runs). An experiment with only Q4_K changed (5 alternated runs): the burst 1024 bytes ahead 30.0 tok/s,
+// spread one record ahead 33.4, one and a half records 33.5; the burst 2304-6912 bytes ahead was slower than at 1024.
 inline void prefetch_eighth(const uint8_t* next_record, int64_t record, int j) {
   prefetch_span_ahead<0>(next_record + record / 8 * j, record / 8);
 }
