@@ -31,20 +31,30 @@ inline V dpbusd(V s, V w, V x) {
 #endif
 }
 
-// Batch-1 decode streams every weight once from memory; the Q8_0 / Q4_0-family kernels prefetch the bytes
-// kDecodePrefetchAhead past the block pair they read (576-1088 bytes). On Zen 3 (2 threads, 1B shape, medians of 4-5
-// alternated runs of `kvik bench`, decode tok/s and fraction of the probed bandwidth) the hardware prefetcher alone
-// reached Q8_0 19.5 (0.79), Q4_K_M 28.1 (0.61), Q4_0 38.2 (0.73); with 1024 bytes ahead 21.9 (0.91), 32.9 (0.71), 45.4
-// (0.86). 768 bytes did as well as 1024; 2048 and 4096 less.
+// Batch-1 decode streams every weight once from memory, and the hardware prefetcher alone falls short on Zen 3 (2
+// threads, 1B shape, `kvik bench` decode tok/s and fraction of the probed bandwidth: Q8_0 19.5 (0.79), Q4_K_M 28.1
+// (0.61), Q4_0 38.2 (0.73)). The kernels without VNNI prefetch in one of two ways:
+// - the 4- and 5-bit types of 32-element blocks (pairs of 576-768 bytes): the bytes kDecodePrefetchAhead past the
+//   pair, as one burst at its start: Q4_0 45.4 tok/s (0.86) at 1024; 768 as good, 2048 and 4096 less; spread as below
+//   1-4 KB ahead, 36-40 against the burst's 42 in the same runs.
+// - Q8_0 (pairs of 1088 bytes) and the K-quants (records of 2368-3392 bytes): the unit ahead, spread over the current
+//   one's k-groups / sub-blocks (prefetch_part) instead of a burst of 17-53 lines at its start. Q8_0 kQ8_0PairsAhead
+//   pairs ahead: 24.7 -> 25.5 tok/s (medians of 7 alternated runs, 6 of 7 pairs faster; an earlier build 22.1 -> 24.0
+//   in 6 runs; a sweep of 4 runs each: 1 / 2 / 3 / 4 pairs 24.2 / 23.8 / 23.5 / 23.1 against the burst's 21.9).
+//   K-quants the next record: 1B Q4_K_M 34.1
+//   -> 41.0 (6 alternated runs); with only Q4_K changed (5 runs) the burst 1024 bytes ahead gave 30.0, spread one
+//   record ahead 33.4, one and a half 33.5, and the burst 2304-6912 bytes ahead less than at 1024.
 constexpr int64_t kDecodePrefetchAhead = 1024;
 inline void prefetch_ahead(const uint8_t* p, int64_t bytes) { prefetch_span_ahead<kDecodePrefetchAhead>(p, bytes); }
-// The K-quant records (2368-3392 bytes) instead prefetch the next record, an eighth of it per sub-block of the
-// current one, so the prefetches are spread over the record's work rather than issued as one burst of 37-53 lines at
-// its start. Zen 3, 2 threads, 1B Q4_K_M (Q4_K and Q6_K), `kvik bench` decode: 34.1 -> 41.0 tok/s (medians of 6
-// alternated runs). An experiment with only Q4_K changed (5 alternated runs): the burst 1024 bytes ahead 30.0 tok/s,
-// spread one record ahead 33.4, one and a half records 33.5; the burst 2304-6912 bytes ahead was slower than at 1024.
-inline void prefetch_eighth(const uint8_t* next_record, int64_t record, int j) {
-  prefetch_span_ahead<0>(next_record + record / 8 * j, record / 8);
+inline constexpr int64_t kQ8_0PairsAhead = 2;
+// Part i of kParts of the kLines cache lines at `next` (64-byte aligned): the kLines·64/kParts bytes from i times
+// that, a prefetch per 64 bytes, so where that span is not whole lines neighbouring parts share a line and the last
+// part reaches one line past the unit. That decoded faster than an exact partition of the lines, each in one part
+// (1B Q4_K_M 40.9 vs 36.9 tok/s, medians of 4 alternated runs).
+template <int64_t kLines, int kParts>
+inline void prefetch_part(const uint8_t* next, int i) {
+  constexpr int64_t kSpan = kLines * 64 / kParts;
+  for (int64_t o = 0; o < kSpan; o += 64) __builtin_prefetch(next + kSpan * i + o, 0, 3);
 }
 
 // Activation rows t0, t0 + 1, ... of x (nb blocks a row).

@@ -60,7 +60,7 @@ inline void sub_block_acc(__m256i& s, const int8_t* xq, const __m256i (&lo)[4], 
 }
 
 // Q4_K / Q5_K, half h of a super-block record for R tokens: isum[t] = Σ_j sc_j·Σ w·x and msum[t] = Σ_j m_j·Σx_j.
-// next: the record to prefetch, an eighth per sub-block (avx2_int8.h), or nullptr.
+// next: the record to prefetch, an eighth per sub-block (prefetch_part, avx2_int8.h), or nullptr.
 template <int R, bool kFifth, bool kVnni>
 inline void k_scale_min_half(const uint8_t* rec, int h, const BlockQ8_K* const* xb, const int16_t* const* s32,
                              __m256i (&isum)[R], __m256i (&msum)[R], const uint8_t* next) {
@@ -69,7 +69,7 @@ inline void k_scale_min_half(const uint8_t* rec, int h, const BlockQ8_K* const* 
   const __m256i m4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
   for (int t = 0; t < R; ++t) isum[t] = msum[t] = _mm256_setzero_si256();
   for (int j = 0; j < 8; ++j) {
-    if (next) prefetch_eighth(next, L.record, j);
+    if (next) prefetch_part<L.record / 64, 8>(next, j);
     __m256i lo[4], hi[4];
     __m256i fb = _mm256_setzero_si256();
     if constexpr (kFifth) fb = load32(rec + L.fifth + 64 * j + 32 * h);
@@ -149,7 +149,7 @@ inline void q6_k_half(const uint8_t* rec, int h, const BlockQ8_K* const* xb, __m
   const __m256i dup_hi = _mm256_add_epi8(dup_lo, _mm256_set1_epi8(2));
   for (int t = 0; t < R; ++t) isum[t] = _mm256_setzero_si256();
   for (int c = 0; c < 8; ++c) {
-    if (next) prefetch_eighth(next, kQ6KRecord, c);
+    if (next) prefetch_part<kQ6KRecord / 64, 8>(next, c);
     const uint8_t* ch = rec + c * kQ6KChunk;
     const __m256i hl = load32(ch + 256 + 32 * h), hh = load32(ch + 320 + 32 * h);
     __m256i lo[4], hi[4];

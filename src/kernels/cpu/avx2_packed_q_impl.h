@@ -133,8 +133,10 @@ inline void half_sums(const uint8_t* qs, int h, const int8_t* const* xq, const i
 }
 
 // The block's exact integer sums Σ_j w·x − offset·Σx of R tokens (x rows xq[t]) for both halves: s[t][h].
+// next (Q8_0 without VNNI): the block pair to prefetch, parts part .. part + 7 of 16 (one per k-group), or nullptr.
 template <Q T, int R, bool kVnni>
-inline void block_sums(const uint8_t* qs, const int8_t* const* xq, const int32_t* xsum, __m256i (&s)[R][2]) {
+inline void block_sums(const uint8_t* qs, const int8_t* const* xq, const int32_t* xsum, __m256i (&s)[R][2],
+                       const uint8_t* next, int part) {
   using L = Layout<T, kVnni>;
   for (int t = 0; t < R; ++t) s[t][0] = s[t][1] = _mm256_set1_epi32(-L::kOffset * xsum[t]);
   if constexpr (kVnni && T == Q::kQ8_0) {
@@ -155,6 +157,7 @@ inline void block_sums(const uint8_t* qs, const int8_t* const* xq, const int32_t
       }
   } else if constexpr (T == Q::kQ8_0) {
     for (int k = 0; k < 8; ++k) {
+      if (next) prefetch_part<(2 * L::kQs + L::kS) / 64, 16>(next, part + k);
       const __m256i flip = _mm256_set1_epi8(-128);
       const __m256i w0 = _mm256_xor_si256(load32(qs + 64 * k), flip),
                     w1 = _mm256_xor_si256(load32(qs + 64 * k + 32), flip);
@@ -225,9 +228,14 @@ void gemm_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys)
     int32_t xsum[R];
     for (int t = 0; t < R; ++t) xq[t] = x.qs + (t * nb + b) * kQK8_0, xsum[t] = x.sums[t * nb + b];
     __m256i s[R][2];
-    // Batch 1: prefetch the block pair ahead (avx2_int8.h); measured without VNNI only, so only there.
-    if (!kVnni && R == 1 && b % 2 == 0) prefetch_ahead(g + packed_qs_offset(b, L::kQs, L::kS), 2 * L::kQs + L::kS);
-    block_sums<T, R, kVnni>(g + packed_qs_offset(b, L::kQs, L::kS), xq, xsum, s);
+    // Batch 1 without VNNI (measured there only; avx2_int8.h): Q8_0 prefetches the pair kQ8_0PairsAhead ahead, half
+    // of it per block spread over its k-groups; the others the bytes 1024 ahead of the pair, all at its start.
+    const uint8_t* next = nullptr;
+    if constexpr (!kVnni && R == 1 && T == Q::kQ8_0)
+      next = g + packed_qs_offset(b - b % 2 + 2 * kQ8_0PairsAhead, L::kQs, L::kS);
+    else if (!kVnni && R == 1 && b % 2 == 0)
+      prefetch_ahead(g + packed_qs_offset(b, L::kQs, L::kS), 2 * L::kQs + L::kS);
+    block_sums<T, R, kVnni>(g + packed_qs_offset(b, L::kQs, L::kS), xq, xsum, s, next, 8 * static_cast<int>(b % 2));
     for (int h = 0; h < 2; ++h) {
       __m256 dw, mw;
       half_scales<T>(g, b, h, dw, mw);
