@@ -35,8 +35,9 @@ inline V dpbusd(V s, V w, V x) {
 // threads, 1B shape, `kvik bench` decode tok/s and fraction of the probed bandwidth: Q8_0 19.5 (0.79), Q4_K_M 28.1
 // (0.61), Q4_0 38.2 (0.73)). The kernels without VNNI prefetch in one of two ways:
 // - the 4- and 5-bit types of 32-element blocks (pairs of 576-768 bytes): the bytes kDecodePrefetchAhead past the
-//   pair, as one burst at its start: Q4_0 45.4 tok/s (0.86) at 1024; 768 as good, 2048 and 4096 less; spread as below
-//   1-4 KB ahead, 36-40 against the burst's 42 in the same runs.
+//   pair, as one burst at its start: Q4_0 45.4 tok/s (0.86) at 1024; 768 as good, 2048 and 4096 less. Spread as below
+//   over the nibble vectors, 4 pairs ahead: 46.6 against the burst's 46.5 (12 alternated runs), and 3-4% slower on
+//   weights that sit in the L3 (2048², one token); 2 / 6 pairs ahead no better.
 // - Q8_0 (pairs of 1088 bytes) and the K-quants (records of 2368-3392 bytes): the unit ahead, spread over the current
 //   one's k-groups / sub-blocks (prefetch_part) instead of a burst of 17-53 lines at its start. Q8_0 kQ8_0PairsAhead
 //   pairs ahead: 24.7 -> 25.5 tok/s (medians of 7 alternated runs, 6 of 7 pairs faster; an earlier build 22.1 -> 24.0
