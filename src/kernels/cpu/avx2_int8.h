@@ -42,9 +42,9 @@ inline V dpbusd(V s, V w, V x) {
 //   one's k-groups / sub-blocks (prefetch_part) instead of a burst of 17-53 lines at its start. Q8_0 kQ8_0PairsAhead
 //   pairs ahead: 24.7 -> 25.5 tok/s (medians of 7 alternated runs, 6 of 7 pairs faster; an earlier build 22.1 -> 24.0
 //   in 6 runs; a sweep of 4 runs each: 1 / 2 / 3 / 4 pairs 24.2 / 23.8 / 23.5 / 23.1 against the burst's 21.9).
-//   K-quants the next record: 1B Q4_K_M 34.1
-//   -> 41.0 (6 alternated runs); with only Q4_K changed (5 runs) the burst 1024 bytes ahead gave 30.0, spread one
-//   record ahead 33.4, one and a half 33.5, and the burst 2304-6912 bytes ahead less than at 1024.
+//   K-quants the next record: 1B Q4_K_M 34.1 -> 41.0 (6 alternated runs); with only Q4_K changed (5 runs) the burst
+//   1024 bytes ahead gave 30.0, spread one record ahead 33.4, one and a half 33.5, and the burst 2304-6912 bytes
+//   ahead less than at 1024.
 constexpr int64_t kDecodePrefetchAhead = 1024;
 inline void prefetch_ahead(const uint8_t* p, int64_t bytes) { prefetch_span_ahead<kDecodePrefetchAhead>(p, bytes); }
 inline constexpr int64_t kQ8_0PairsAhead = 2;
