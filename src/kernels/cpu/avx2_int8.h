@@ -48,14 +48,15 @@ inline V dpbusd(V s, V w, V x) {
 constexpr int64_t kDecodePrefetchAhead = 1024;
 inline void prefetch_ahead(const uint8_t* p, int64_t bytes) { prefetch_span_ahead<kDecodePrefetchAhead>(p, bytes); }
 inline constexpr int64_t kQ8_0PairsAhead = 2;
-// Part i of kParts of the kLines cache lines at `next` (64-byte aligned): the kLines·64/kParts bytes from i times
-// that, a prefetch per 64 bytes, so where that span is not whole lines neighbouring parts share a line and the last
-// part reaches one line past the unit. That decoded faster than an exact partition of the lines, each in one part
-// (1B Q4_K_M 40.9 vs 36.9 tok/s, medians of 4 alternated runs).
-template <int64_t kLines, int kParts>
+// Part i of kParts of a unit of kBytes (whole cache lines) at `next`: the kBytes/kParts bytes from i times that, a
+// prefetch per 64 bytes, so where that span is not whole lines neighbouring parts share a line and the last part
+// reaches one line past the unit. That decoded faster than an exact partition of the lines, each in one part (1B
+// Q4_K_M 40.9 vs 36.9 tok/s, medians of 4 alternated runs).
+template <int64_t kBytes, int kParts>
 inline void prefetch_part(const uint8_t* next, int i) {
-  constexpr int64_t kSpan = kLines * 64 / kParts;
-  for (int64_t o = 0; o < kSpan; o += 64) __builtin_prefetch(next + kSpan * i + o, 0, 3);
+  static_assert(kBytes % 64 == 0, "a prefetched unit is whole cache lines, so the next one stays line-aligned");
+  constexpr int64_t kSpan = kBytes / kParts;
+  prefetch_span_ahead<0>(next + kSpan * i, kSpan);
 }
 
 // Activation rows t0, t0 + 1, ... of x (nb blocks a row).

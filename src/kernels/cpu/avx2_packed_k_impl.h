@@ -69,7 +69,7 @@ inline void k_scale_min_half(const uint8_t* rec, int h, const BlockQ8_K* const* 
   const __m256i m4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
   for (int t = 0; t < R; ++t) isum[t] = msum[t] = _mm256_setzero_si256();
   for (int j = 0; j < 8; ++j) {
-    if (next) prefetch_part<L.record / 64, 8>(next, j);
+    if (next) prefetch_part<L.record, 8>(next, j);
     __m256i lo[4], hi[4];
     __m256i fb = _mm256_setzero_si256();
     if constexpr (kFifth) fb = load32(rec + L.fifth + 64 * j + 32 * h);
@@ -149,7 +149,7 @@ inline void q6_k_half(const uint8_t* rec, int h, const BlockQ8_K* const* xb, __m
   const __m256i dup_hi = _mm256_add_epi8(dup_lo, _mm256_set1_epi8(2));
   for (int t = 0; t < R; ++t) isum[t] = _mm256_setzero_si256();
   for (int c = 0; c < 8; ++c) {
-    if (next) prefetch_part<kQ6KRecord / 64, 8>(next, c);
+    if (next) prefetch_part<kQ6KRecord, 8>(next, c);
     const uint8_t* ch = rec + c * kQ6KChunk;
     const __m256i hl = load32(ch + 256 + 32 * h), hh = load32(ch + 320 + 32 * h);
     __m256i lo[4], hi[4];
@@ -199,7 +199,8 @@ void gemm_q6_k_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, int64
     for (int t = 0; t < R; ++t) xb[t] = x.x + t * nb + b;
     for (int h = 0; h < 2; ++h) {
       __m256i isum[R];
-      q6_k_half<R, kVnni>(rec, h, xb, isum, !kVnni && R == 1 && h == 0 ? rec + kQ6KRecord : nullptr);
+      const uint8_t* next = !kVnni && R == 1 && h == 0 ? rec + kQ6KRecord : nullptr;  // as gemm_k_scale_min_r
+      q6_k_half<R, kVnni>(rec, h, xb, isum, next);
       const __m256 dw = _mm256_cvtph_ps(load16(rec + kQ6KD + 16 * h));
       for (int t = 0; t < R; ++t)
         acc[t][h] =

@@ -157,7 +157,7 @@ inline void block_sums(const uint8_t* qs, const int8_t* const* xq, const int32_t
       }
   } else if constexpr (T == Q::kQ8_0) {
     for (int k = 0; k < 8; ++k) {
-      if (next) prefetch_part<(2 * L::kQs + L::kS) / 64, 16>(next, part + k);
+      if (next) prefetch_part<2 * L::kQs + L::kS, 16>(next, part + k);
       const __m256i flip = _mm256_set1_epi8(-128);
       const __m256i w0 = _mm256_xor_si256(load32(qs + 64 * k), flip),
                     w1 = _mm256_xor_si256(load32(qs + 64 * k + 32), flip);

@@ -105,10 +105,6 @@ struct PackedKScaleMin {
 inline constexpr PackedKScaleMin kPackedQ4K{0, 2048, 2080, 2112, 2240, 2368};
 inline constexpr PackedKScaleMin kPackedQ5K{2048, 2560, 2592, 2624, 2752, 2880};
 inline constexpr int64_t kQ6KChunk = 384, kQ6KSc = 3072, kQ6KD = 3328, kQ6KRecord = 3392;
-// Whole cache lines, so a group's records (and 32-element block pairs) stay line-aligned (the prefetches count lines).
-static_assert(kPackedQ4K.record % 64 == 0 && kPackedQ5K.record % 64 == 0 && kQ6KRecord % 64 == 0);
-static_assert((2 * kQ8_0PackedQs + kPairScales) % 64 == 0 && (2 * kQ4_0PackedQs + kPairScales) % 64 == 0 &&
-              (2 * kQ5_0PackedQs + kMinPairScales) % 64 == 0);
 
 // Bytes of one 16-row group of a weight with `cols` inputs, or 0 when the type has no packed layout.
 size_t packed_group_bytes(DType t, int64_t cols);
