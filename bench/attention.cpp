@@ -5,12 +5,15 @@
 // stay in a large L3 from one iteration to the next.
 //   bench_attention [--keys 8192] [--rows 1] [--reqs 1] [--heads 32] [--kv-heads 8] [--head-dim 64] [--layers 1]
 //                   [--kv f16|f32|q8_0|fp8] [--iters 20] [--threads N] [--split 1|0]
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -68,7 +71,24 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   std::shuffle(table.begin(), table.end(), rng);
   const size_t cache_bytes = static_cast<size_t>(row) * table.size() * bs;
-  std::vector<std::vector<uint8_t>> kc(layers, std::vector<uint8_t>(cache_bytes)), vc = kc;
+  // Page-aligned anonymous mappings, as the engine's pool (KvCacheTensors): a vector's misaligned rows straddled a
+  // cache line more and read 10-15% slower.
+  struct Mapping {
+    void* p;
+    size_t bytes;
+    ~Mapping() { munmap(p, bytes); }
+    uint8_t* data() const { return static_cast<uint8_t*>(p); }
+  };
+  std::vector<std::unique_ptr<Mapping>> kc, vc;
+  auto map = [&] {
+    void* p = mmap(nullptr, cache_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      std::fprintf(stderr, "cannot map %zu bytes for the KV cache\n", cache_bytes);
+      std::exit(1);
+    }
+    return std::unique_ptr<Mapping>(new Mapping{p, cache_bytes});
+  };
+  for (int32_t l = 0; l < layers; ++l) kc.push_back(map()), vc.push_back(map());
   std::normal_distribution<float> g;
   std::vector<float> x(static_cast<size_t>(kv_dim) * bs), y(x.size());
   std::vector<int64_t> slots(bs);
@@ -77,7 +97,7 @@ int main(int argc, char** argv) {
       for (auto& e : x) e = g(rng);
       for (auto& e : y) e = g(rng);
       for (int32_t s = 0; s < bs; ++s) slots[s] = static_cast<int64_t>(b) * bs + s;
-      write_kv(x.data(), y.data(), slots.data(), bs, kv_dim, kc[l].data(), vc[l].data(), dt);
+      write_kv(x.data(), y.data(), slots.data(), bs, kv_dim, kc[l]->data(), vc[l]->data(), dt);
     }
   const int32_t T = rows * reqs;
   std::vector<float> q(static_cast<size_t>(T * heads * d)), out(q.size());
@@ -92,7 +112,7 @@ int main(int argc, char** argv) {
   a.n_heads = heads, a.n_kv_heads = kv_heads, a.head_dim = d, a.scale = 1.0f / std::sqrt(static_cast<float>(d));
   auto all_layers = [&] {
     for (int32_t l = 0; l < layers; ++l) {
-      a.k_cache = kc[l].data(), a.v_cache = vc[l].data();
+      a.k_cache = kc[l]->data(), a.v_cache = vc[l]->data();
       paged_attention(a);
     }
   };
@@ -107,9 +127,10 @@ int main(int argc, char** argv) {
   const double med = ms[ms.size() / 2], best = ms.front();
   const double kv_bytes = 2.0 * static_cast<double>(row) * keys * reqs * layers;
   std::printf(
-      "{\"keys\": %d, \"rows\": %d, \"reqs\": %d, \"layers\": %d, \"heads\": %lld, \"kv_heads\": %lld, \"head_dim\": %lld, "
+      "{\"keys\": %d, \"rows\": %d, \"reqs\": %d, \"layers\": %d, \"heads\": %lld, \"kv_heads\": %lld, \"head_dim\": "
+      "%lld, "
       "\"kv\": \"%s\", \"threads\": %d, \"ms_median\": %.4f, \"ms_min\": %.4f, \"kv_gb_s\": %.2f}\n",
-      keys, rows, reqs, layers, static_cast<long long>(heads), static_cast<long long>(kv_heads), static_cast<long long>(d),
-      kv.c_str(), ThreadPool::global().num_threads(), med, best, kv_bytes / med / 1e6);
+      keys, rows, reqs, layers, static_cast<long long>(heads), static_cast<long long>(kv_heads),
+      static_cast<long long>(d), kv.c_str(), ThreadPool::global().num_threads(), med, best, kv_bytes / med / 1e6);
   return 0;
 }

@@ -344,6 +344,36 @@ TEST_P(KernelTable, MultiQueryValueSumsMatchReferenceAndDoNotDependOnTheTile) {
     }
 }
 
+// The next chunk's rows handed to a multi-query call (AttentionPrefetch): the scores and value sums are bit for bit
+// the ones without, the call takes them where the table spreads them (and leaves them where it does not), and a
+// hand-over longer or shorter than the call's keys reads no entry outside its array (ASan).
+TEST_P(KernelTable, AttentionPrefetchHandOverChangesNoResult) {
+  for (int64_t d : {8, 24, 64, 128})
+    for (int64_t keys : {1, 16, 40, 64})
+      for (int64_t pf_rows : {int64_t{0}, int64_t{1}, keys, int64_t{64}}) {
+        const int64_t rows = 128, nq = 7;
+        std::vector<float> q(nq * d), p(nq * keys), s0(nq * keys), s1(nq * keys), o0(nq * d), o1(nq * d);
+        std::vector<uint16_t> kh(rows * d), vh(rows * d);
+        for (auto& v : q) v = normal();
+        for (auto& v : p) v = std::fabs(normal());
+        for (size_t i = 0; i < kh.size(); ++i) kh[i] = f32_to_fp16(normal()), vh[i] = f32_to_fp16(normal());
+        std::vector<int64_t> off(keys), next(pf_rows);
+        for (int64_t j = 0; j < keys; ++j) off[j] = ((j * 7) % rows) * d;
+        for (int64_t j = 0; j < pf_rows; ++j) next[j] = ((j * 3 + 1) % rows) * d;
+        const CpuKernels& t = fast();
+        t.scores_multi_f16(q.data(), d, nq, kh.data(), off.data(), keys, d, 0.125f, s0.data(), keys);
+        t.wsum_multi_f16(p.data(), keys, nq, vh.data(), off.data(), keys, d, o0.data(), d);
+        t_attention_prefetch = AttentionPrefetch{kh.data(), next.data(), pf_rows};
+        t.scores_multi_f16(q.data(), d, nq, kh.data(), off.data(), keys, d, 0.125f, s1.data(), keys);
+        EXPECT_EQ(t_attention_prefetch.n, t.spreads_attention_prefetch ? 0 : pf_rows) << "d=" << d;
+        t_attention_prefetch = AttentionPrefetch{vh.data(), next.data(), pf_rows};
+        t.wsum_multi_f16(p.data(), keys, nq, vh.data(), off.data(), keys, d, o1.data(), d);
+        t_attention_prefetch = AttentionPrefetch{};
+        EXPECT_EQ(s0, s1) << "scores: d=" << d << " keys=" << keys << " prefetched rows=" << pf_rows;
+        EXPECT_EQ(o0, o1) << "value sums: d=" << d << " keys=" << keys << " prefetched rows=" << pf_rows;
+      }
+}
+
 TEST_P(KernelTable, GemvQ8_0ExactIntegersBoundedSumsAndIndependentOfR) {
   check_gemv<BlockQ8_0>(rng, fast(), ref(), fill_q8_0, &CpuKernels::gemv_q8_0);
 }

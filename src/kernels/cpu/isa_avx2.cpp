@@ -293,6 +293,7 @@ constexpr CpuKernels kAvx2 = {
     .round_f16 = round_f16,
     .round_bf16 = round_bf16,
     .stream_sum = stream_sum,
+    .spreads_attention_prefetch = true,
 };
 
 }  // namespace

@@ -2,7 +2,8 @@
 // multi-query kernels load and convert each K/V row once for a tile of queries (every row × head of a KV group)
 // instead of once per query. Scores put 16 keys in the lanes of two vectors, transposed once into kt[d][16], and
 // broadcast each query element over them; value sums keep up to 4 queries × 2 vectors of output columns in
-// registers while the value rows stream past. 16 ymm registers bound both shapes.
+// registers while the value rows stream past. 16 ymm registers bound both shapes. Both take the next chunk's rows
+// from the paged attention (AttentionPrefetch) and prefetch them a row at a time as they go.
 #include "kernels/cpu/avx2_attention.h"
 
 #include <immintrin.h>
@@ -42,6 +43,18 @@ inline __m256 load8(const uint8_t* c, int64_t e) {
                            _mm_slli_epi16(mag, 7));
   h = _mm_or_si128(h, _mm_and_si128(_mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7F)), _mm_set1_epi16(0x7E00)));
   return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+}
+
+// The d elements from element e of a cache (a K or V row) prefetched into L2, as the paged attention's own prefetch.
+template <typename KV>
+inline void prefetch_row(const void* cache, int64_t e, int64_t d) {
+  const char* p = static_cast<const char*>(cache);
+  int64_t bytes;
+  if constexpr (std::is_same_v<KV, BlockQ8_0>)
+    p += e / 32 * int64_t{sizeof(BlockQ8_0)}, bytes = (d + 31) / 32 * int64_t{sizeof(BlockQ8_0)};
+  else
+    p += e * int64_t{sizeof(KV)}, bytes = d * int64_t{sizeof(KV)};
+  for (int64_t x = 0; x < bytes; x += 64) _mm_prefetch(p + x, _MM_HINT_T1);
 }
 
 // NV vectors of elements e, e+8, ... (the value row's columns of one wsum pass). Q8_0: two vectors in one block share
@@ -149,23 +162,33 @@ void scores_multi(const float* q, int64_t q_stride, int64_t nq, const KV* k, con
                   float scale, float* out, int64_t out_stride) {
   alignas(32) float kt[kMaxTransposedDim * 16];
   const __m256 sv = _mm256_set1_ps(scale);
+  const AttentionPrefetch pf = take_attention_prefetch();
   for (int64_t j0 = 0; j0 < n; j0 += 16) {
     const int64_t nk = std::min<int64_t>(16, n - j0);
     transpose_keys(k, off + j0, nk, d, kt);
+    // The block's share of the rows to prefetch, pf.off[j0 .. j0 + 15]: one at the start of each `every` elements
+    // of the first query pass (d / 16 of them; all at once where d < 16).
+    int64_t pr = j0;
+    const int64_t pend = std::min(pf.n, j0 + 16), every = std::max<int64_t>(1, d / 16);
+    if (d < 16)
+      for (; pr < pend; ++pr) prefetch_row<KV>(pf.cache, pf.off[pr], d);
     int64_t i = 0;
     for (; i + 4 <= nq; i += 4) {
       const float* q0 = q + i * q_stride;
       __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
-      for (int64_t c = 0; c < d; ++c) {
-        const __m256 k0 = _mm256_load_ps(kt + c * 16), k1 = _mm256_load_ps(kt + c * 16 + 8);
-        __m256 x = _mm256_broadcast_ss(q0 + c);
-        a00 = _mm256_fmadd_ps(x, k0, a00), a01 = _mm256_fmadd_ps(x, k1, a01);
-        x = _mm256_broadcast_ss(q0 + q_stride + c);
-        a10 = _mm256_fmadd_ps(x, k0, a10), a11 = _mm256_fmadd_ps(x, k1, a11);
-        x = _mm256_broadcast_ss(q0 + 2 * q_stride + c);
-        a20 = _mm256_fmadd_ps(x, k0, a20), a21 = _mm256_fmadd_ps(x, k1, a21);
-        x = _mm256_broadcast_ss(q0 + 3 * q_stride + c);
-        a30 = _mm256_fmadd_ps(x, k0, a30), a31 = _mm256_fmadd_ps(x, k1, a31);
+      for (int64_t c0 = 0; c0 < d; c0 += every) {
+        if (pr < pend) prefetch_row<KV>(pf.cache, pf.off[pr++], d);
+        for (int64_t c = c0, ce = std::min(d, c0 + every); c < ce; ++c) {
+          const __m256 k0 = _mm256_load_ps(kt + c * 16), k1 = _mm256_load_ps(kt + c * 16 + 8);
+          __m256 x = _mm256_broadcast_ss(q0 + c);
+          a00 = _mm256_fmadd_ps(x, k0, a00), a01 = _mm256_fmadd_ps(x, k1, a01);
+          x = _mm256_broadcast_ss(q0 + q_stride + c);
+          a10 = _mm256_fmadd_ps(x, k0, a10), a11 = _mm256_fmadd_ps(x, k1, a11);
+          x = _mm256_broadcast_ss(q0 + 2 * q_stride + c);
+          a20 = _mm256_fmadd_ps(x, k0, a20), a21 = _mm256_fmadd_ps(x, k1, a21);
+          x = _mm256_broadcast_ss(q0 + 3 * q_stride + c);
+          a30 = _mm256_fmadd_ps(x, k0, a30), a31 = _mm256_fmadd_ps(x, k1, a31);
+        }
       }
       store_scores(a00, a01, sv, nk, out + i * out_stride + j0);
       store_scores(a10, a11, sv, nk, out + (i + 1) * out_stride + j0);
@@ -175,10 +198,13 @@ void scores_multi(const float* q, int64_t q_stride, int64_t nq, const KV* k, con
     for (; i < nq; ++i) {
       const float* qi = q + i * q_stride;
       __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-      for (int64_t c = 0; c < d; ++c) {
-        const __m256 x = _mm256_broadcast_ss(qi + c);
-        a0 = _mm256_fmadd_ps(x, _mm256_load_ps(kt + c * 16), a0);
-        a1 = _mm256_fmadd_ps(x, _mm256_load_ps(kt + c * 16 + 8), a1);
+      for (int64_t c0 = 0; c0 < d; c0 += every) {
+        if (pr < pend) prefetch_row<KV>(pf.cache, pf.off[pr++], d);
+        for (int64_t c = c0, ce = std::min(d, c0 + every); c < ce; ++c) {
+          const __m256 x = _mm256_broadcast_ss(qi + c);
+          a0 = _mm256_fmadd_ps(x, _mm256_load_ps(kt + c * 16), a0);
+          a1 = _mm256_fmadd_ps(x, _mm256_load_ps(kt + c * 16 + 8), a1);
+        }
       }
       store_scores(a0, a1, sv, nk, out + i * out_stride + j0);
     }
@@ -190,7 +216,9 @@ void scores_multi(const float* q, int64_t q_stride, int64_t nq, const KV* k, con
 // below may be mixed freely without changing a bit of any query's sum.
 template <typename KV, int NQ, int NV>
 void wsum_block(const float* p, int64_t p_stride, const KV* v, const int64_t* off, int64_t n, int64_t c0, float* out,
-                int64_t out_stride) {
+                int64_t out_stride, const AttentionPrefetch& pf = AttentionPrefetch{}, int64_t d = 0, int64_t pass = 0,
+                int64_t passes = 1) {
+  int64_t pr = pass;  // this pass's rows to prefetch: pass, pass + passes, ..., one every `passes` keys
   // The loops fully unrolled early (GCC otherwise stores the accumulator array to memory every iteration).
   __m256 a[NQ][NV];
 #pragma GCC unroll 8
@@ -198,6 +226,7 @@ void wsum_block(const float* p, int64_t p_stride, const KV* v, const int64_t* of
 #pragma GCC unroll 8
     for (int c = 0; c < NV; ++c) a[u][c] = _mm256_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
+    if (j == pr - pass && pr < pf.n) prefetch_row<KV>(pf.cache, pf.off[pr], d), pr += passes;
     __m256 x[NV];
     load_runs<NV>(v, off[j] + c0, x);
 #pragma GCC unroll 8
@@ -214,9 +243,11 @@ void wsum_block(const float* p, int64_t p_stride, const KV* v, const int64_t* of
 }
 template <typename KV, int NQ, int NV>
 void wsum_queries(const float* p, int64_t p_stride, const KV* v, const int64_t* off, int64_t n, int64_t d, float* out,
-                  int64_t out_stride) {
+                  int64_t out_stride, const AttentionPrefetch& pf) {
   int64_t c0 = 0;
-  for (; c0 + 8 * NV <= d; c0 += 8 * NV) wsum_block<KV, NQ, NV>(p, p_stride, v, off, n, c0, out, out_stride);
+  const int64_t passes = d / (8 * NV);
+  for (; c0 + 8 * NV <= d; c0 += 8 * NV)
+    wsum_block<KV, NQ, NV>(p, p_stride, v, off, n, c0, out, out_stride, pf, d, c0 / (8 * NV), passes);
   for (; c0 < d; c0 += 8) wsum_block<KV, NQ, 1>(p, p_stride, v, off, n, c0, out, out_stride);
 }
 // d % 8 == 0. Four queries × 2 vectors (8 accumulators, 2 value vectors, a broadcast), then two × 4 and one × 8: the
@@ -224,14 +255,19 @@ void wsum_queries(const float* p, int64_t p_stride, const KV* v, const int64_t* 
 template <typename KV>
 void wsum_multi(const float* p, int64_t p_stride, int64_t nq, const KV* v, const int64_t* off, int64_t n, int64_t d,
                 float* out, int64_t out_stride) {
+  const AttentionPrefetch pf = take_attention_prefetch();
   int64_t i = 0;
   for (; i + 4 <= nq; i += 4)
-    wsum_queries<KV, 4, 2>(p + i * p_stride, p_stride, v, off, n, d, out + i * out_stride, out_stride);
+    wsum_queries<KV, 4, 2>(p + i * p_stride, p_stride, v, off, n, d, out + i * out_stride, out_stride,
+                           i == 0 ? pf : AttentionPrefetch{});
   if (i + 2 <= nq) {
-    wsum_queries<KV, 2, 4>(p + i * p_stride, p_stride, v, off, n, d, out + i * out_stride, out_stride);
+    wsum_queries<KV, 2, 4>(p + i * p_stride, p_stride, v, off, n, d, out + i * out_stride, out_stride,
+                           i == 0 ? pf : AttentionPrefetch{});
     i += 2;
   }
-  if (i < nq) wsum_queries<KV, 1, 8>(p + i * p_stride, p_stride, v, off, n, d, out + i * out_stride, out_stride);
+  if (i < nq)
+    wsum_queries<KV, 1, 8>(p + i * p_stride, p_stride, v, off, n, d, out + i * out_stride, out_stride,
+                           i == 0 ? pf : AttentionPrefetch{});
 }
 
 // Whole vectors on the transposed path: d a multiple of 8 that kt holds.

@@ -177,6 +177,17 @@ class AttentionTile {
     }
   }
 
+  // The rows of the chunk after the one from key c (keys up to hi): prefetched now, all of them, or handed to the
+  // next kernel call to prefetch as it goes (AttentionPrefetch, where the table spreads it).
+  void prefetch_next_chunk(const CpuKernels& k, const void* cache, int32_t c, int32_t hi) const {
+    const int32_t b = std::max(c + kKeyChunk, lo_), e = std::min(c + 2 * kKeyChunk - 1, hi);
+    if (b > e) return;
+    if (k.spreads_attention_prefetch)
+      t_attention_prefetch = AttentionPrefetch{cache, off_ + (b - lo_), e + 1 - b};
+    else
+      prefetch(cache, b, e);
+  }
+
   // Each chunk's keys scored for every query of the tile (its rows × the group's heads) in one
   // multi-query call over the chunk's keys any row sees, then each row's own keys copied out. A score is the same
   // whatever else is in the call (scores_multi_*), so a row's scores do not depend on the tile.
@@ -189,9 +200,10 @@ class AttentionTile {
     float* tmp = scratch(tbuf_, static_cast<size_t>(nq * kKeyChunk));
     const CpuKernels& k = cpu_kernels();
     for (int32_t c = chunk_start(k0); c <= hi; c += kKeyChunk) {
-      prefetch(a_.k_cache, std::max(c + kKeyChunk, lo_), std::min(c + 2 * kKeyChunk - 1, hi));
       const int32_t cb = std::max(c, lo_), ce = std::min(c + kKeyChunk - 1, hi), n = ce + 1 - cb;
+      prefetch_next_chunk(k, a_.k_cache, c, hi);
       scores_multi(k, q, nq, off_ + (cb - lo_), n, tmp);
+      t_attention_prefetch = AttentionPrefetch{};  // taken, or left by a kernel's fallback
       for (int32_t t = task_.t0; t < task_.t1; ++t) {
         const int32_t first = first_key(t), b = std::max(cb, first), e = std::min(ce, a_.positions[t]);
         if (b > e) continue;
@@ -211,14 +223,16 @@ class AttentionTile {
     const CpuKernels& k = cpu_kernels();
     for (int32_t c = chunk_start(k0); c <= hi; c += kKeyChunk) {
       if (parts) part = parts + (c - chunk_start(0)) / kKeyChunk * num_queries() * d;  // one query row: t = t0
-      prefetch(a_.v_cache, std::max(c + kKeyChunk, lo_), std::min(c + 2 * kKeyChunk - 1, hi));
+      bool prefetched = false;  // the next chunk's rows go with the chunk's first call
       for (int32_t t = task_.t0; t < task_.t1;) {
         const int32_t first = first_key(t), b = std::max(c, first), e = std::min(c + kKeyChunk - 1, a_.positions[t]);
         int32_t t1 = t + 1;  // rows t..t1 − 1 see keys b..e and start at the same first key
         while (t1 < task_.t1 && first_key(t1) == first && std::min(c + kKeyChunk - 1, a_.positions[t1]) == e) ++t1;
         if (b <= e) {
+          if (!prefetched) prefetch_next_chunk(k, a_.v_cache, c, hi), prefetched = true;
           const int64_t nq = (t1 - t) * group_;
           wsum_multi(k, row_scores(t, 0) + (b - first), nq, off_ + (b - lo_), e + 1 - b, part);
+          t_attention_prefetch = AttentionPrefetch{};
           for (int64_t i = 0; i < nq && !parts; ++i) {
             float* o = out(t + static_cast<int32_t>(i / group_), i % group_);
             for (int64_t x = 0; x < d; ++x) o[x] += part[i * d + x];
