@@ -206,7 +206,7 @@ void tile_by_rows(const float* w, int64_t M, const float* x, int64_t xs, int64_t
 // attention sets it on its thread just before a scores_multi_* / wsum_multi_* call of a table whose
 // spreads_attention_prefetch is set, and the call takes it (take_attention_prefetch); other tables' kernels never
 // read it, and the paged attention prefetches the next chunk for them itself, all at the chunk's start. Zen 3 (AVX2,
-// 2 threads, 16 layers × 8192 keys of f16 KV, bench_attention --layers 16): 35.5 -> 29.2 ms a decode token; that
+// 2 threads, 16 layers × 8192 keys of f16 KV, bench_attention --layers 16): 32.9 -> 29.5 ms a decode token; that
 // burst of 128 prefetches stalled on the core's outstanding misses instead of overlapping the work.
 struct AttentionPrefetch {
   const void* cache = nullptr;
