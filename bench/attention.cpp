@@ -127,9 +127,9 @@ int main(int argc, char** argv) {
   const double med = ms[ms.size() / 2], best = ms.front();
   const double kv_bytes = 2.0 * static_cast<double>(row) * keys * reqs * layers;
   std::printf(
-      "{\"keys\": %d, \"rows\": %d, \"reqs\": %d, \"layers\": %d, \"heads\": %lld, \"kv_heads\": %lld, \"head_dim\": "
-      "%lld, "
-      "\"kv\": \"%s\", \"threads\": %d, \"ms_median\": %.4f, \"ms_min\": %.4f, \"kv_gb_s\": %.2f}\n",
+      "{\"keys\": %d, \"rows\": %d, \"reqs\": %d, \"layers\": %d, \"heads\": %lld, \"kv_heads\": %lld, "
+      "\"head_dim\": %lld, \"kv\": \"%s\", \"threads\": %d, \"ms_median\": %.4f, \"ms_min\": %.4f, "
+      "\"kv_gb_s\": %.2f}\n",
       keys, rows, reqs, layers, static_cast<long long>(heads), static_cast<long long>(kv_heads),
       static_cast<long long>(d), kv.c_str(), ThreadPool::global().num_threads(), med, best, kv_bytes / med / 1e6);
   return 0;

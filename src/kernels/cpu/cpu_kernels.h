@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 
 #include "kernels/cpu/packed.h"
 #include "tensor/dtype.h"
@@ -218,6 +219,19 @@ inline AttentionPrefetch take_attention_prefetch() {
   const AttentionPrefetch p = t_attention_prefetch;
   t_attention_prefetch = AttentionPrefetch{};
   return p;
+}
+// The cache row of d elements from element e (a K or V row; Q8_0: the blocks holding it) prefetched into L2: a KV
+// head's rows are a row of every slot apart in blocks anywhere in the pool, which the hardware prefetchers do not
+// follow.
+template <typename KV>
+inline void prefetch_kv_row(const void* cache, int64_t e, int64_t d) {
+  const char* p = static_cast<const char*>(cache);
+  int64_t bytes;
+  if constexpr (std::is_same_v<KV, BlockQ8_0>)
+    p += e / 32 * int64_t{sizeof(BlockQ8_0)}, bytes = (d + 31) / 32 * int64_t{sizeof(BlockQ8_0)};
+  else
+    p += e * int64_t{sizeof(KV)}, bytes = d * int64_t{sizeof(KV)};
+  for (int64_t x = 0; x < bytes; x += 64) __builtin_prefetch(p + x, 0, 2);
 }
 
 // A four-row entry made of four single-row calls (for tables without a fused version).

@@ -45,18 +45,6 @@ inline __m256 load8(const uint8_t* c, int64_t e) {
   return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
 }
 
-// The d elements from element e of a cache (a K or V row) prefetched into L2, as the paged attention's own prefetch.
-template <typename KV>
-inline void prefetch_row(const void* cache, int64_t e, int64_t d) {
-  const char* p = static_cast<const char*>(cache);
-  int64_t bytes;
-  if constexpr (std::is_same_v<KV, BlockQ8_0>)
-    p += e / 32 * int64_t{sizeof(BlockQ8_0)}, bytes = (d + 31) / 32 * int64_t{sizeof(BlockQ8_0)};
-  else
-    p += e * int64_t{sizeof(KV)}, bytes = d * int64_t{sizeof(KV)};
-  for (int64_t x = 0; x < bytes; x += 64) _mm_prefetch(p + x, _MM_HINT_T1);
-}
-
 // NV vectors of elements e, e+8, ... (the value row's columns of one wsum pass). Q8_0: two vectors in one block share
 // its scale and one 16-byte load (the same values as two load8 calls).
 template <int NV, typename KV>
@@ -171,13 +159,13 @@ void scores_multi(const float* q, int64_t q_stride, int64_t nq, const KV* k, con
     int64_t pr = j0;
     const int64_t pend = std::min(pf.n, j0 + 16), every = std::max<int64_t>(1, d / 16);
     if (d < 16)
-      for (; pr < pend; ++pr) prefetch_row<KV>(pf.cache, pf.off[pr], d);
+      for (; pr < pend; ++pr) prefetch_kv_row<KV>(pf.cache, pf.off[pr], d);
     int64_t i = 0;
     for (; i + 4 <= nq; i += 4) {
       const float* q0 = q + i * q_stride;
       __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
       for (int64_t c0 = 0; c0 < d; c0 += every) {
-        if (pr < pend) prefetch_row<KV>(pf.cache, pf.off[pr++], d);
+        if (pr < pend) prefetch_kv_row<KV>(pf.cache, pf.off[pr++], d);
         for (int64_t c = c0, ce = std::min(d, c0 + every); c < ce; ++c) {
           const __m256 k0 = _mm256_load_ps(kt + c * 16), k1 = _mm256_load_ps(kt + c * 16 + 8);
           __m256 x = _mm256_broadcast_ss(q0 + c);
@@ -199,7 +187,7 @@ void scores_multi(const float* q, int64_t q_stride, int64_t nq, const KV* k, con
       const float* qi = q + i * q_stride;
       __m256 a0 = _mm256_setzero_ps(), a1 = a0;
       for (int64_t c0 = 0; c0 < d; c0 += every) {
-        if (pr < pend) prefetch_row<KV>(pf.cache, pf.off[pr++], d);
+        if (pr < pend) prefetch_kv_row<KV>(pf.cache, pf.off[pr++], d);
         for (int64_t c = c0, ce = std::min(d, c0 + every); c < ce; ++c) {
           const __m256 x = _mm256_broadcast_ss(qi + c);
           a0 = _mm256_fmadd_ps(x, _mm256_load_ps(kt + c * 16), a0);
@@ -226,7 +214,7 @@ void wsum_block(const float* p, int64_t p_stride, const KV* v, const int64_t* of
 #pragma GCC unroll 8
     for (int c = 0; c < NV; ++c) a[u][c] = _mm256_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
-    if (j == pr - pass && pr < pf.n) prefetch_row<KV>(pf.cache, pf.off[pr], d), pr += passes;
+    if (j == pr - pass && pr < pf.n) prefetch_kv_row<KV>(pf.cache, pf.off[pr], d), pr += passes;
     __m256 x[NV];
     load_runs<NV>(v, off[j] + c0, x);
 #pragma GCC unroll 8

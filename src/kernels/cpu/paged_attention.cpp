@@ -164,17 +164,9 @@ class AttentionTile {
     return a_.out + (static_cast<int64_t>(t) * a_.n_heads + task_.kvh * group_ + h) * a_.head_dim;
   }
 
-  // The rows of `cache` for keys b..e prefetched: a KV head's rows are a row of every slot apart (n_kv·d_h values)
-  // in blocks anywhere in the pool, a pattern the hardware prefetchers do not follow.
+  // The rows of `cache` for keys b..e prefetched (prefetch_kv_row), all at once.
   void prefetch(const void* cache, int32_t b, int32_t e) const {
-    const int64_t row_bytes = std::is_same_v<KV, BlockQ8_0> ? a_.head_dim / 32 * int64_t(sizeof(BlockQ8_0))
-                                                            : a_.head_dim * int64_t(sizeof(KV));
-    for (int32_t p = b; p <= e; ++p) {
-      const int64_t o = off_[p - lo_];
-      const char* row = static_cast<const char*>(cache) +
-                        (std::is_same_v<KV, BlockQ8_0> ? o / 32 * int64_t(sizeof(BlockQ8_0)) : o * int64_t(sizeof(KV)));
-      for (int64_t x = 0; x < row_bytes; x += 64) __builtin_prefetch(row + x, 0, 2);
-    }
+    for (int32_t p = b; p <= e; ++p) prefetch_kv_row<KV>(cache, off_[p - lo_], a_.head_dim);
   }
 
   // The rows of the chunk after the one from key c (keys up to hi): prefetched now, all of them, or handed to the
