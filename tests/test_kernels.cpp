@@ -7,8 +7,10 @@
 // plus slack for the per-lane partial sums).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -344,34 +346,74 @@ TEST_P(KernelTable, MultiQueryValueSumsMatchReferenceAndDoNotDependOnTheTile) {
     }
 }
 
-// The next chunk's rows handed to a multi-query call (AttentionPrefetch): the scores and value sums are bit for bit
-// the ones without, the call takes them where the table spreads them (and leaves them where it does not), and a
-// hand-over longer or shorter than the call's keys reads no entry outside its array (ASan).
-TEST_P(KernelTable, AttentionPrefetchHandOverChangesNoResult) {
+// The next chunk's rows handed to a multi-query call (AttentionPrefetch), for each cache type: the scores and value
+// sums are bit for bit the ones without, a table that spreads any type's rows takes the hand-over in every kernel (its
+// paths that do not spread prefetch it at once) and other tables leave it, and a hand-over longer or shorter than
+// the call's keys reads no entry outside its array (ASan).
+template <typename KV>
+using ScoresMulti = void (*)(const float*, int64_t, int64_t, const KV*, const int64_t*, int64_t, int64_t, float, float*,
+                             int64_t);
+template <typename KV>
+using WsumMulti = void (*)(const float*, int64_t, int64_t, const KV*, const int64_t*, int64_t, int64_t, float*,
+                           int64_t);
+
+template <typename KV>
+void check_prefetch_hand_over(const CpuKernels& t, ScoresMulti<KV> scores, WsumMulti<KV> wsum,
+                              const std::function<void(KV*, int64_t)>& fill, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int64_t d : {8, 24, 64, 128})
     for (int64_t keys : {1, 16, 40, 64})
       for (int64_t pf_rows : {int64_t{0}, int64_t{1}, keys, int64_t{64}}) {
         const int64_t rows = 128, nq = 7;
+        const int64_t elems = std::is_same_v<KV, BlockQ8_0> ? rows * d / 32 : rows * d;  // rows · d is whole blocks
         std::vector<float> q(nq * d), p(nq * keys), s0(nq * keys), s1(nq * keys), o0(nq * d), o1(nq * d);
-        std::vector<uint16_t> kh(rows * d), vh(rows * d);
-        for (auto& v : q) v = normal();
-        for (auto& v : p) v = std::fabs(normal());
-        for (size_t i = 0; i < kh.size(); ++i) kh[i] = f32_to_fp16(normal()), vh[i] = f32_to_fp16(normal());
+        std::vector<KV> kc(elems), vc(elems);
+        for (auto& v : q) v = normal(rng);
+        for (auto& v : p) v = std::fabs(normal(rng));
+        fill(kc.data(), elems), fill(vc.data(), elems);
         std::vector<int64_t> off(keys), next(pf_rows);
         for (int64_t j = 0; j < keys; ++j) off[j] = ((j * 7) % rows) * d;
         for (int64_t j = 0; j < pf_rows; ++j) next[j] = ((j * 3 + 1) % rows) * d;
-        const CpuKernels& t = fast();
-        t.scores_multi_f16(q.data(), d, nq, kh.data(), off.data(), keys, d, 0.125f, s0.data(), keys);
-        t.wsum_multi_f16(p.data(), keys, nq, vh.data(), off.data(), keys, d, o0.data(), d);
-        t_attention_prefetch = AttentionPrefetch{kh.data(), next.data(), pf_rows};
-        t.scores_multi_f16(q.data(), d, nq, kh.data(), off.data(), keys, d, 0.125f, s1.data(), keys);
-        EXPECT_EQ(t_attention_prefetch.n, t.spreads_attention_prefetch ? 0 : pf_rows) << "d=" << d;
-        t_attention_prefetch = AttentionPrefetch{vh.data(), next.data(), pf_rows};
-        t.wsum_multi_f16(p.data(), keys, nq, vh.data(), off.data(), keys, d, o1.data(), d);
+        const int64_t left = t.spreads_attention_prefetch != 0 ? 0 : pf_rows;
+        const std::string at =
+            "d=" + std::to_string(d) + " keys=" + std::to_string(keys) + " prefetched rows=" + std::to_string(pf_rows);
+        scores(q.data(), d, nq, kc.data(), off.data(), keys, d, 0.125f, s0.data(), keys);
+        wsum(p.data(), keys, nq, vc.data(), off.data(), keys, d, o0.data(), d);
+        t_attention_prefetch = AttentionPrefetch{kc.data(), next.data(), pf_rows};
+        scores(q.data(), d, nq, kc.data(), off.data(), keys, d, 0.125f, s1.data(), keys);
+        EXPECT_EQ(t_attention_prefetch.n, left) << "scores: " << at;
+        t_attention_prefetch = AttentionPrefetch{vc.data(), next.data(), pf_rows};
+        wsum(p.data(), keys, nq, vc.data(), off.data(), keys, d, o1.data(), d);
+        EXPECT_EQ(t_attention_prefetch.n, left) << "value sums: " << at;
         t_attention_prefetch = AttentionPrefetch{};
-        EXPECT_EQ(s0, s1) << "scores: d=" << d << " keys=" << keys << " prefetched rows=" << pf_rows;
-        EXPECT_EQ(o0, o1) << "value sums: d=" << d << " keys=" << keys << " prefetched rows=" << pf_rows;
+        EXPECT_EQ(0, std::memcmp(s0.data(), s1.data(), s0.size() * sizeof(float))) << "scores: " << at;
+        EXPECT_EQ(0, std::memcmp(o0.data(), o1.data(), o0.size() * sizeof(float))) << "value sums: " << at;
       }
+}
+
+TEST_P(KernelTable, AttentionPrefetchHandOverChangesNoResult) {
+  const CpuKernels& t = fast();
+  check_prefetch_hand_over<float>(
+      t, t.scores_multi_f32, t.wsum_multi_f32,
+      [&](float* c, int64_t n) { std::generate_n(c, n, [&] { return normal(); }); }, rng);
+  check_prefetch_hand_over<uint16_t>(
+      t, t.scores_multi_f16, t.wsum_multi_f16,
+      [&](uint16_t* c, int64_t n) { std::generate_n(c, n, [&] { return f32_to_fp16(normal()); }); }, rng);
+  check_prefetch_hand_over<BlockQ8_0>(
+      t, t.scores_multi_q8_0, t.wsum_multi_q8_0,
+      [&](BlockQ8_0* c, int64_t n) {
+        for (int64_t b = 0; b < n; ++b) {
+          c[b].d = f32_to_fp16(0.01f + std::fabs(normal()) * 0.01f);
+          for (auto& x : c[b].qs) x = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+        }
+      },
+      rng);
+  check_prefetch_hand_over<uint8_t>(  // FP8 E4M3 codes, NaN (0x7F, 0xFF) left out
+      t, t.scores_multi_fp8, t.wsum_multi_fp8,
+      [&](uint8_t* c, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) c[i] = static_cast<uint8_t>(rng() % 0x7F) | (rng() % 2 ? 0x80 : 0);
+      },
+      rng);
 }
 
 TEST_P(KernelTable, GemvQ8_0ExactIntegersBoundedSumsAndIndependentOfR) {

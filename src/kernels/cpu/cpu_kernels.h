@@ -190,9 +190,13 @@ struct CpuKernels {
   // aligned and bytes a multiple of 64, read with the table's widest loads in the given way. Every table returns the
   // same sum; only the speed differs.
   uint64_t (*stream_sum)(const uint8_t* p, int64_t bytes, StreamLoad how) = nullptr;
-  // The multi-query attention kernels take the next chunk's rows (AttentionPrefetch, above) and prefetch them spread
-  // over their work.
-  bool spreads_attention_prefetch = false;
+  // The cache types (kSpreadF32 ...) whose next chunk's rows the paged attention hands to the multi-query kernels
+  // (AttentionPrefetch, below) to prefetch spread over their work; it prefetches the others' all at once itself. A
+  // table with any bit set has multi-query kernels that take a hand-over whatever the type. Measured per table and
+  // type (bench_attention --layers 16 --keys 8192, decode, 2 threads, ms a token, burst -> spread): AVX2 on Zen 3 f16
+  // 32.9 -> 29.5, Q8_0 43.2 -> 28.5, f32 54.7 -> 44.0, FP8 33.6 -> 28.9, on Zen 4 f16 25.6 -> 21.3, Q8_0 43.6 ->
+  // 23.9; AVX-512 on Zen 4 f16 20.3 -> 27.8, f32 26.7 -> 36.1, Q8_0 44.8 -> 24.4, FP8 31.0 -> 29.5.
+  uint8_t spreads_attention_prefetch = 0;
 };
 
 // A tile made of single-row calls (for tables without a fused version).
@@ -204,11 +208,13 @@ void tile_by_rows(const float* w, int64_t M, const float* x, int64_t xs, int64_t
 
 // The K or V rows of the paged attention's next chunk (element offsets into `cache`, as the kernels' own `off`), for
 // a multi-query kernel to prefetch a row or two at a time while it works through the current chunk. The paged
-// attention sets it on its thread just before a scores_multi_* / wsum_multi_* call of a table whose
-// spreads_attention_prefetch is set, and the call takes it (take_attention_prefetch); other tables' kernels never
-// read it, and the paged attention prefetches the next chunk for them itself, all at the chunk's start. Zen 3 (AVX2,
-// 2 threads, 16 layers × 8192 keys of f16 KV, bench_attention --layers 16): 32.9 -> 29.5 ms a decode token; that
-// burst of 128 prefetches stalled on the core's outstanding misses instead of overlapping the work.
+// attention sets it on its thread just before a scores_multi_* / wsum_multi_* call where the table's
+// spreads_attention_prefetch has the cache type's bit, and the call takes it (take_attention_prefetch; a path of the
+// kernel that does not spread prefetches it all at once: burst_attention_prefetch); for other types and tables the
+// paged attention prefetches the next chunk itself, all at the chunk's start. On Zen 3 that burst of 128 prefetches
+// stalled on the core's outstanding misses instead of overlapping the work (AVX2, f16 KV: 32.9 -> 29.5 ms a decode
+// token spread); the AVX-512 f16 / f32 kernels run faster with it (the table's comment has the figures).
+inline constexpr uint8_t kSpreadF32 = 1, kSpreadF16 = 2, kSpreadQ8_0 = 4, kSpreadFp8 = 8;
 struct AttentionPrefetch {
   const void* cache = nullptr;
   const int64_t* off = nullptr;
@@ -232,6 +238,13 @@ inline void prefetch_kv_row(const void* cache, int64_t e, int64_t d) {
   else
     p += e * int64_t{sizeof(KV)}, bytes = d * int64_t{sizeof(KV)};
   for (int64_t x = 0; x < bytes; x += 64) __builtin_prefetch(p + x, 0, 2);
+}
+// The hand-over taken and all its rows prefetched at once: for a kernel's path that does not spread them (a head
+// size its multi-query loops do not take), so the next chunk is still on its way.
+template <typename KV>
+inline void burst_attention_prefetch(int64_t d) {
+  const AttentionPrefetch p = take_attention_prefetch();
+  for (int64_t j = 0; j < p.n; ++j) prefetch_kv_row<KV>(p.cache, p.off[j], d);
 }
 
 // A four-row entry made of four single-row calls (for tables without a fused version).

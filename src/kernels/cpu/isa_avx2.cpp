@@ -293,7 +293,7 @@ constexpr CpuKernels kAvx2 = {
     .round_f16 = round_f16,
     .round_bf16 = round_bf16,
     .stream_sum = stream_sum,
-    .spreads_attention_prefetch = true,
+    .spreads_attention_prefetch = kSpreadF32 | kSpreadF16 | kSpreadQ8_0 | kSpreadFp8,
 };
 
 }  // namespace

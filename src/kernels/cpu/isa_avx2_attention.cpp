@@ -316,60 +316,76 @@ void wsum_f16(const float* p, const uint16_t* v, const int64_t* off, int64_t n, 
 
 void scores_multi_f32(const float* q, int64_t q_stride, int64_t nq, const float* k, const int64_t* off, int64_t n,
                       int64_t d, float scale, float* out, int64_t out_stride) {
-  if (transposable(d))
+  if (transposable(d)) {
     scores_multi(q, q_stride, nq, k, off, n, d, scale, out, out_stride);
-  else
+  } else {
+    burst_attention_prefetch<float>(d);
     scores_multi_by_rows<float, scores_f32>(q, q_stride, nq, k, off, n, d, scale, out, out_stride);
+  }
 }
 void scores_multi_f16(const float* q, int64_t q_stride, int64_t nq, const uint16_t* k, const int64_t* off, int64_t n,
                       int64_t d, float scale, float* out, int64_t out_stride) {
-  if (transposable(d))
+  if (transposable(d)) {
     scores_multi(q, q_stride, nq, k, off, n, d, scale, out, out_stride);
-  else
+  } else {
+    burst_attention_prefetch<uint16_t>(d);
     scores_multi_by_rows<uint16_t, scores_f16>(q, q_stride, nq, k, off, n, d, scale, out, out_stride);
+  }
 }
 void scores_multi_q8_0(const float* q, int64_t q_stride, int64_t nq, const BlockQ8_0* k, const int64_t* off, int64_t n,
                        int64_t d, float scale, float* out, int64_t out_stride) {
-  if (transposable(d) && runs_in_blocks(off, n, d))
+  if (transposable(d) && runs_in_blocks(off, n, d)) {
     scores_multi(q, q_stride, nq, k, off, n, d, scale, out, out_stride);
-  else
+  } else {
+    burst_attention_prefetch<BlockQ8_0>(d);
     scores_multi_by_rows<BlockQ8_0, scores_q8_0>(q, q_stride, nq, k, off, n, d, scale, out, out_stride);
+  }
 }
 void scores_multi_fp8(const float* q, int64_t q_stride, int64_t nq, const uint8_t* k, const int64_t* off, int64_t n,
                       int64_t d, float scale, float* out, int64_t out_stride) {
-  if (transposable(d))
+  if (transposable(d)) {
     scores_multi(q, q_stride, nq, k, off, n, d, scale, out, out_stride);
-  else
+  } else {
+    burst_attention_prefetch<uint8_t>(d);
     scores_multi_by_rows<uint8_t, scores_fp8>(q, q_stride, nq, k, off, n, d, scale, out, out_stride);
+  }
 }
 
 void wsum_multi_f32(const float* p, int64_t p_stride, int64_t nq, const float* v, const int64_t* off, int64_t n,
                     int64_t d, float* out, int64_t out_stride) {
-  if (d % 8 == 0)
+  if (d % 8 == 0) {
     wsum_multi(p, p_stride, nq, v, off, n, d, out, out_stride);
-  else
+  } else {
+    burst_attention_prefetch<float>(d);
     generic_kernels().wsum_multi_f32(p, p_stride, nq, v, off, n, d, out, out_stride);
+  }
 }
 void wsum_multi_f16(const float* p, int64_t p_stride, int64_t nq, const uint16_t* v, const int64_t* off, int64_t n,
                     int64_t d, float* out, int64_t out_stride) {
-  if (d % 8 == 0)
+  if (d % 8 == 0) {
     wsum_multi(p, p_stride, nq, v, off, n, d, out, out_stride);
-  else
+  } else {
+    burst_attention_prefetch<uint16_t>(d);
     generic_kernels().wsum_multi_f16(p, p_stride, nq, v, off, n, d, out, out_stride);
+  }
 }
 void wsum_multi_q8_0(const float* p, int64_t p_stride, int64_t nq, const BlockQ8_0* v, const int64_t* off, int64_t n,
                      int64_t d, float* out, int64_t out_stride) {
-  if (runs_in_blocks(off, n, d))
+  if (runs_in_blocks(off, n, d)) {
     wsum_multi(p, p_stride, nq, v, off, n, d, out, out_stride);
-  else
+  } else {
+    burst_attention_prefetch<BlockQ8_0>(d);
     wsum_multi_by_rows<BlockQ8_0, wsum_q8_0>(p, p_stride, nq, v, off, n, d, out, out_stride);
+  }
 }
 void wsum_multi_fp8(const float* p, int64_t p_stride, int64_t nq, const uint8_t* v, const int64_t* off, int64_t n,
                     int64_t d, float* out, int64_t out_stride) {
-  if (d % 8 == 0)
+  if (d % 8 == 0) {
     wsum_multi(p, p_stride, nq, v, off, n, d, out, out_stride);
-  else
+  } else {
+    burst_attention_prefetch<uint8_t>(d);
     wsum_multi_by_rows<uint8_t, wsum_fp8>(p, p_stride, nq, v, off, n, d, out, out_stride);
+  }
 }
 
 // softmax: the max, then e^(x − max) by exp_ps summed in doubles, then times 1 / sum; the last partial vector through

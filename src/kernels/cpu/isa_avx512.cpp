@@ -500,6 +500,7 @@ constexpr CpuKernels kAvx512 = {
     .round_f16 = round_f16,
     .round_bf16 = round_bf16,
     .stream_sum = stream_sum,
+    .spreads_attention_prefetch = kSpreadQ8_0 | kSpreadFp8,
 };
 
 // The same table plus the vdpbf16ps kernel for packed BF16 weights, for CPUs with AVX512_BF16.

@@ -133,11 +133,17 @@ template <typename KV>
 void scores_multi(const float* q, int64_t q_stride, int64_t nq, const KV* k, const int64_t* off, int64_t n, int64_t d,
                   float scale, float* out, int64_t out_stride) {
   if (d % 16 != 0 || d > 256) {  // no whole vectors to transpose (or more than kt holds): one query at a time
+    burst_attention_prefetch<KV>(d);
     for (int64_t i = 0; i < nq; ++i) scores(q + i * q_stride, k, off, n, d, scale, out + i * out_stride);
     return;
   }
   alignas(64) float kt[256 * 16];
   const __m512 sv = _mm512_set1_ps(scale);
+  const AttentionPrefetch pf = take_attention_prefetch();
+  // The first query pass of a block prefetches the block's share of the next chunk's rows (pf.off[j0 .. j0 + 15]),
+  // one at the start of each `every` columns (an even count: the loops go two columns a step); what is left after
+  // it (d < 32) goes at once.
+  const int64_t every = std::max<int64_t>(2, d / 16 & ~int64_t{1});
   for (int64_t j0 = 0; j0 < n; j0 += 16) {
     const int64_t nk = std::min<int64_t>(16, n - j0);
     for (int64_t c0 = 0; c0 < d; c0 += 16) {  // columns c0..c0+15 of the block's rows, transposed
@@ -147,41 +153,56 @@ void scores_multi(const float* q, int64_t q_stride, int64_t nq, const KV* k, con
       for (int c = 0; c < 16; ++c) _mm512_store_ps(kt + (c0 + c) * 16, r[c]);
     }
     const __mmask16 m = nk == 16 ? static_cast<__mmask16>(0xFFFF) : tail_mask(nk);
+    int64_t pr = j0;
+    const int64_t pend = std::min(pf.n, j0 + 16);
     int64_t i = 0;
     for (; i + 4 <= nq; i += 4) {  // four queries at a time: 8 accumulators in flight
       const float* q0 = q + i * q_stride;
       __m512 a[4][2];
       for (auto& x : a) x[0] = x[1] = _mm512_setzero_ps();
-      for (int64_t c = 0; c < d; c += 2) {
-        const __m512 k0 = _mm512_load_ps(kt + c * 16), k1 = _mm512_load_ps(kt + (c + 1) * 16);
-        for (int u = 0; u < 4; ++u) {
-          a[u][0] = _mm512_fmadd_ps(_mm512_set1_ps(q0[u * q_stride + c]), k0, a[u][0]);
-          a[u][1] = _mm512_fmadd_ps(_mm512_set1_ps(q0[u * q_stride + c + 1]), k1, a[u][1]);
+      for (int64_t c0 = 0; c0 < d; c0 += every) {
+        if (pr < pend) prefetch_kv_row<KV>(pf.cache, pf.off[pr++], d);
+        for (int64_t c = c0, ce = std::min(d, c0 + every); c < ce; c += 2) {
+          const __m512 k0 = _mm512_load_ps(kt + c * 16), k1 = _mm512_load_ps(kt + (c + 1) * 16);
+          for (int u = 0; u < 4; ++u) {
+            a[u][0] = _mm512_fmadd_ps(_mm512_set1_ps(q0[u * q_stride + c]), k0, a[u][0]);
+            a[u][1] = _mm512_fmadd_ps(_mm512_set1_ps(q0[u * q_stride + c + 1]), k1, a[u][1]);
+          }
         }
       }
+      for (; pr < pend; ++pr) prefetch_kv_row<KV>(pf.cache, pf.off[pr], d);
       for (int u = 0; u < 4; ++u)
         _mm512_mask_storeu_ps(out + (i + u) * out_stride + j0, m, _mm512_mul_ps(_mm512_add_ps(a[u][0], a[u][1]), sv));
     }
     for (; i < nq; ++i) {  // the same instructions, one query at a time
       const float* qi = q + i * q_stride;
       __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-      for (int64_t c = 0; c < d; c += 2) {
-        a0 = _mm512_fmadd_ps(_mm512_set1_ps(qi[c]), _mm512_load_ps(kt + c * 16), a0);
-        a1 = _mm512_fmadd_ps(_mm512_set1_ps(qi[c + 1]), _mm512_load_ps(kt + (c + 1) * 16), a1);
+      for (int64_t c0 = 0; c0 < d; c0 += every) {
+        if (pr < pend) prefetch_kv_row<KV>(pf.cache, pf.off[pr++], d);
+        for (int64_t c = c0, ce = std::min(d, c0 + every); c < ce; c += 2) {
+          a0 = _mm512_fmadd_ps(_mm512_set1_ps(qi[c]), _mm512_load_ps(kt + c * 16), a0);
+          a1 = _mm512_fmadd_ps(_mm512_set1_ps(qi[c + 1]), _mm512_load_ps(kt + (c + 1) * 16), a1);
+        }
       }
+      for (; pr < pend; ++pr) prefetch_kv_row<KV>(pf.cache, pf.off[pr], d);
       _mm512_mask_storeu_ps(out + i * out_stride + j0, m, _mm512_mul_ps(_mm512_add_ps(a0, a1), sv));
     }
   }
 }
 // Value sums of up to 4 queries at once over 64 columns (4 vectors) of the value rows: each row loaded (and
 // converted) once for all of them; per query and lane the same FMA chain over j as wsum_chunk's.
+// A call given the hand-over pf prefetches rows pass, pass + passes, ... of it, one every `passes` keys, so the
+// column blocks' first calls (pass 0 .. passes − 1) cover it between them.
 template <typename KV, int NQ>
 void wsum_multi_cols(const float* p, int64_t p_stride, const KV* v, const int64_t* off, int64_t n, int64_t c0,
-                     float* out, int64_t out_stride) {
+                     float* out, int64_t out_stride, const AttentionPrefetch& pf = AttentionPrefetch{}, int64_t d = 0,
+                     int64_t pass = 0, int64_t passes = 1) {
   // Named accumulators: GCC keeps an array of vectors in memory here, storing it every iteration.
   __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
   __m512 a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
+  int64_t pr = pass;
   for (int64_t j = 0; j < n; ++j) {
+    if (j == pr - pass && pr < pf.n) prefetch_kv_row<KV>(pf.cache, pf.off[pr], d), pr += passes;
     const KV* row = row_at(v, off[j]);
     const __m512 v0 = load16(row, c0, 0xFFFF), v1 = load16(row, c0 + 16, 0xFFFF);
     const __m512 v2 = load16(row, c0 + 32, 0xFFFF), v3 = load16(row, c0 + 48, 0xFFFF);
@@ -210,15 +231,20 @@ template <typename KV>
 void wsum_multi(const float* p, int64_t p_stride, int64_t nq, const KV* v, const int64_t* off, int64_t n, int64_t d,
                 float* out, int64_t out_stride) {
   if (d % 64 != 0) {  // the column blocks are 64 wide: one query at a time
+    burst_attention_prefetch<KV>(d);
     for (int64_t i = 0; i < nq; ++i) wsum(p + i * p_stride, v, off, n, d, out + i * out_stride);
     return;
   }
+  const AttentionPrefetch pf = take_attention_prefetch();
   for (int64_t c0 = 0; c0 < d; c0 += 64) {
+    const AttentionPrefetch none{};
     int64_t i = 0;
     for (; i + 4 <= nq; i += 4)
-      wsum_multi_cols<KV, 4>(p + i * p_stride, p_stride, v, off, n, c0, out + i * out_stride, out_stride);
+      wsum_multi_cols<KV, 4>(p + i * p_stride, p_stride, v, off, n, c0, out + i * out_stride, out_stride,
+                             i == 0 ? pf : none, d, c0 / 64, d / 64);
     for (; i < nq; ++i)
-      wsum_multi_cols<KV, 1>(p + i * p_stride, p_stride, v, off, n, c0, out + i * out_stride, out_stride);
+      wsum_multi_cols<KV, 1>(p + i * p_stride, p_stride, v, off, n, c0, out + i * out_stride, out_stride,
+                             i == 0 ? pf : none, d, c0 / 64, d / 64);
   }
 }
 void wsum_multi_f32(const float* p, int64_t p_stride, int64_t nq, const float* v, const int64_t* off, int64_t n,
@@ -249,17 +275,21 @@ static bool block_rows(const int64_t* off, int64_t n, int64_t d) {
 }
 void scores_multi_q8_0(const float* q, int64_t q_stride, int64_t nq, const BlockQ8_0* k, const int64_t* off, int64_t n,
                        int64_t d, float scale, float* out, int64_t out_stride) {
-  if (block_rows(off, n, d))
+  if (block_rows(off, n, d)) {
     scores_multi(q, q_stride, nq, k, off, n, d, scale, out, out_stride);
-  else
+  } else {
+    burst_attention_prefetch<BlockQ8_0>(d);
     scores_multi_by_rows<BlockQ8_0, avx2::scores_q8_0>(q, q_stride, nq, k, off, n, d, scale, out, out_stride);
+  }
 }
 void wsum_multi_q8_0(const float* p, int64_t p_stride, int64_t nq, const BlockQ8_0* v, const int64_t* off, int64_t n,
                      int64_t d, float* out, int64_t out_stride) {
-  if (block_rows(off, n, d))
+  if (block_rows(off, n, d)) {
     wsum_multi(p, p_stride, nq, v, off, n, d, out, out_stride);
-  else
+  } else {
+    burst_attention_prefetch<BlockQ8_0>(d);
     wsum_multi_by_rows<BlockQ8_0, avx2::wsum_q8_0>(p, p_stride, nq, v, off, n, d, out, out_stride);
+  }
 }
 void scores_multi_fp8(const float* q, int64_t q_stride, int64_t nq, const uint8_t* k, const int64_t* off, int64_t n,
                       int64_t d, float scale, float* out, int64_t out_stride) {

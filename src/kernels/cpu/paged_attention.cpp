@@ -75,6 +75,12 @@ struct AttentionTask {
 // position): never on the tile or the batch it is computed in, so batching and chunked prefill change no result.
 template <typename KV>
 class AttentionTile {
+  // This cache type's bit in CpuKernels::spreads_attention_prefetch.
+  static constexpr uint8_t kSpreadBit = std::is_same_v<KV, float>       ? kSpreadF32
+                                        : std::is_same_v<KV, uint16_t>  ? kSpreadF16
+                                        : std::is_same_v<KV, BlockQ8_0> ? kSpreadQ8_0
+                                                                        : kSpreadFp8;
+
  public:
   AttentionTile(const PagedAttentionArgs& a, const AttentionTask& task) : a_(a), task_(task) {
     group_ = a_.n_heads / a_.n_kv_heads;
@@ -174,7 +180,7 @@ class AttentionTile {
   void prefetch_next_chunk(const CpuKernels& k, const void* cache, int32_t c, int32_t hi) const {
     const int32_t b = std::max(c + kKeyChunk, lo_), e = std::min(c + 2 * kKeyChunk - 1, hi);
     if (b > e) return;
-    if (k.spreads_attention_prefetch)
+    if (k.spreads_attention_prefetch & kSpreadBit)
       t_attention_prefetch = AttentionPrefetch{cache, off_ + (b - lo_), e + 1 - b};
     else
       prefetch(cache, b, e);
