@@ -15,7 +15,8 @@
 #   cold      seconds from process start to the first generated token of a 5-token prompt (file in the page
 #             cache): kvik generate -n 1 timed from outside; llama.cpp from node-llama-cpp's start-up, minus the
 #             time node took to start and import it (tools/llamacpp_cold_start.mjs)
-# kvik side: `kvik bench --json` (prefill = P / TTFT, decode = 1 / median inter-token latency).
+# kvik side: `kvik bench --json` (prefill = P / TTFT, decode = the request's decode tokens / decode time, as the peers
+# time theirs: not 1 / the median inter-token latency, which leaves slow steps out).
 # llama.cpp side: llamacpp-ref.mjs bench / bench-batch.
 # With IK_LLAMA_BENCH=path/to/ik_llama.cpp's llama-bench (tools/build_ik_llama.sh builds it natively), a third engine
 # runs in every round after the other two: `llama-bench -rtr 1 -fa 1` (run-time repacking, flash attention) for the
@@ -121,10 +122,13 @@ llama_cold() {
     jq -c '{cold_s: ((.first_token_ms - .imported_ms) / 1000)}'
 }
 llama_single() { llama_bench "$P" "$G"; }
-# ik_llama.cpp: one llama-bench run of a P-token prefill and a G-token decode, as {prefill_tok_s, decode_tok_s}.
+# ik_llama.cpp: one llama-bench run of a P-token prefill and a G-token decode after a P-token prompt (-gp P,G: the
+# decode alone is timed, at the depth kvik's and llama.cpp's decode rows have; a plain -n G would decode from an
+# empty cache), as {prefill_tok_s, decode_tok_s}.
 ik_single() {
-  "$IK_LLAMA_BENCH" -m "$MODEL" -t "$THREADS" -p "$P" -n "$G" -r 1 -rtr 1 -fa 1 -ctk "$KV_TYPE" -ctv "$KV_TYPE" -o json 2>/dev/null |
-    jq -c '{prefill_tok_s: (map(select(.n_prompt > 0)) | .[0].avg_ts), decode_tok_s: (map(select(.n_gen > 0)) | .[0].avg_ts)}'
+  "$IK_LLAMA_BENCH" -m "$MODEL" -t "$THREADS" -p "$P" -n 0 -gp "$P,$G" -r 1 -rtr 1 -fa 1 -ctk "$KV_TYPE" -ctv "$KV_TYPE" \
+    -o json 2>/dev/null |
+    jq -c '{prefill_tok_s: (map(select(.n_gen == 0)) | .[0].avg_ts), decode_tok_s: (map(select(.n_gen > 0)) | .[0].avg_ts)}'
 }
 llama_batch() { llama_bench_batch "$NSEQ"; }
 
@@ -160,12 +164,12 @@ for r in $(seq 1 "$ROUNDS"); do
     --slurpfile ls "$OUT/llama.single.$r.json" --slurpfile lb "$OUT/llama.batch.$r.json" \
     --slurpfile is "$OUT/ik.single.$r.json" --argjson p "$P" '
     {prefill: [$p / ($ks[0].ttft_ms.p50 / 1000), $ls[0].prefill_tok_s, ($is[0].prefill_tok_s // null)],
-     decode: [1000 / $ks[0].itl_ms.p50, $ls[0].decode_tok_s, ($is[0].decode_tok_s // null)],
+     decode: [$ks[0].request_decode_tok_s, $ls[0].decode_tok_s, ($is[0].decode_tok_s // null)],
      batch: [$kb[0].output_tok_s, ($lb[0].output_tok_s // null)]}' > "$OUT/row.$r.json"
   for row in $EXTRA_ROWS; do
     jq -cn --arg row "$row" --slurpfile k "$OUT/kvik.$row.$r.json" --slurpfile l "$OUT/llama.$row.$r.json" '
       {($row): (if $row == "batch64" then [$k[0].output_tok_s, $l[0].output_tok_s]
-                elif $row == "decodectx" then [1000 / $k[0].itl_ms.p50, $l[0].decode_tok_s]
+                elif $row == "decodectx" then [$k[0].request_decode_tok_s, $l[0].decode_tok_s]
                 elif $row == "prefill4k" then [4096 / ($k[0].ttft_ms.p50 / 1000), $l[0].prefill_tok_s]
                 else [$k[0].cold_s, $l[0].cold_s] end)}'
   done | jq -sc --slurpfile base "$OUT/row.$r.json" 'add + $base[0]'

@@ -158,8 +158,42 @@ void gemm_bf16_dp_x16_r(const uint8_t* g, int64_t n, const uint16_t* x, int64_t 
   gemm_bf16_dp_x16_rg<R, 1>(g, 0, n, x, xs, y, ys);
 }
 
+// One block's integer sum for one token, starting from zero: the −128·Σx correction is subtracted after the chain
+// (the sum is exact in int32 in any order), so the chain's first vpdpbusd does not wait on the token's Σx.
+inline __m512i q8_0_block_sum(const uint8_t* qs, const int8_t* xq, int32_t x_sum) {
+  __m512i s = _mm512_setzero_si512();
+  for (int k = 0; k < 8; ++k) s = _mm512_dpbusd_epi32(s, _mm512_load_si512(qs + 64 * k), bcast4(xq + 4 * k));
+  return _mm512_sub_epi32(s, _mm512_slli_epi32(_mm512_set1_epi32(x_sum), 7));
+}
+
+// Batch 1 (decode), where the kernel only has to keep up with memory: a pair record's bytes in address order (the
+// two blocks' weights, then their shared line of scales), and no chain waiting on a scalar load. On a Zen 4 this
+// streamed 15-25% faster than the R-token loop below at R = 1 (1B-shaped layer stack, same process, alternated);
+// the result is the same bit for bit (integer sums, then the same FMAs in the same order).
+inline void gemm_q8_0_x16_1(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const uint8_t* rec = g + packed_qs_offset(b, kQ8_0PackedQs);
+    const __m512i s0 = q8_0_block_sum(rec, x.qs + b * kQK8_0, x.sums[b]);
+    const __m512i s1 = q8_0_block_sum(rec + kQ8_0PackedQs, x.qs + (b + 1) * kQK8_0, x.sums[b + 1]);
+    const __m512i d = load512(g + packed_d_offset(b, kQ8_0PackedQs));  // both blocks' 16 scales
+    const __m512 dw0 = _mm512_cvtph_ps(_mm512_castsi512_si256(d)),
+                 dw1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(d, 1));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(dw0, _mm512_set1_ps(x.d[b])), acc);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(dw1, _mm512_set1_ps(x.d[b + 1])), acc);
+  }
+  if (b < nb) {  // an odd last block
+    const __m512i s = q8_0_block_sum(g + packed_qs_offset(b, kQ8_0PackedQs), x.qs + b * kQK8_0, x.sums[b]);
+    const __m512 dw = _mm512_cvtph_ps(load256(g + packed_d_offset(b, kQ8_0PackedQs)));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[b])), acc);
+  }
+  _mm512_storeu_ps(y, acc);
+}
+
 template <int R>
 void gemm_q8_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys) {
+  if constexpr (R == 1) return gemm_q8_0_x16_1(g, nb, x, y);
   __m512 acc[R];
   for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
