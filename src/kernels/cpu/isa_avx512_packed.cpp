@@ -281,6 +281,11 @@ void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
   for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
 }
 
+// How far ahead the K-quant kernels prefetch their records: at batch 1 (decode), 8 KiB (Q4_K_M 1B-shaped model on a
+// Zen 4, 6 alternated runs: 36.2 tok/s, against 33.3 at 4 KiB, 32.2 at 16 KiB and 33.4 with no software prefetch).
+template <int R>
+inline constexpr int64_t kKQuantPrefetchAhead = R == 1 ? 8192 : kPrefetchAhead;
+
 // Q4_K / Q5_K: per sub-block j the 8 quant vectors (nibbles, with Q5_K's fifth bits or-ed in at bit 4) meet the
 // token's 32 activations (exact int32), times the rows' 6-bit scales into the super-block's int32 sum; the min term
 // Σ_j m_j·Σx_j comes from vpdpwssd over sub-block pairs.
@@ -292,7 +297,7 @@ void gemm_k_scale_min_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, floa
   for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* rec = g + b * L.record;
-    prefetch_span(rec, L.record);
+    prefetch_span_ahead<kKQuantPrefetchAhead<R>>(rec, L.record);
     __m512i isum[R];
     for (int t = 0; t < R; ++t) isum[t] = _mm512_setzero_si512();
     for (int j = 0; j < 8; ++j) {
@@ -351,7 +356,7 @@ void gemm_q6_k_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, i
   for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* rec = g + b * kQ6KRecord;
-    prefetch_span(rec, kQ6KRecord);
+    prefetch_span_ahead<kKQuantPrefetchAhead<R>>(rec, kQ6KRecord);
     __m512i isum[R];
     for (int t = 0; t < R; ++t) isum[t] = _mm512_setzero_si512();
     for (int c = 0; c < 8; ++c) {
