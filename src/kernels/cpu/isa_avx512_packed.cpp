@@ -236,6 +236,12 @@ inline void or_fifth_bits(__m512i& lo, __m512i& hi, __m512i fb, int v) {
   hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srli_epi16(fb, v), bit4));
 }
 
+// How far ahead the 4- to 6-bit kernels prefetch their records for R tokens: at batch 1 (decode), 8 KiB. On a Zen 4:
+// Q4_K_M 1B-shaped model, 6 alternated runs, 36.2 tok/s against 33.3 at 4 KiB, 32.2 at 16 KiB and 33.4 with no
+// software prefetch; Q4_0 batch-1 matmul 10% faster than at 4 KiB (one process, alternated), IQ4_NL / Q5_0 the same.
+template <int R>
+inline constexpr int64_t kPrefetchAheadFor = R == 1 ? 8192 : kPrefetchAhead;
+
 // Q4_0, IQ4_NL (kCodebook: each nibble looked up as kIQ4NLValues + 128 by vpshufb, offset 128 instead of 8),
 // Q5_0 (kFifth: the fifth bits or-ed in at bit 4 as Q5_K's, offset 16) and Q4_1 / Q5_1 (kMin: no offset; after
 // the d term a second fma adds the rows' mins times the token's d_x·Σx).
@@ -252,7 +258,7 @@ void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
     __m512i lo[4], hi[4];
     const uint8_t* qs = g + packed_qs_offset(b, Q, S);
     // Unlike Q8_0's, these want the software prefetch at batch 1 too: without it 1.5-2.1× slower on a Zen 4.
-    if (b % 2 == 0) prefetch_span(qs, 2 * Q + S);
+    if (b % 2 == 0) prefetch_span_ahead<kPrefetchAheadFor<R>>(qs, 2 * Q + S);
     __m512i fb = _mm512_setzero_si512();
     if constexpr (kFifth) fb = _mm512_load_si512(qs + kQ4_0PackedQs);
     for (int v = 0; v < 4; ++v) {
@@ -281,11 +287,6 @@ void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
   for (int t = 0; t < R; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
 }
 
-// How far ahead the K-quant kernels prefetch their records: at batch 1 (decode), 8 KiB (Q4_K_M 1B-shaped model on a
-// Zen 4, 6 alternated runs: 36.2 tok/s, against 33.3 at 4 KiB, 32.2 at 16 KiB and 33.4 with no software prefetch).
-template <int R>
-inline constexpr int64_t kKQuantPrefetchAhead = R == 1 ? 8192 : kPrefetchAhead;
-
 // Q4_K / Q5_K: per sub-block j the 8 quant vectors (nibbles, with Q5_K's fifth bits or-ed in at bit 4) meet the
 // token's 32 activations (exact int32), times the rows' 6-bit scales into the super-block's int32 sum; the min term
 // Σ_j m_j·Σx_j comes from vpdpwssd over sub-block pairs.
@@ -297,7 +298,7 @@ void gemm_k_scale_min_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, floa
   for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* rec = g + b * L.record;
-    prefetch_span_ahead<kKQuantPrefetchAhead<R>>(rec, L.record);
+    prefetch_span_ahead<kPrefetchAheadFor<R>>(rec, L.record);
     __m512i isum[R];
     for (int t = 0; t < R; ++t) isum[t] = _mm512_setzero_si512();
     for (int j = 0; j < 8; ++j) {
@@ -356,7 +357,7 @@ void gemm_q6_k_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, i
   for (int t = 0; t < R; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* rec = g + b * kQ6KRecord;
-    prefetch_span_ahead<kKQuantPrefetchAhead<R>>(rec, kQ6KRecord);
+    prefetch_span_ahead<kPrefetchAheadFor<R>>(rec, kQ6KRecord);
     __m512i isum[R];
     for (int t = 0; t < R; ++t) isum[t] = _mm512_setzero_si512();
     for (int c = 0; c < 8; ++c) {
