@@ -268,15 +268,12 @@ void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
     __m512i lo[4], hi[4];
     const uint8_t* qs = g + packed_qs_offset(b, Q, S);
     // Unlike Q8_0's, these want the software prefetch at batch 1 too: without it 1.5-2.1× slower on a Zen 4.
-    // At batch 1 half the pair record before each of its blocks, not all of it before the first: Q4_0 / IQ4_NL / Q5_0
-    // batch-1 matmul 0.93 / 0.91-0.98 / 0.84 of the time (Zen 4, one process, alternated).
-    if constexpr (R == 1) {
-      constexpr int64_t kRecord = 2 * Q + S, kFirst = kRecord / 128 * 64;  // whole lines
-      prefetch_span_ahead<kPrefetchAheadFor<R>>(g + (b / 2) * kRecord + (b % 2) * kFirst,
-                                                b % 2 ? kRecord - kFirst : kFirst);
-    } else if (b % 2 == 0) {
-      prefetch_span_ahead<kPrefetchAheadFor<R>>(qs, 2 * Q + S);
-    }
+    // Half the pair record before each of its blocks, not all of it before the first (Zen 4, one process,
+    // alternated, time against that: batch 1 Q4_0 / IQ4_NL / Q5_0 0.93 / 0.91-0.98 / 0.84; 2-8 tokens Q4_0 0.87-0.90,
+    // Q5_0 0.84-0.99, IQ4_NL 0.97-1.01; 16 tokens 0.96-1.00).
+    constexpr int64_t kRecord = 2 * Q + S, kFirst = kRecord / 128 * 64;  // whole lines
+    prefetch_span_ahead<kPrefetchAheadFor<R>>(g + (b / 2) * kRecord + (b % 2) * kFirst,
+                                              b % 2 ? kRecord - kFirst : kFirst);
     __m512i fb = _mm512_setzero_si512();
     if constexpr (kFifth) fb = _mm512_load_si512(qs + kQ4_0PackedQs);
     for (int v = 0; v < 4; ++v) {
