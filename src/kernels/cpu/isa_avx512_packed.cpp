@@ -158,6 +158,16 @@ void gemm_bf16_dp_x16_r(const uint8_t* g, int64_t n, const uint16_t* x, int64_t 
   gemm_bf16_dp_x16_rg<R, 1>(g, 0, n, x, xs, y, ys);
 }
 
+// Prefetches, kAhead bytes on, the half of block b's pair record (kRecord bytes: both blocks' quants, then their
+// scales) that belongs before block b: the first whole lines of it for an even b, the rest for an odd one. Before
+// each block rather than the whole record before the first: the 32-element kernels from 2 tokens on, and the 4- and
+// 5-bit ones at batch 1 too (times against the burst in the kernels' comments).
+template <int64_t kAhead, int64_t kRecord>
+inline void prefetch_pair_half(const uint8_t* g, int64_t b) {
+  constexpr int64_t kFirst = kRecord / 128 * 64;
+  prefetch_span_ahead<kAhead>(g + (b / 2) * kRecord + (b % 2) * kFirst, b % 2 ? kRecord - kFirst : kFirst);
+}
+
 // One block's integer sum for one token, starting from zero: the −128·Σx correction is subtracted after the chain
 // (the sum is exact in int32 in any order), so the chain's first vpdpbusd does not wait on the token's Σx.
 inline __m512i q8_0_block_sum(const uint8_t* qs, const int8_t* xq, int32_t x_sum) {
@@ -202,12 +212,9 @@ void gemm_q8_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
   for (int64_t b = 0; b < nb; ++b) {
     __m512i w[8];
     const uint8_t* qs = g + packed_qs_offset(b, kQ8_0PackedQs);
-    // (Batch 1 is gemm_q8_0_x16_1, without software prefetch.) Half the pair record before each of its blocks rather
-    // than all of it before the first: 2-16 tokens 0.76-0.93 of the time (Zen 4, one process, alternated).
-    {
-      constexpr int64_t kRecord = 2 * kQ8_0PackedQs + kPairScales, kFirst = kRecord / 128 * 64;
-      prefetch_span(g + (b / 2) * kRecord + (b % 2) * kFirst, b % 2 ? kRecord - kFirst : kFirst);
-    }
+    // (Batch 1 is gemm_q8_0_x16_1, without software prefetch.) Half a record a block: 2-16 tokens 0.76-0.93 of the
+    // time of the whole record before the first block (Zen 4, one process, alternated).
+    prefetch_pair_half<kPrefetchAhead, 2 * kQ8_0PackedQs + kPairScales>(g, b);
     for (int k = 0; k < 8; ++k) w[k] = _mm512_load_si512(qs + 64 * k);
     const __m512 dw = _mm512_cvtph_ps(load256(g + packed_d_offset(b, kQ8_0PackedQs)));
     for (int t = 0; t < R; ++t) {
@@ -271,12 +278,10 @@ void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
     __m512i lo[4], hi[4];
     const uint8_t* qs = g + packed_qs_offset(b, Q, S);
     // Unlike Q8_0's, these want the software prefetch at batch 1 too: without it 1.5-2.1× slower on a Zen 4.
-    // Half the pair record before each of its blocks, not all of it before the first (Zen 4, one process,
-    // alternated, time against that: batch 1 Q4_0 / IQ4_NL / Q5_0 0.93 / 0.91-0.98 / 0.84; 2-8 tokens Q4_0 0.87-0.90,
-    // Q5_0 0.84-0.99, IQ4_NL 0.97-1.01; 16 tokens 0.96-1.00).
-    constexpr int64_t kRecord = 2 * Q + S, kFirst = kRecord / 128 * 64;  // whole lines
-    prefetch_span_ahead<kPrefetchAheadFor<R>>(g + (b / 2) * kRecord + (b % 2) * kFirst,
-                                              b % 2 ? kRecord - kFirst : kFirst);
+    // Half a record a block (Zen 4, one process, alternated, time against the whole record before the first block:
+    // batch 1 Q4_0 / IQ4_NL / Q5_0 0.93 / 0.91-0.98 / 0.84; 2-8 tokens Q4_0 0.87-0.90, Q5_0 0.84-0.99, IQ4_NL
+    // 0.97-1.01; 16 tokens 0.96-1.00).
+    prefetch_pair_half<kPrefetchAheadFor<R>, 2 * Q + S>(g, b);
     __m512i fb = _mm512_setzero_si512();
     if constexpr (kFifth) fb = _mm512_load_si512(qs + kQ4_0PackedQs);
     for (int v = 0; v < 4; ++v) {
