@@ -233,14 +233,14 @@ void gemm_q6_k(const uint8_t* groups, int64_t G, size_t gb, int64_t nb, const Ac
       for (int64_t t = 0; t < kAmxMaxTokens; ++t) isum[u][t] = _mm512_setzero_si512();
     const uint8_t* rec[2] = {grp[0] + b * kQ6KRecord, grp[1] + b * kQ6KRecord};
     for (int ch = 0; ch < 8; ++ch) {
-      for (int u = 0; u < n; ++u) unpack_q6(rec[u] + ch * kQ6KChunk, wb[u]);
+      for (int u = 0; u < n; ++u) unpack_q6(rec[u] + q6_k_chunk_offset(ch), wb[u]);
       for (int h = 0; h < 2; ++h) {
         const uint8_t* bsrc[2] = {wb[0] + 256 * h, wb[1] + 256 * h};
         Tiles::template load<kA>(x.x[b].qs + 32 * ch + 16 * h, xstride);
         multiply<Tiles>(n, bsrc, c[h]);
       }
       for (int u = 0; u < n; ++u) {
-        const __m256i pair = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[u] + kQ6KSc + ch * 32));
+        const __m256i pair = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec[u] + q6_k_sc_offset(ch)));
         const __m512i sc_lo = _mm512_cvtepi16_epi32(_mm256_srai_epi16(_mm256_slli_epi16(pair, 8), 8));
         const __m512i sc_hi = _mm512_cvtepi16_epi32(_mm256_srai_epi16(pair, 8));
         for (int64_t t = 0; t < R; ++t) {

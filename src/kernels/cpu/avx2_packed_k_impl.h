@@ -150,7 +150,7 @@ inline void q6_k_half(const uint8_t* rec, int h, const BlockQ8_K* const* xb, __m
   for (int t = 0; t < R; ++t) isum[t] = _mm256_setzero_si256();
   for (int c = 0; c < 8; ++c) {
     if (next) prefetch_part<kQ6KRecord, 8>(next, c);
-    const uint8_t* ch = rec + c * kQ6KChunk;
+    const uint8_t* ch = rec + q6_k_chunk_offset(c);
     const __m256i hl = load32(ch + 256 + 32 * h), hh = load32(ch + 320 + 32 * h);
     __m256i lo[4], hi[4];
     for (int v = 0; v < 4; ++v) {
@@ -158,7 +158,7 @@ inline void q6_k_half(const uint8_t* rec, int h, const BlockQ8_K* const* xb, __m
       lo[v] = _mm256_or_si256(_mm256_and_si256(raw, m4), q6_high_bits(hl, v));
       hi[v] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), q6_high_bits(hh, v));
     }
-    const __m256i pair = _mm256_cvtepi8_epi16(load16(rec + kQ6KSc + 32 * c + 16 * h));  // (sc_2c, sc_2c+1) per row
+    const __m256i pair = _mm256_cvtepi8_epi16(load16(rec + q6_k_sc_offset(c) + 16 * h));  // (sc_2c, sc_2c+1) per row
     const __m256i sc_lo = _mm256_shuffle_epi8(pair, dup_lo), sc_hi = _mm256_shuffle_epi8(pair, dup_hi);
     const __m256i neg32 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(pair, 5));
     if constexpr (kVnni) {  // each sub-block's exact s32 sum times its signed scale

@@ -384,15 +384,17 @@ void gemm_q6_k_x16_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y, i
     for (int t = 0; t < R; ++t) isum[t] = _mm512_setzero_si512();
     for (int c = 0; c < 8; ++c) {
       prefetch_record_part<R, kQ6KRecord>(rec, c);
-      const uint8_t* ch = rec + c * kQ6KChunk;
+      // In address order: the scale line (before each chunk pair), the nibbles, the high bits.
+      const __m512i pair = _mm512_cvtepi8_epi16(load256(rec + q6_k_sc_offset(c)));  // (sc_2c, sc_2c+1) per row
+      const uint8_t* ch = rec + q6_k_chunk_offset(c);
+      __m512i raw[4];
+      for (int v = 0; v < 4; ++v) raw[v] = _mm512_load_si512(ch + 64 * v);
       const __m512i hl = _mm512_load_si512(ch + 256), hh = _mm512_load_si512(ch + 320);
       __m512i lo[4], hi[4];
       for (int v = 0; v < 4; ++v) {
-        const __m512i raw = _mm512_load_si512(ch + 64 * v);
-        lo[v] = _mm512_or_si512(_mm512_and_si512(raw, m4), q6_high_bits(hl, v));
-        hi[v] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw, 4), m4), q6_high_bits(hh, v));
+        lo[v] = _mm512_or_si512(_mm512_and_si512(raw[v], m4), q6_high_bits(hl, v));
+        hi[v] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw[v], 4), m4), q6_high_bits(hh, v));
       }
-      const __m512i pair = _mm512_cvtepi8_epi16(load256(rec + kQ6KSc + 32 * c));  // (sc_2c, sc_2c+1) per row
       const __m512i sc_lo = _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16), sc_hi = _mm512_srai_epi32(pair, 16);
       const __m512i neg32 = _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(pair, 5));
       for (int t = 0; t < R; ++t) {

@@ -143,7 +143,7 @@ void pack_row_q6_k(const BlockQ6_K* src, int64_t nb, int i, uint8_t* g) {
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* rec = g + b * kQ6KRecord;
     for (int c = 0; c < 8; ++c) {
-      uint8_t* ch = rec + c * kQ6KChunk;
+      uint8_t* ch = rec + q6_k_chunk_offset(c);
       for (int l = 0; l < 16; ++l) {
         const int lo = q6_k_quant(src[b], 32 * c + l), hi = q6_k_quant(src[b], 32 * c + 16 + l);
         const int v = l / 4, e = l % 4;
@@ -151,8 +151,8 @@ void pack_row_q6_k(const BlockQ6_K* src, int64_t nb, int i, uint8_t* g) {
         ch[256 + lane_byte(e, i)] |= static_cast<uint8_t>((lo >> 4) << (2 * v));
         ch[320 + lane_byte(e, i)] |= static_cast<uint8_t>((hi >> 4) << (2 * v));
       }
-      rec[kQ6KSc + c * 32 + i * 2] = static_cast<uint8_t>(src[b].scales[2 * c]);
-      rec[kQ6KSc + c * 32 + i * 2 + 1] = static_cast<uint8_t>(src[b].scales[2 * c + 1]);
+      rec[q6_k_sc_offset(c) + i * 2] = static_cast<uint8_t>(src[b].scales[2 * c]);
+      rec[q6_k_sc_offset(c) + i * 2 + 1] = static_cast<uint8_t>(src[b].scales[2 * c + 1]);
     }
     std::memcpy(rec + kQ6KD + 2 * i, &src[b].d, 2);
   }
@@ -434,7 +434,7 @@ void gemm_q6_k_x16_ref(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R
         const BlockQ8_K& xb = x.x[t * nb + b];
         int32_t isum = 0;
         for (int c = 0; c < 8; ++c) {
-          const uint8_t* ch = rec + c * kQ6KChunk;
+          const uint8_t* ch = rec + q6_k_chunk_offset(c);
           int32_t p_lo = 0, p_hi = 0;
           for (int l = 0; l < 16; ++l) {
             const int v = l / 4, e = l % 4;
@@ -443,8 +443,8 @@ void gemm_q6_k_x16_ref(const uint8_t* g, int64_t nb, const ActQ8KS& x, int64_t R
             const int hi = (q >> 4) | (((ch[320 + lane_byte(e, i)] >> (2 * v)) & 3) << 4);
             p_lo += lo * xb.qs[32 * c + l], p_hi += hi * xb.qs[32 * c + 16 + l];
           }
-          const int sc_lo = static_cast<int8_t>(rec[kQ6KSc + c * 32 + i * 2]);
-          const int sc_hi = static_cast<int8_t>(rec[kQ6KSc + c * 32 + i * 2 + 1]);
+          const int sc_lo = static_cast<int8_t>(rec[q6_k_sc_offset(c) + i * 2]);
+          const int sc_hi = static_cast<int8_t>(rec[q6_k_sc_offset(c) + i * 2 + 1]);
           isum += sc_lo * p_lo + sc_hi * p_hi - 32 * (sc_lo * xb.bsums[2 * c] + sc_hi * xb.bsums[2 * c + 1]);
         }
         s = std::fma(static_cast<float>(isum), f16(rec + kQ6KD, i) * xb.d, s);
