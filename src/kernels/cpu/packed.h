@@ -42,9 +42,9 @@
 //         vectors of high bit pairs [16 rows][4] (bits 2v..2v+1 of byte e: element 32c + 4v + e, then 32c + 16 +
 //         4v + e). The chunks go in pairs p (832 bytes): the scale line of chunks 2p and 2p + 1, sc [2 c][16 rows]
 //         [2] s8 (sc_2c, sc_2c+1), then the two chunks; after the 4 pairs d [16] fp16 and 32 bytes of padding. A
-//         kernel reads the record in address order (the scales at its end, read chunk by chunk, cost the batch-1
-//         kernel 10-22% of its time on a Zen 4). The −32 offset comes off as −32·Σ_j sc_j·bsums_j (vpdpwssd with
-//         −32·sc pairs).
+//         kernel reads the record in address order (with all scales at the record's end, read chunk by chunk, the
+//         AVX-512 kernel took 1.3-1.4× the time at 1-2 tokens on a Zen 4). The −32 offset comes off as −32·Σ_j
+//         sc_j·bsums_j (vpdpwssd with −32·sc pairs).
 #pragma once
 
 #include <cstddef>
@@ -107,7 +107,8 @@ struct PackedKScaleMin {
 };
 inline constexpr PackedKScaleMin kPackedQ4K{0, 2048, 2080, 2112, 2240, 2368};
 inline constexpr PackedKScaleMin kPackedQ5K{2048, 2560, 2592, 2624, 2752, 2880};
-inline constexpr int64_t kQ6KChunk = 384, kQ6KPair = 64 + 2 * kQ6KChunk, kQ6KD = 4 * kQ6KPair, kQ6KRecord = 3392;
+inline constexpr int64_t kQ6KChunk = 384, kQ6KPair = 64 + 2 * kQ6KChunk, kQ6KD = 4 * kQ6KPair,
+                         kQ6KRecord = kQ6KD + 64;  // d, then 32 bytes of padding: 53 whole lines
 inline constexpr int64_t q6_k_sc_offset(int c) { return c / 2 * kQ6KPair + c % 2 * 32; }  // chunk c's 32 scale bytes
 inline constexpr int64_t q6_k_chunk_offset(int c) { return c / 2 * kQ6KPair + 64 + c % 2 * kQ6KChunk; }
 
