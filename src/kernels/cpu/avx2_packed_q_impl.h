@@ -16,6 +16,16 @@
 //     eight (four) of them are added in s16 before one vpmaddwd; the offset comes off with the block's Σx.
 // The integer sums are exact and the float epilogue is the reference's fmas in its order, so every result equals
 // gemm_*_x16_ref bit for bit and no token's result depends on how many tokens share the call.
+//
+// Q8_0 without VNNI is bound by the multiply pipes: per 64 multiply-adds (a k-group of 16 rows, one token) 2
+// vpmaddubsw + 2 vpmaddwd (a vpmaddubsw pair of signed products reaches 2·127·127, so two cannot share s16; splitting
+// the weights into nibbles to let them would take 2 vpmaddubsw per 32 bytes and more). Tried on a Zen 3 (2026-12-03),
+// not kept: the stored u8 quants as s16 words (even / odd bytes by vpand / vpsrlw, shared by the tokens) against the
+// token's words by vpmaddwd, the + 128 off with Σx: 4 vpmaddwd for the same 64, no vpsignb, and 0.87-0.90× the GOPS
+// (bench_matmul_packed --types q8_0, 2 threads, 3 alternated runs: 2 tokens 178-181 against 202-209, 4-256 tokens
+// 193-216 against 227-240). At batch 1, a pair's two blocks before its scale line (the address order that made the
+// AVX-512 kernel 14-16% faster) took 0.96-0.98 of the time, within the noise of one process's alternation, where the
+// kernel streams at 1.08-1.13× the time of a bare read of the same bytes.
 #pragma once
 
 #include <immintrin.h>
