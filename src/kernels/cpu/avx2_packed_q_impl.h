@@ -23,9 +23,10 @@
 // not kept: the stored u8 quants as s16 words (even / odd bytes by vpand / vpsrlw, shared by the tokens) against the
 // token's words by vpmaddwd, the + 128 off with Σx: 4 vpmaddwd for the same 64, no vpsignb, and 0.87-0.90× the GOPS
 // (bench_matmul_packed --types q8_0, 2 threads, 3 alternated runs: 2 tokens 178-181 against 202-209, 4-256 tokens
-// 193-216 against 227-240). At batch 1, a pair's two blocks before its scale line (the address order that made the
-// AVX-512 kernel 14-16% faster) took 0.96-0.98 of the time, within the noise of one process's alternation, where the
-// kernel streams at 1.08-1.13× the time of a bare read of the same bytes.
+// 193-216 against 227-240). This kernel ran there at 113-116 GOPS a core, 0.88-0.90 of its sequence alone
+// (bench_avx2_int8_ceiling: 128.5). At batch 1, a pair's two blocks before its scale line (the address order that made
+// the AVX-512 kernel 14-16% faster) took 0.94-1.01 of the time in one process, alternated (which of the two ran first
+// moved it as much), where the kernel streams at 1.08-1.15× the time of a bare read of the same bytes: not kept.
 #pragma once
 
 #include <immintrin.h>
