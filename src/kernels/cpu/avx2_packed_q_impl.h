@@ -27,6 +27,11 @@
 // (bench_avx2_int8_ceiling: 128.5). At batch 1, a pair's two blocks before its scale line (the address order that made
 // the AVX-512 kernel 14-16% faster) took 0.94-1.01 of the time in one process, alternated (which of the two ran first
 // moved it as much), where the kernel streams at 1.08-1.15× the time of a bare read of the same bytes: not kept.
+// Measured there too, not built: w's sign onto x by vpxor with w's sign mask instead of vpsignb (x ⊕ m is ±x − 1 where
+// w < 0, so the sums would come off by Σ_{w<0} w per row and block, shared by the tokens): the ceiling's sequence with
+// that swap ran at 1.02-1.05× (131-137 against 128-132 GOPS, before any correction), and with the tokens' activations
+// stored broadcast and folded into the vpxor (no vpbroadcastd) at 0.95×. The sequence is bound by the vector uops a
+// core issues (about 3.6 a cycle there), and every exact formulation tried needs 4 per 32 multiply-adds.
 #pragma once
 
 #include <immintrin.h>
