@@ -17,21 +17,22 @@
 // The integer sums are exact and the float epilogue is the reference's fmas in its order, so every result equals
 // gemm_*_x16_ref bit for bit and no token's result depends on how many tokens share the call.
 //
-// Q8_0 without VNNI is bound by the multiply pipes: per 64 multiply-adds (a k-group of 16 rows, one token) 2
-// vpmaddubsw + 2 vpmaddwd (a vpmaddubsw pair of signed products reaches 2·127·127, so two cannot share s16; splitting
-// the weights into nibbles to let them would take 2 vpmaddubsw per 32 bytes and more). Tried on a Zen 3 (2026-12-03),
-// not kept: the stored u8 quants as s16 words (even / odd bytes by vpand / vpsrlw, shared by the tokens) against the
-// token's words by vpmaddwd, the + 128 off with Σx: 4 vpmaddwd for the same 64, no vpsignb, and 0.87-0.90× the GOPS
-// (bench_matmul_packed --types q8_0, 2 threads, 3 alternated runs: 2 tokens 178-181 against 202-209, 4-256 tokens
-// 193-216 against 227-240). This kernel ran there at 113-116 GOPS a core, 0.88-0.90 of its sequence alone
-// (bench_avx2_int8_ceiling: 128.5). At batch 1, a pair's two blocks before its scale line (the address order that made
-// the AVX-512 kernel 14-16% faster) took 0.94-1.01 of the time in one process, alternated (which of the two ran first
-// moved it as much), where the kernel streams at 1.08-1.15× the time of a bare read of the same bytes: not kept.
-// Measured there too, not built: w's sign onto x by vpxor with w's sign mask instead of vpsignb (x ⊕ m is ±x − 1 where
-// w < 0, so the sums would come off by Σ_{w<0} w per row and block, shared by the tokens): the ceiling's sequence with
-// that swap ran at 1.02-1.05× (131-137 against 128-132 GOPS, before any correction), and with the tokens' activations
-// stored broadcast and folded into the vpxor (no vpbroadcastd) at 0.95×. The sequence is bound by the vector uops a
-// core issues (about 3.6 a cycle there), and every exact formulation tried needs 4 per 32 multiply-adds.
+// Q8_0 without VNNI is bound by its instruction sequence: per 64 multiply-adds (a k-group of 16 rows, one token) 2
+// vpsignb + 2 vpmaddubsw + 2 vpmaddwd + 2 vpaddd (a vpmaddubsw pair of signed products reaches 2·127·127, so two cannot
+// share s16; splitting the weights into nibbles to let them would take 2 vpmaddubsw per 32 bytes and more). Tried on a
+// Zen 3 (2026-12-03), not kept: the stored u8 quants as s16 words (even / odd bytes by vpand / vpsrlw, shared by the
+// tokens) against the token's words by vpmaddwd, the + 128 off with Σx: 4 vpmaddwd for the same 64, no vpsignb, and
+// 0.87-0.90× the GOPS (bench_matmul_packed --types q8_0, 2 threads, 3 alternated runs: 2 tokens 178-181 against
+// 202-209, 4-256 tokens 193-216 against 227-240). This kernel ran there at 113-116 GOPS a core, 0.88-0.90 of its
+// sequence alone (bench_avx2_int8_ceiling: 128.5). At batch 1, a pair's two blocks before its scale line (the address
+// order that made the AVX-512 kernel 14-16% faster) took 0.94-1.01 of the time in one process, alternated (which of the
+// two ran first moved it as much), where the kernel streams at 1.08-1.15× the time of a bare read of the same bytes:
+// not kept. Measured there too, not built: w's sign onto x by vpxor with w's sign mask instead of vpsignb (x ⊕ m is ±x
+// − 1 where w < 0, so the sums would come off by Σ_{w<0} w per row and block, shared by the tokens): the ceiling's
+// sequence with that swap ran at 1.02-1.05× (131-137 against 128-132 GOPS, before any correction), and with the tokens'
+// activations stored broadcast and folded into the vpxor (no vpbroadcastd) at 0.95×. The sequence is bound by the
+// vector uops a core issues (about 3.6 a cycle there) more than by the two multiply pipes (the same sequence without
+// vpsignb, not exact, ran at 178), and every exact formulation tried needs 4 per 32 multiply-adds.
 #pragma once
 
 #include <immintrin.h>
