@@ -11,5 +11,6 @@ dir=$(scripts/build.sh "$@" | tail -n 1)
 (cd tests/e2e && npm ci --no-audit --no-fund --loglevel=error >/dev/null)  # the openai client for the server tests
 (cd tests/structured && npm ci --no-audit --no-fund --loglevel=error >/dev/null)  # ajv, the independent schema validator
 (cd tests/web && npm ci --no-audit --no-fund --loglevel=error >/dev/null)  # puppeteer-core for the browser tests
+tests/llamacpp_assets/extract.sh "$dir/llamacpp_assets"  # vocabularies and chat templates of the pinned llama.cpp
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ctest --test-dir "$dir" -j2 --output-on-failure --timeout 900

@@ -57,7 +57,7 @@ inline SynthOptions synth_options(const nlohmann::json& so, const std::string& o
   o.sliding_window = so.value("sliding_window", 0);
   o.output_scale = so.value("output_scale", 1.0f);
   EXPECT_EQ(so.at("tokenizer_from").get<std::string>(), "stories260K.gguf");
-  o.tokenizer_from = KVIK_SHARED_DIR "/models/stories260K.gguf";
+  o.tokenizer_from = KVIK_SOURCE_DIR "/models/stories260K.gguf";
   return o;
 }
 

@@ -80,7 +80,7 @@ inline std::string write_synth_family(const std::string& name, const std::string
 
 // stories260K's tokenizer, optionally with a chat template added to its metadata.
 inline std::unique_ptr<Tokenizer> stories_tokenizer(const std::string& chat_template) {
-  auto src = GgufFile::open(KVIK_SHARED_DIR "/models/stories260K.gguf");
+  auto src = GgufFile::open(KVIK_SOURCE_DIR "/models/stories260K.gguf");
   GgufWriter w;
   for (const auto& [key, value] : src->metadata())
     if (key.rfind("tokenizer.", 0) == 0) w.set_raw(key, value.raw);

@@ -459,7 +459,7 @@ test::Result run_with_isa(const char* isa, const std::string& args) {
 // KVIK_ISA caps the table a user's run chooses, and the start-up log names it (and, on an AMX CPU kept below AMX,
 // says why); on a CPU with AVX512_BF16, avx512 keeps the FMA table and avx512_bf16 names the vdpbf16ps one.
 TEST(Amx, KvikIsaCapsTheKernelsTheLogNames) {
-  const std::string model = KVIK_SHARED_DIR "/models/stories260K.gguf";
+  const std::string model = KVIK_SOURCE_DIR "/models/stories260K.gguf";
   const std::string args = "generate -m " + model + " -p 'Once' -n 1 --threads 1";
   const test::Result forced = run_with_isa("generic", args);
   ASSERT_EQ(forced.code, 0) << forced.out;

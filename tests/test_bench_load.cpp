@@ -45,7 +45,7 @@ TEST(BenchLoad, WorkloadIsSeededWithASharedPrefixAndPoissonArrivals) {
 }
 
 TEST(BenchLoad, RunsEveryRequestToItsLengthWithinTheConcurrencyLimit) {
-  auto model = LlamaModel::load(KVIK_SHARED_DIR "/models/stories260K.gguf");
+  auto model = LlamaModel::load(KVIK_SOURCE_DIR "/models/stories260K.gguf");
   EngineCore engine(*model, small_engine(), {});
   BenchLoadOptions o;
   o.num_prompts = 6;
@@ -78,7 +78,7 @@ TEST(BenchLoad, RunsEveryRequestToItsLengthWithinTheConcurrencyLimit) {
 }
 
 TEST(BenchLoad, RefusesOptionsThatDoNotFit) {
-  auto model = LlamaModel::load(KVIK_SHARED_DIR "/models/stories260K.gguf");
+  auto model = LlamaModel::load(KVIK_SOURCE_DIR "/models/stories260K.gguf");
   EngineCore engine(*model, small_engine(), {});
   BenchLoadOptions o;
   o.input_len = 100;

@@ -67,7 +67,7 @@ std::vector<server::ChatTurn> converse(LlamaModel& m, const Tokenizer& tok, bool
 }
 
 TEST(ChatSession, EachTurnPrefillsOnlyWhatIsNewAndRepliesAsTheOldPath) {
-  auto model = LlamaModel::load(KVIK_SHARED_DIR "/models/stories260K.gguf");
+  auto model = LlamaModel::load(KVIK_SOURCE_DIR "/models/stories260K.gguf");
   auto tok = test_models::stories_tokenizer(kTemplate);
   const std::vector<server::ChatTurn> turns = converse(*model, *tok, true);
   EXPECT_EQ(turns[0].cached_tokens, 0);
@@ -104,7 +104,7 @@ TEST(ChatSession, EachTurnPrefillsOnlyWhatIsNewAndRepliesAsTheOldPath) {
 }
 
 TEST(ChatSession, FallbackFormatWithoutATemplateAndStreamedText) {
-  auto model = LlamaModel::load(KVIK_SHARED_DIR "/models/stories260K.gguf");
+  auto model = LlamaModel::load(KVIK_SOURCE_DIR "/models/stories260K.gguf");
   auto tok = test_models::stories_tokenizer("");
   EngineCore engine(*model, config(true), {tok->eos_id()});
   server::ChatSession s(engine, *tok, "", greedy(8));
@@ -116,7 +116,7 @@ TEST(ChatSession, FallbackFormatWithoutATemplateAndStreamedText) {
 }
 
 TEST(ChatSession, AConversationPastTheContextIsRefusedAndLeftAsItWas) {
-  auto model = LlamaModel::load(KVIK_SHARED_DIR "/models/stories260K.gguf");
+  auto model = LlamaModel::load(KVIK_SOURCE_DIR "/models/stories260K.gguf");
   auto tok = test_models::stories_tokenizer(kTemplate);
   EngineCore engine(*model, config(true), {tok->eos_id()});
   server::ChatSession s(engine, *tok, "", greedy(8));

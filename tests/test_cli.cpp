@@ -16,7 +16,7 @@ using kvik::test::run;
 
 Result run_stdout(const std::string& args) { return run(args, false); }
 
-const std::string kModel = KVIK_SHARED_DIR "/models/stories260K.gguf";
+const std::string kModel = KVIK_SOURCE_DIR "/models/stories260K.gguf";
 
 }  // namespace
 

@@ -15,7 +15,7 @@ namespace {
 using kvik::test::Result;
 using kvik::test::run;
 
-const std::string kModel = KVIK_SHARED_DIR "/models/stories260K.gguf";
+const std::string kModel = KVIK_SOURCE_DIR "/models/stories260K.gguf";
 const std::string kText = KVIK_SOURCE_DIR "/tests/data/stories.txt";
 
 std::set<std::string> keys(const nlohmann::json& j) {

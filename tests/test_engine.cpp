@@ -17,7 +17,7 @@ using namespace kvik;
 
 namespace {
 
-std::unique_ptr<LlamaModel> stories() { return LlamaModel::load(KVIK_SHARED_DIR "/models/stories260K.gguf"); }
+std::unique_ptr<LlamaModel> stories() { return LlamaModel::load(KVIK_SOURCE_DIR "/models/stories260K.gguf"); }
 
 std::string synth_gqa_path() {
   static const std::string path = test_models::write_synth_gqa("kvik_engine_gqa.gguf", 7);

@@ -21,7 +21,7 @@ using namespace kvik;
 
 namespace {
 
-std::unique_ptr<LlamaModel> stories() { return LlamaModel::load(KVIK_SHARED_DIR "/models/stories260K.gguf"); }
+std::unique_ptr<LlamaModel> stories() { return LlamaModel::load(KVIK_SOURCE_DIR "/models/stories260K.gguf"); }
 
 EngineConfig small_config() {
   EngineConfig cfg;

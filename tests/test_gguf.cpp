@@ -286,7 +286,7 @@ TEST(Gguf, ReadsVersion2) {
 }
 
 TEST(Gguf, OpensStories260K) {
-  auto g = GgufFile::open(KVIK_SHARED_DIR "/models/stories260K.gguf");
+  auto g = GgufFile::open(KVIK_SOURCE_DIR "/models/stories260K.gguf");
   EXPECT_EQ(g->version(), 3u);
   EXPECT_EQ(g->require_string("general.architecture"), "llama");
   EXPECT_EQ(g->require_int("llama.block_count"), 5);

@@ -579,7 +579,7 @@ TEST(HfModel, MatchesLlamaCppOnGgufTwinsWithRealTokenizers) {
 // instead of 8, so the rotated pairs move, two pass-through layers, a bigger vocabulary) computes stories260K's
 // logits (rounding aside) at every position, and logit 0 for the ids past its vocabulary.
 TEST(Synth, EmbedFromComputesTheSmallModel) {
-  const std::string stories = KVIK_SHARED_DIR "/models/stories260K.gguf";
+  const std::string stories = KVIK_SOURCE_DIR "/models/stories260K.gguf";
   SynthOptions o;
   o.out_path = temp("embedded.gguf").string();
   o.embed_from = stories;

@@ -21,7 +21,7 @@
 namespace kvik {
 namespace {
 
-const std::string kStories = std::string(KVIK_SHARED_DIR) + "/models/stories260K.gguf";
+const std::string kStories = std::string(KVIK_SOURCE_DIR) + "/models/stories260K.gguf";
 const std::string kFixtures = std::string(KVIK_SOURCE_DIR) + "/tests/fixtures/";
 
 std::shared_ptr<const std::vector<float>> random_direction(int64_t d, uint32_t seed) {

@@ -2,7 +2,7 @@
 // blocks whose values are worked out from the layout by hand, random blocks, and the reference dot products.
 //
 // tests/data/kquants_llamacpp.bin comes from llama.cpp itself (libggml-base.so of node-llama-cpp 3.21.1):
-//   bash ../shared/peer/setup.sh && ninja -C build kvik_peer_tool && build/kvik_peer_tool kquant-fixture
+//   ninja -C build kvik_peer_tool && build/kvik_peer_tool kquant-fixture
 //   tests/data/kquants_llamacpp.bin
 #include <gtest/gtest.h>
 

@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kStories = KVIK_SHARED_DIR "/models/stories260K.gguf";
+constexpr const char* kStories = KVIK_SOURCE_DIR "/models/stories260K.gguf";
 constexpr double kTol = 1e-4;
 
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {

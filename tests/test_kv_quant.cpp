@@ -21,7 +21,7 @@ using namespace kvik;
 
 namespace {
 
-const char* const kStories = KVIK_SHARED_DIR "/models/stories260K.gguf";
+const char* const kStories = KVIK_SOURCE_DIR "/models/stories260K.gguf";
 
 std::vector<const CpuKernels*> runnable_tables() {
   __builtin_cpu_init();

@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kStories = KVIK_SHARED_DIR "/models/stories260K.gguf";
+constexpr const char* kStories = KVIK_SOURCE_DIR "/models/stories260K.gguf";
 constexpr const char* kStoriesFixture = KVIK_SOURCE_DIR "/tests/fixtures/ref_stories260k.json";
 constexpr const char* kSynthFixture = KVIK_SOURCE_DIR "/tests/fixtures/ref_synth.json";
 

@@ -34,7 +34,7 @@ using namespace kvik;
 
 namespace {
 
-const std::string kStories = KVIK_SHARED_DIR "/models/stories260K.gguf";
+const std::string kStories = KVIK_SOURCE_DIR "/models/stories260K.gguf";
 
 // Per process: ctest -j runs each test case as its own process, and they must not write each other's files.
 std::string tmp(const std::string& name) {

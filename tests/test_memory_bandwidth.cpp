@@ -38,7 +38,7 @@ TEST(MemoryBandwidth, EveryPatternMeasuresAPlausibleRateQuickly) {
 
 TEST(MemoryBandwidth, BenchReportsTheProbeAndAnHonestRoofline) {
   const std::string cmd = std::string(KVIK_BINARY) +
-                          " bench -m " KVIK_SHARED_DIR
+                          " bench -m " KVIK_SOURCE_DIR
                           "/models/stories260K.gguf --num-prompts 1 --input-len 16 --output-len 48 --json 2>/dev/null";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
   ASSERT_TRUE(pipe);

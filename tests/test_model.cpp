@@ -7,7 +7,7 @@
 using namespace kvik;
 
 TEST(Model, StoriesGreedyMatchesLlamaCpp) {
-  auto m = LlamaModel::load(KVIK_SHARED_DIR "/models/stories260K.gguf");
+  auto m = LlamaModel::load(KVIK_SOURCE_DIR "/models/stories260K.gguf");
   SingleSequence s(*m, 256);
   std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
   auto logits = s.append(prompt);

@@ -24,7 +24,7 @@ using namespace kvik;
 
 namespace {
 
-const std::string kStories = KVIK_SHARED_DIR "/models/stories260K.gguf";
+const std::string kStories = KVIK_SOURCE_DIR "/models/stories260K.gguf";
 
 std::string synth_gqa_path() {
   static const std::string path = test_models::write_synth_gqa("kvik_parallel_gqa.gguf", 11);

@@ -17,7 +17,7 @@ using namespace kvik;
 
 namespace {
 
-const std::string kStories = KVIK_SHARED_DIR "/models/stories260K.gguf";
+const std::string kStories = KVIK_SOURCE_DIR "/models/stories260K.gguf";
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -15,7 +15,7 @@ using namespace kvik;
 
 namespace {
 
-const std::string kStories = KVIK_SHARED_DIR "/models/stories260K.gguf";
+const std::string kStories = KVIK_SOURCE_DIR "/models/stories260K.gguf";
 
 const FakeQuantScheme& scheme(const std::string& name) {
   static const std::vector<FakeQuantScheme> all = fake_quant_schemes();

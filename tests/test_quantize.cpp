@@ -2,7 +2,7 @@
 //
 // tests/data/quants_llamacpp.bin comes from llama.cpp itself (libggml-base.so / libggml-cpu-x64.so of
 // node-llama-cpp 3.21.1):
-//   bash ../shared/peer/setup.sh && ninja -C build kvik_peer_tool && build/kvik_peer_tool quant-fixture
+//   ninja -C build kvik_peer_tool && build/kvik_peer_tool quant-fixture
 //   tests/data/quants_llamacpp.bin
 // It holds 16 rows of 256 floats (zeros, constants, spikes, denormals, outliers past fp16's range, exact ties, ...),
 // what ggml_quantize_chunk (llama-quantize's call, no importance matrix) makes of them for every type, what ggml's

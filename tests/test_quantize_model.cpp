@@ -35,7 +35,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kStories = KVIK_SHARED_DIR "/models/stories260K.gguf";
+constexpr const char* kStories = KVIK_SOURCE_DIR "/models/stories260K.gguf";
 constexpr const char* kFixture = KVIK_SOURCE_DIR "/tests/fixtures/llama_quantize_hashes.json";
 
 std::vector<uint8_t> read_all(const std::string& path) {

@@ -304,7 +304,7 @@ TEST(SpecDecodeRejectionSampler, GreedyAcceptsExactlyTheArgmaxAndAppliesTheFilte
 
 // ---- through the engine ----
 
-std::unique_ptr<LlamaModel> stories() { return LlamaModel::load(KVIK_SHARED_DIR "/models/stories260K.gguf"); }
+std::unique_ptr<LlamaModel> stories() { return LlamaModel::load(KVIK_SOURCE_DIR "/models/stories260K.gguf"); }
 
 std::string synth_path() {
   static const std::string path = test_models::write_synth_gqa("kvik_spec_gqa.gguf", 11);
@@ -369,7 +369,7 @@ PromptFn story_prompts() {
       "One day, she saw a big red ball under a tree. ",         "Tom was a happy dog who liked to run. ",
       "The sun was shining and the birds were singing. ",       "Mom said, \"Let us go home and eat some cake.\" ",
       "Ben and his friend built a tall tower of blocks. ",      "The cat was sad because it lost its toy. "};
-  auto tok = std::shared_ptr<Tokenizer>(load_tokenizer(KVIK_SHARED_DIR "/models/stories260K.gguf"));
+  auto tok = std::shared_ptr<Tokenizer>(load_tokenizer(KVIK_SOURCE_DIR "/models/stories260K.gguf"));
   return [tok](uint32_t seed, int len) {
     std::mt19937 rng(seed);
     std::string story;
@@ -526,7 +526,7 @@ TEST(SpecDecodeEngine, NeverEmitsPastMaxTokensOrAStop) {
 // output matches its regex; an unconstrained request beside it still speculates.
 TEST(SpecDecodeEngine, StructuredOutputDoesNotSpeculate) {
   auto m = stories();
-  auto tok = load_tokenizer(KVIK_SHARED_DIR "/models/stories260K.gguf");
+  auto tok = load_tokenizer(KVIK_SOURCE_DIR "/models/stories260K.gguf");
   const std::string pattern = "(la ){2,4}la\\.";
   Job constrained{tok->encode("la la la la la la la la la la la la", true, false), greedy(60)};
   constrained.params.structured_output = StructuredOutputSpec::regex(pattern);
@@ -683,7 +683,7 @@ TEST(SpecDecodeEngine, RandomizedBlockAccountingWithPreemptionAndAborts) {
 // The draft model's KV in the same blocks: the same invariants under preemption and aborts (stories260K drafting
 // for itself: greedy drafts are accepted, sampled ones partly), and greedy output equal to the plain engine's.
 TEST(SpecDecodeDraftModel, RandomizedBlockAccountingWithPreemptionAndAborts) {
-  randomized_block_accounting(draft_model(KVIK_SHARED_DIR "/models/stories260K.gguf", 4));
+  randomized_block_accounting(draft_model(KVIK_SOURCE_DIR "/models/stories260K.gguf", 4));
 }
 
 }  // namespace
@@ -749,7 +749,7 @@ TEST(SpecDecodeDraftModel, TheTargetAsItsOwnDraftIsAlwaysAccepted) {
   auto m = stories();
   const std::vector<Job> jobs = {{story_prompts()(7, 30), greedy(41)}};
   const Outcome plain = run_jobs(*m, engine_config({}), jobs);
-  const Outcome sp = run_jobs(*m, engine_config(draft_model(KVIK_SHARED_DIR "/models/stories260K.gguf", 4)), jobs);
+  const Outcome sp = run_jobs(*m, engine_config(draft_model(KVIK_SOURCE_DIR "/models/stories260K.gguf", 4)), jobs);
   EXPECT_EQ(sp.tokens, plain.tokens);
   EXPECT_GT(sp.spec.num_draft_tokens, 0);
   EXPECT_EQ(sp.spec.num_accepted_tokens, sp.spec.num_draft_tokens);
@@ -775,7 +775,7 @@ TEST(SpecDecodeDraftModel, GreedyOutputIdenticalWithAnotherModelDrafting) {
       EXPECT_EQ(sp.tokens.at("r" + std::to_string(i)), plain.tokens.at("r" + std::to_string(i))) << i;
   EXPECT_GT(sp.spec.num_draft_tokens, sp.spec.num_accepted_tokens);
   // And the target as its own draft in the same batch: everything greedy accepted, output unchanged.
-  const Outcome self = run_jobs(*m, engine_config(draft_model(KVIK_SHARED_DIR "/models/stories260K.gguf", 3)), jobs);
+  const Outcome self = run_jobs(*m, engine_config(draft_model(KVIK_SOURCE_DIR "/models/stories260K.gguf", 3)), jobs);
   for (size_t i = 0; i < jobs.size(); ++i)
     if (jobs[i].params.temperature == 0)
       EXPECT_EQ(self.tokens.at("r" + std::to_string(i)), plain.tokens.at("r" + std::to_string(i))) << i;
@@ -804,7 +804,7 @@ namespace {
 // draft's unchecked proposals at the end; the pool's budget counts both models' bytes per token.
 TEST(SpecDecodeDraftModel, DraftKvLivesInTheBlocksAndRollsBack) {
   auto m = stories();
-  EngineCore e(*m, engine_config(draft_model(KVIK_SHARED_DIR "/models/stories260K.gguf", 4)), {2});
+  EngineCore e(*m, engine_config(draft_model(KVIK_SOURCE_DIR "/models/stories260K.gguf", 4)), {2});
   for (int i = 0; i < 6; ++i) {
     SamplingParams p;
     p.temperature = 1.0f, p.seed = 100 + i, p.max_tokens = 60, p.ignore_eos = true;  // sampled: drafts get rejected
@@ -829,7 +829,7 @@ TEST(SpecDecodeDraftModel, DraftKvLivesInTheBlocksAndRollsBack) {
   EXPECT_GT(e.spec_decode_stats().num_accepted_tokens, 0);
 
   // The same KV memory holds half the blocks when the draft (stories260K itself: as many bytes per token) shares them.
-  EngineConfig with = engine_config(draft_model(KVIK_SHARED_DIR "/models/stories260K.gguf", 4), 0);
+  EngineConfig with = engine_config(draft_model(KVIK_SOURCE_DIR "/models/stories260K.gguf", 4), 0);
   EngineConfig without = engine_config({}, 0);
   with.kv_cache_memory_gib = without.kv_cache_memory_gib = 0.01;
   EngineCore a(*m, with, {2}), b(*m, without, {2});

@@ -23,7 +23,7 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kModel = KVIK_SHARED_DIR "/models/stories260K.gguf";
+const std::string kModel = KVIK_SOURCE_DIR "/models/stories260K.gguf";
 const std::string kRefDir = KVIK_SOURCE_DIR "/tests/structured";
 
 struct Fixture {

@@ -18,7 +18,7 @@ namespace kvik {
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kStories = KVIK_SHARED_DIR "/models/stories260K.gguf";
+const std::string kStories = KVIK_SOURCE_DIR "/models/stories260K.gguf";
 
 std::string temp_path(const std::string& tag) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -303,7 +303,8 @@ TEST(Synth, BadOptionsThrowNamingTheFlag) {
 
 // Not a check: writes the models used to compare with llama.cpp when KVIK_SYNTH_PEER_DIR is set, e.g.
 //   KVIK_SYNTH_PEER_DIR=/tmp/synth ./test_synth --gtest_filter=Synth.WritePeerModels
-//   node /tmp/kvik-peer/llamacpp-ref.mjs ref /tmp/synth/q8_0.gguf "Once upon a time" 8 5
+//   cp tools/llamacpp_ref_greedy.mjs "$KVIK_PEER_DIR/" &&
+//   node "$KVIK_PEER_DIR/llamacpp_ref_greedy.mjs" /tmp/synth/q8_0.gguf "Once upon a time" 8 5
 TEST(Synth, WritePeerModels) {
   const char* dir = std::getenv("KVIK_SYNTH_PEER_DIR");
   if (!dir) GTEST_SKIP() << "set KVIK_SYNTH_PEER_DIR to write models for the llama.cpp comparison";

@@ -14,7 +14,7 @@
 namespace kvik {
 namespace {
 
-constexpr const char* kModel = KVIK_SHARED_DIR "/models/stories260K.gguf";
+constexpr const char* kModel = KVIK_SOURCE_DIR "/models/stories260K.gguf";
 constexpr const char* kFixture = KVIK_SOURCE_DIR "/tests/fixtures/tokenize_stories260k.json";
 
 struct Case {

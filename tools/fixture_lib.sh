@@ -1,21 +1,17 @@
 # Sourced by the tools/make_*fixture*.sh scripts that write llama.cpp reference fixtures (tests/fixtures/ref_*.json,
 # read by tests/llamacpp_fixture.h): the common set-up, one fixture entry for a `kvik synth` model, the file.
 
-# Sets ROOT, KVIK (the first argument or build/kvik), PEER (KVIK_PEER_DIR or /tmp/kvik-peer), SHARED
-# (KVIK_SHARED_DIR or ../shared), STORIES and a TMP directory removed at exit; installs the peer if it is missing and
-# copies tools/llamacpp_ref_greedy.mjs next to it (ES modules resolve node-llama-cpp from the script's directory).
+source "$(dirname "${BASH_SOURCE[0]}")/peer_lib.sh"
+
+# Sets ROOT, KVIK (the first argument or build/kvik), PEER (KVIK_PEER_DIR; tools/peer_lib.sh says how to install it
+# when it is missing), STORIES (the repository's models/stories260K.gguf) and a TMP directory removed at exit, and
+# copies tools/llamacpp_ref_greedy.mjs next to the peer (ES modules resolve node-llama-cpp from the script's folder).
 fixture_init() {
   ROOT="$(cd "$(dirname "${BASH_SOURCE[1]}")/.." && pwd)"
   KVIK="${1:-$ROOT/build/kvik}"
-  PEER="${KVIK_PEER_DIR:-/tmp/kvik-peer}"
-  SHARED="${KVIK_SHARED_DIR:-$ROOT/../shared}"
-  STORIES="$SHARED/models/stories260K.gguf"
+  STORIES="$ROOT/models/stories260K.gguf"
   [[ -x "$KVIK" ]] || { echo "kvik binary not found: $KVIK (build it, or pass its path)" >&2; exit 1; }
-  [[ -f "$STORIES" ]] || { echo "missing $STORIES" >&2; exit 1; }
-  if [[ ! -f "$PEER/llamacpp-ref.mjs" ]]; then
-    echo "peer not installed in $PEER; running $SHARED/peer/setup.sh" >&2
-    bash "$SHARED/peer/setup.sh" >&2
-  fi
+  peer_require
   cp "$ROOT/tools/llamacpp_ref_greedy.mjs" "$PEER/"
   TMP="$(mktemp -d)"
   trap 'rm -rf "$TMP"' EXIT

@@ -1,4 +1,4 @@
-// Greedy reference from llama.cpp (node-llama-cpp) that, unlike ../shared/peer/llamacpp-ref.mjs `ref`, keeps
+// Greedy reference from llama.cpp (node-llama-cpp) that keeps
 // going through end-of-generation tokens (EOS/EOT are yielded and fed back like any other token), so random-weight
 // models that happen to pick </s> still give N tokens. Otherwise the same: context 2048 (f16 KV cache), 2 threads,
 // batch 512, the prompt tokenized with BOS, temperature 0, and the top-k of the full softmax at every step.

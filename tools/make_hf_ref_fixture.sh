@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Re-creates tests/fixtures/ref_hf_synth.json: llama.cpp (node-llama-cpp, the peer in $KVIK_PEER_DIR) on the
+# Re-creates tests/fixtures/ref_hf_synth.json: llama.cpp (node-llama-cpp, the peer in $KVIK_PEER_DIR: tools/peer_lib.sh) on the
 # GGUF twins of random-weight Hugging Face directories written by `kvik synth --hf` with the real Llama 3.1 and
 # Qwen3 tokenizers: a Llama-3.1-shaped model (GQA, rope_scaling llama3) and a Qwen3-shaped one (q/k norm, tied
 # embeddings). tests/test_hf_model.cpp synthesizes the same directories and checks kvik's probabilities on
@@ -9,8 +9,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KVIK="${1:-$ROOT/build/kvik}"
-PEER="${KVIK_PEER_DIR:-/tmp/kvik-peer}"
-[[ -f "$PEER/llamacpp-ref.mjs" ]] || bash "$ROOT/../shared/peer/setup.sh"
+source "$ROOT/tools/peer_lib.sh"
+peer_require
 # The greedy reference, except that a model without BOS (Qwen) gets none instead of a null token.
 sed 's/\[model.tokens.bos\]/(model.tokens.bos == null ? [] : [model.tokens.bos])/' "$ROOT/tools/llamacpp_ref_greedy.mjs" \
   > "$PEER/llamacpp_ref_hf.mjs"

@@ -4,7 +4,7 @@
 # tools/llamacpp_ref_greedy.mjs --lora) to stories260K and to a `kvik synth` GQA model; per case a prompt, 32 greedy tokens
 # and the top-5 probabilities per step.
 # Usage (from the repository root, after building kvik): tools/make_lora_fixture.sh [KVIK_BINARY]
-# Environment: KVIK_PEER_DIR (default /tmp/kvik-peer), KVIK_SHARED_DIR (default ../shared).
+# Environment: KVIK_PEER_DIR (the llama.cpp peer, tools/peer_lib.sh).
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/fixture_lib.sh"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Re-creates tests/fixtures/perplexity_llamacpp.json, the numbers tests/test_perplexity.cpp holds kvik perplexity
-# to. llama.cpp computes them through node-llama-cpp (the peer of ../shared/peer/setup.sh: CPU, f16 KV cache),
+# to. llama.cpp computes them through node-llama-cpp (the peer in $KVIK_PEER_DIR, tools/peer_lib.sh: CPU, f16 KV cache),
 # driven by tools/llamacpp_perplexity_ref.mjs, which does llama-perplexity's computation (BOS-first windows of
 # CTX tokens, second half scored, llama.cpp's own tokenization and next-token probabilities) because the native
 # llama-perplexity build was not available when the fixture was made. Text: tests/data/stories.txt, CTX 128, for
@@ -8,16 +8,15 @@
 #   a `kvik synth` model (F32, seed 21)    PPL, +/-
 #   the same synth model as Q8_0           PPL and the --kl-divergence figures against the F32 one
 # Usage (repository root, after building kvik): tools/make_perplexity_fixture.sh [KVIK_BINARY]
-# Environment: KVIK_PEER_DIR (default /tmp/kvik-peer), KVIK_SHARED_DIR (default ../shared).
+# Environment: KVIK_PEER_DIR (the llama.cpp peer, tools/peer_lib.sh).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KVIK="${1:-$ROOT/build/kvik}"
-PEER="${KVIK_PEER_DIR:-/tmp/kvik-peer}"
-SHARED="${KVIK_SHARED_DIR:-$ROOT/../shared}"
-STORIES="$SHARED/models/stories260K.gguf"
+source "$ROOT/tools/peer_lib.sh"
+peer_require
+STORIES="$ROOT/models/stories260K.gguf"
 TEXT="$ROOT/tests/data/stories.txt"
 CTX=128
-[[ -f "$PEER/llamacpp-ref.mjs" ]] || bash "$SHARED/peer/setup.sh" >&2
 cp "$ROOT/tools/llamacpp_perplexity_ref.mjs" "$PEER/"
 TMP="$(mktemp -d)"; trap 'rm -rf "$TMP"' EXIT
 SYNTH=(--dim 128 --layers 2 --heads 4 --kv-heads 2 --ff 256 --vocab 512 --seed 21 --output-scale 1

@@ -4,11 +4,11 @@
 #   tests/fixtures/ref_synth.json        random-weight models written by `kvik synth` (tokenizer of stories260K):
 #                                        the synth options, the file's byte size and sha256, a short prompt and
 #                                        256 greedy tokens with the top-2 probabilities per step
-# llama.cpp runs through node-llama-cpp (../shared/peer/setup.sh installs it into $KVIK_PEER_DIR), driven by
-# tools/llamacpp_ref_greedy.mjs (the peer's `ref` mode, but it does not stop at EOS).
+# llama.cpp runs through node-llama-cpp (the peer in $KVIK_PEER_DIR: tools/peer_lib.sh), driven by
+# tools/llamacpp_ref_greedy.mjs (greedy with the top-k probabilities per step, through EOS).
 # Usage (from the repository root, after building kvik):
 #   tools/make_ref_fixtures.sh [KVIK_BINARY]        default binary: build/kvik
-# Environment: KVIK_PEER_DIR (default /tmp/kvik-peer), KVIK_SHARED_DIR (default ../shared),
+# Environment: KVIK_PEER_DIR (the llama.cpp peer, tools/peer_lib.sh),
 #   KVIK_REF_ONLY=stories|synth to re-create only one of the two fixtures (default: both).
 set -euo pipefail
 

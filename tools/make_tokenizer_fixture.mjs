@@ -4,9 +4,12 @@
 // common_tokenize(vocab, text, add_special=false, parse_special=false), so they carry no BOS; the
 // `special` cases use model.tokenize(text, true) (parse_special=true, still no BOS).
 // ES modules resolve packages next to the script, so run a copy placed beside the peer:
-//   cp tools/make_tokenizer_fixture.mjs /tmp/kvik-peer/ && \
-//   node /tmp/kvik-peer/make_tokenizer_fixture.mjs ../shared/models/stories260K.gguf ../shared/seeds \
+//   cp tools/make_tokenizer_fixture.mjs "$KVIK_PEER_DIR/" && \
+//   node "$KVIK_PEER_DIR/make_tokenizer_fixture.mjs" models/stories260K.gguf SEEDS_DIR \
 //        tests/fixtures/tokenize_stories260k.json
+// ($KVIK_PEER_DIR: the llama.cpp peer, tools/peer_lib.sh. SEEDS_DIR: a folder of .txt documents; the committed
+// fixture was made from a Swedish course and a Hungarian book chapter on LLM inference, which are not part of the
+// repository: the strings picked from them are stored in the fixture, so the test needs no seeds.)
 import {getLlama} from "node-llama-cpp";
 import fs from "node:fs";
 import path from "node:path";

@@ -1,5 +1,5 @@
 // kvik_peer_tool: llama.cpp's own quantization code, called in the peer's shared libraries (node-llama-cpp 3.21.1,
-// /tmp/kvik-peer after `bash ../shared/peer/setup.sh`) through dlopen, to make the fixtures kvik's quantization
+// in $KVIK_PEER_DIR, see tools/peer_lib.sh) through dlopen, to make the fixtures kvik's quantization
 // tests compare with, and to time llama.cpp's quantizer for bench/quantize_speed.sh. Not part of the default
 // build: `ninja -C build kvik_peer_tool`.
 //
@@ -10,7 +10,7 @@
 //   kvik_peer_tool quant-fixture OUT.bin           tests/data/quants_llamacpp.bin
 //   kvik_peer_tool quantize-fixture KVIK OUT.json  tests/fixtures/llama_quantize_hashes.json
 //
-// The peer directory is $KVIK_PEER_DIR (default /tmp/kvik-peer). The random inputs come from a re-implementation
+// The peer directory is $KVIK_PEER_DIR (no default). The random inputs come from a re-implementation
 // of CPython's random.Random (MT19937, gauss, uniform, choice, randint) with the seeds the fixtures were first
 // made with, so the files come out byte for byte as before.
 #include <dlfcn.h>
@@ -114,12 +114,16 @@ class PyRandom {
 
 std::string peer_libdir() {
   const char* p = std::getenv("KVIK_PEER_DIR");
-  return std::string(p ? p : "/tmp/kvik-peer") + "/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64";
+  if (!p || !*p)
+    die("KVIK_PEER_DIR is not set: it names the folder where node-llama-cpp 3.21.1 is installed with its prebuilt "
+        "CPU libraries (tools/peer_lib.sh says how to install it)");
+  return std::string(p) + "/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64";
 }
 
 void* open_lib(const std::string& name) {
   void* h = dlopen((peer_libdir() + "/" + name).c_str(), RTLD_NOW | RTLD_GLOBAL);
-  if (!h) die(std::string(dlerror()) + " (run `bash ../shared/peer/setup.sh`, or set KVIK_PEER_DIR)");
+  if (!h)
+    die(std::string(dlerror()) + " (is node-llama-cpp 3.21.1 installed in $KVIK_PEER_DIR? tools/peer_lib.sh says how)");
   return h;
 }
 
@@ -382,7 +386,7 @@ nlohmann::ordered_json fixture_entry(const std::string& model, const QuantizeArg
 }
 
 void quantize_fixture(const std::string& kvik, const std::string& out) {
-  const std::string stories = fs::weakly_canonical(fs::path(KVIK_SHARED_DIR) / "models/stories260K.gguf").string();
+  const std::string stories = fs::weakly_canonical(fs::path(KVIK_SOURCE_DIR) / "models/stories260K.gguf").string();
   char tmpl[] = "/tmp/kvik_peer_XXXXXX";
   if (!mkdtemp(tmpl)) die("mkdtemp");
   const fs::path tmp(tmpl);

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "cli/engine_flags.h"
 #include "cli/serve_data_parallel.h"
 #include "core/error.h"
@@ -30,22 +31,6 @@
 namespace kvik::cli {
 
 namespace {
-
-constexpr const char* kDefaultModel = "../shared/models/stories260K.gguf";
-
-std::string default_model_path() {
-  namespace fs = std::filesystem;
-  std::vector<fs::path> candidates = {kDefaultModel};
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    // <repo>/<build dir>/kvik → <repo>/../shared/models/...
-    candidates.push_back(exe.parent_path().parent_path().parent_path() / "shared/models/stories260K.gguf");
-  }
-  for (const auto& c : candidates)
-    if (fs::exists(c, ec)) return c.string();
-  fail("no MODEL given and {} does not exist: pass the path of a GGUF model", kDefaultModel);
-}
 
 // The front end's flags (connections, timeouts, TLS, CORS, logging), spelled as vLLM / llama-server spell them.
 void add_http_flags(CLI::App* c, server::ServerConfig& s) {
@@ -257,7 +242,8 @@ int run(ServeOpts& o) {
 Run add_serve(CLI::App& app) {
   auto o = std::make_shared<ServeOpts>();
   auto* c = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
-  c->add_option("model", o->model, "GGUF model file (default: ../shared/models/stories260K.gguf when it exists)");
+  c->add_option("model,--model,-m", o->model,
+                "GGUF model file or Hugging Face directory (default: the bundled models/stories260K.gguf)");
   c->add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
   c->add_option("--port", o->server.port,
                 "Port to listen on (0: a free port the kernel picks, named by the log line 'Listening on ...')")

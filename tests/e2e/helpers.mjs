@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const BINARY = process.env.KVIK_BINARY ?? path.join(here, '../../build/kvik');
-export const MODEL = process.env.KVIK_MODEL ?? path.join(here, '../../../shared/models/stories260K.gguf');
+export const MODEL = process.env.KVIK_MODEL ?? path.join(here, '../../models/stories260K.gguf');
 
 // The port a `kvik serve --port 0` listens on, from its start-up line "Listening on http://HOST:PORT ..." (the
 // kernel picks a free port at bind time, so no other test can take it between a choice and the bind, as it could
@@ -37,9 +37,11 @@ export function listeningPort(proc, line = /Listening on \S*:(\d+)/, timeoutMs =
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// Starts a server (on `model`, stories260K by default) and waits for /health 200. Returns { url, proc, log(), stop() }.
+// Starts a server (on `model`, stories260K by default; null names none, so kvik picks its default) and waits for
+// /health 200. Returns { url, proc, log(), stop() }.
 export async function startServer(args = [], env = {}, model = MODEL) {
-  const proc = spawn(BINARY, ['serve', model, '--host', '127.0.0.1', '--port', '0', ...args], {
+  const modelArgs = model === null ? [] : [model];
+  const proc = spawn(BINARY, ['serve', ...modelArgs, '--host', '127.0.0.1', '--port', '0', ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

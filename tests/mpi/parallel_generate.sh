@@ -13,7 +13,7 @@ kvik=$1 model=$2 tp=$3 pp=$4
 shift 4
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/synth_model.sh"
-stories="$here/../../../shared/models/stories260K.gguf"
+stories="$here/../../models/stories260K.gguf"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 if [ "${model%%-*}" = hf ]; then  # a Hugging Face directory (safetensors), Qwen3's tokenizer

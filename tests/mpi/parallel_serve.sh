@@ -18,7 +18,7 @@ cleanup() {
 }
 trap cleanup EXIT
 if [ "${model%%-*}" = synth ]; then
-  model=$(synth_model "$kvik" "$here/../../../shared/models/stories260K.gguf" "$model" "$tmp")
+  model=$(synth_model "$kvik" "$here/../../models/stories260K.gguf" "$model" "$tmp")
 fi
 
 # Starts a server (the command line in "$@"), waits for /health, runs the 16 requests into $tmp/$name.*, stops it.

