@@ -44,6 +44,10 @@ render_help() {
         if (section == "Positionals") flags = flags " (positional)"
         def = ""
         if (match(spec, /=[^ ]+/)) { def = substr(spec, RSTART + 1, RLENGTH - 1); spec = substr(spec, 1, RSTART - 1) substr(spec, RSTART + RLENGTH) }
+        note = ""
+        if (match(spec, / (Excludes|Needs): .*/)) { note = substr(spec, RSTART + 1); spec = substr(spec, 1, RSTART - 1) }
+        if (sub(/ REQUIRED/, "", spec)) desc = "Required. " desc
+        if (note != "") { sub(/^Excludes:/, "not with", note); sub(/^Needs:/, "needs", note); desc = desc " (" note ")" }
         gsub(/^ +| +$/, "", spec)
         rows = rows "| " flags " | " code(spec) " | " code(def) " | " esc(desc) " |\n"
       }
