@@ -7,7 +7,8 @@
 #   - `kvik SUBCOMMAND` in code spans and code blocks is one of the binary's subcommands, and every --flag (or -x)
 #     after it is one of that subcommand's flags; a code span that starts with --flag names a flag of some
 #     subcommand;
-#   - nothing names ../shared, a folder outside the repository;
+#   - nothing names ../shared, a folder outside the repository, and README.md stays a landing page of at most 200
+#     lines (the reference belongs in docs/);
 #   - every subcommand has its page docs/cli/SUBCOMMAND.md, every page is linked from docs/README.md or
 #     docs/cli/README.md, and the generated flag tables equal what --help gives (scripts/gen_cli_docs.sh --check).
 # Generated sections (<!-- BEGIN GENERATED … --> … <!-- END GENERATED -->) are checked by the last rule only.
@@ -203,6 +204,8 @@ while IFS=$'\t' read -r file line kind value cmd; do
   esac
 done <<<"$records"
 
+lines=$(wc -l <"$root/README.md")
+[ "$lines" -le 200 ] || fail README.md "$lines lines: the README is a landing page of at most 200; move reference to docs/"
 for c in "${!subs[@]}"; do
   [[ "$c" == *" "* ]] && continue
   [ -f "$root/docs/cli/$c.md" ] || fail "docs/cli/$c.md" "missing: every kvik subcommand has a page (kvik $c)"

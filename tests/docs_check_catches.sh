@@ -27,6 +27,8 @@ EOF
 sed -i 's/| Address to listen on |/| Address to listen on, edited by hand |/' "$tmp/docs/cli/serve.md"
 rm "$tmp/docs/cli/trace.md"
 printf '# Orphan\n\nNo index links this page.\n' >"$tmp/docs/orphan.md"
+# A README that grew back into a manual.
+for i in $(seq 200); do echo "Reference line $i." >>"$tmp/README.md"; done
 
 if out=$("$repo/scripts/check_docs.sh" --kvik "$kvik" --root "$tmp" --tree "$repo" 2>&1); then
   echo "check_docs.sh passed a copy with planted mistakes" >&2
@@ -52,9 +54,10 @@ expect "'kvik eval no-such-eval' is not a subcommand of kvik eval"
 expect "docs/cli/serve.md: its flag tables differ from kvik's --help"
 expect "docs/cli/trace.md: missing: every kvik subcommand has a page"
 expect "docs/orphan.md: is not linked from docs/README.md"
+expect "README.md: $(( $(wc -l <"$repo/README.md") + 200 )) lines: the README is a landing page of at most 200"
 # Nothing else: the unplanted parts of the copy are as clean as the originals.
 unexpected=$(grep -v -e '^docs/concepts.md:' -e '^docs/cli/serve.md' -e '^docs/cli/trace.md' -e '^docs/orphan.md' \
-  -e '^[-+@ ]' <<<"$out" || true)
+  -e '^README.md: [0-9]* lines' -e '^[-+@ ]' <<<"$out" || true)
 if [ -n "$unexpected" ]; then
   echo "check_docs.sh reported more than the planted mistakes:" >&2
   echo "$unexpected" >&2
