@@ -1,7 +1,7 @@
 // What one core can do with the AVX2 int8 product sequences of the packed kernels, with nothing else in the loop:
 // weights from a 32 KB buffer and activations from L1, every sum in a register. The 4 tokens' activation rows are
-// 1 KB apart: 4 KB apart, Zen 3 ran the same instructions at 77 / 97 GOPS instead of 132 / 185 (its L1 does not
-// serve loads 4 KB apart well; the kernels' rows are nb · 32 bytes apart and measured the same at 2048-8224 columns).
+// 1 KB apart, not 4 KB: some L1 caches serve loads 4 KB apart slowly, which would measure the cache, not the
+// instructions (the kernels' rows are nb · 32 bytes apart and run alike at 2048-8224 columns).
 // Per k-group, 16 rows (two ymm) × 4 tokens, as avx2_packed_q_impl.h's Q8_0 kernel:
 //   avx2_signed  broadcast, vpsignb, vpmaddubsw, vpmaddwd (by 1), vpaddd per token and half (Q8_0 without VNNI, and
 //                llama.cpp's AVX2 mul_sum_i8_pairs)

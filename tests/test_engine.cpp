@@ -1,5 +1,5 @@
 // Engine behaviour: output equality across batching, chunking, preemption and prefix caching; block
-// accounting invariants; the course's prefix-caching example.
+// accounting invariants; the prefix-caching example of docs/concepts.md.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -310,7 +310,7 @@ TEST(Engine, SlidingWindowFreesBlocksOutOfTheWindow) {
 }
 
 TEST(Engine, PrefixCachingSharesAllFullBlocks) {
-  // The course's example: a 1000-token shared prefix with block size 16 → 62 full blocks = 992 tokens cached;
+  // docs/concepts.md's example: a 1000-token shared prefix with block size 16 → 62 full blocks = 992 tokens cached;
   // the second request computes only what follows the last full shared block.
   auto m = LlamaModel::load(synth_gqa_path());
   EngineConfig cfg;

@@ -285,9 +285,9 @@ TEST(InterventionEngine, OneSteeredRequestInABatchOf16LeavesThePlainOnesIdentica
   for (size_t i = 0; i < 15; ++i) EXPECT_EQ(again["b" + std::to_string(i)], alone["r" + std::to_string(i)]) << i;
 }
 
-// The course's looping example on stories260K: prompts whose greedy continuation loops vs ones that do not, a
-// direction between them, and the repetition rate (share of repeated 4-grams in 64 generated tokens) with and
-// without ablating it, and steering away from it. Half the prompts find the direction, the other half measure.
+// The looping example of docs/interpretability.md on stories260K: prompts whose greedy continuation loops vs ones
+// that do not, a direction between them, and the repetition rate (share of repeated 4-grams in 64 generated tokens)
+// with and without ablating it, and steering away from it. Half the prompts find the direction, the other half measure.
 // Prints what it finds; asserts only the mechanics (the numbers are reported, whether they help or not).
 TEST(Looping, RepetitionRateWithAndWithoutTheDirection) {
   auto m = LlamaModel::load(kStories);

@@ -1,5 +1,5 @@
 // KVCacheManager alone, with fake requests and no model: slot allocation as a request grows, the prefix cache
-// (the course's 992-of-1000 example), fork with copy-on-write of the last partial block, waste.
+// (docs/concepts.md's 992-of-1000 example), fork with copy-on-write of the last partial block, waste.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -47,7 +47,7 @@ TEST(KVCacheManager, RefusesWhenThePoolIsShortAndLeavesNoTrace) {
   EXPECT_TRUE(kv.allocate_slots(*b, 1));
 }
 
-TEST(KVCacheManager, TheCoursePrefixExample992Of1000) {
+TEST(KVCacheManager, ThePrefixExample992Of1000) {
   // Two 1000-token prompts that share everything but the last token, blocks of 16: 62 full blocks (992
   // tokens) are shared; the second request computes only its last 8 tokens.
   KVCacheManager kv(200, 16, true);

@@ -1,4 +1,4 @@
-// kvik eval quant-error on stories260K: the chapter's qualitative result (int4 with one scale per tensor is far
+// kvik eval quant-error on stories260K: the known qualitative result (int4 with one scale per tensor is far
 // worse than int4 in groups of 128 and NF4; int8 stays close to the original), the fake quantizers themselves,
 // and the outlier report's shape.
 #include <gtest/gtest.h>
@@ -62,7 +62,7 @@ TEST(QuantError, FakeQuantizers) {
   }
 }
 
-TEST(QuantError, Stories260kReproducesTheChaptersOrdering) {
+TEST(QuantError, Stories260kReproducesTheKnownOrdering) {
   std::ifstream in(KVIK_SOURCE_DIR "/tests/data/stories.txt");
   std::ostringstream text;
   text << in.rdbuf();

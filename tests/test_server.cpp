@@ -212,7 +212,7 @@ TEST(Metrics, HistogramBucketsAreCumulative) {
   EXPECT_NE(out.find("x_sum{a=\"b\"} 5.65\n"), std::string::npos) << out;
 }
 
-TEST(Metrics, EveryCourseMetricHasHelpAndType) {
+TEST(Metrics, EveryServingMetricHasHelpAndType) {
   ServerMetrics m("my \"model\"");
   const std::string text = m.render();
   const std::vector<std::pair<std::string, std::string>> names = {{"time_to_first_token_seconds", "histogram"},

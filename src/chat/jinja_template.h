@@ -1,4 +1,4 @@
-// A Jinja subset, enough for the chat templates of Llama 3.x, Qwen2/3 and Mistral (module 2 of the course:
+// A Jinja subset, enough for the chat templates of Llama 3.x, Qwen2/3 and Mistral (what turns messages into
 // the prompt a chat model actually sees), rendering byte-identically to @huggingface/jinja (transformers.js):
 //   statements  if/elif/else, for (with loop.*, `else`, inline `if`, tuple unpacking), set (incl. ns.attr and
 //               block set), macro, call, break/continue; {# comments #}; {%- -%} whitespace control with HF's

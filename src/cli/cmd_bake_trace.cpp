@@ -1,5 +1,5 @@
 // kvik bake-ablation (a direction removed from the weights, written as GGUF) and kvik trace (one forward step as
-// the course's shape table, "Spåra tensorerna", with this model's numbers).
+// a table of shapes with this model's numbers).
 #include <cmath>
 #include <cstdio>
 
@@ -31,7 +31,7 @@ void trace_row(const std::string& code, const std::string& shape, const std::str
   std::printf("%s\n", line.c_str());
 }
 
-// The course's table: the rows inside the layer loop indented under `for l in range(L)`.
+// The table of shapes: the rows inside the layer loop indented under `for l in range(L)`.
 void print_trace(const StepTrace& t, int64_t n_layers) {
   bool in_loop = false;
   for (const StepTraceRow& r : t.rows) {

@@ -1,4 +1,4 @@
-// kvik eval quant-error: the quantization chapter's table (fake-quantized weights: RMSE, perplexity, top-1
+// kvik eval quant-error: the quantization-error table (fake-quantized weights: RMSE, perplexity, top-1
 // agreement with the original) and its outlier report, on the user's model and text.
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -75,10 +75,9 @@ Run add_eval(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* e = app.add_subcommand("eval", "Evaluations of a model on a text (see: kvik eval quant-error --help)");
   e->require_subcommand(1);
-  auto* c =
-      e->add_subcommand("quant-error",
-                        "The quantization chapter's table: weight RMSE, perplexity and top-1 agreement per scheme, "
-                        "and the outlier dimensions");
+  auto* c = e->add_subcommand("quant-error",
+                              "Quantization error per scheme: weight RMSE, perplexity and top-1 agreement, "
+                              "and the outlier dimensions");
   c->add_option("--model,-m", o->model, "GGUF model file or Hugging Face directory")->required();
   c->add_option("--file,-f", o->file, "Text file to score")->required();
   c->add_option("--schemes", o->schemes, "Only these schemes (names as the table prints them)")->delimiter(',');

@@ -1,4 +1,5 @@
-// kvik inspect: the metadata, shapes (in the course's notation), parameter count and KV bytes per token of a GGUF file.
+// kvik inspect: the metadata, shapes (docs/concepts.md's notation), parameter count and KV bytes per token of a
+// GGUF file.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -86,7 +87,7 @@ Run add_inspect(CLI::App& app) {
     try {
       const ModelConfig c = config_from_gguf(*g);
       std::printf("architecture: %s%s%s\n\n", c.arch.c_str(), c.name.empty() ? "" : "  name: ", c.name.c_str());
-      std::printf("shapes (the course's notation)\n");
+      std::printf("shapes (the notation of docs/concepts.md)\n");
       std::printf("  d     %8lld  model width (embedding_length)\n", (long long)c.dim);
       std::printf("  L     %8lld  blocks\n", (long long)c.n_layers);
       std::printf("  n_h   %8lld  query heads\n", (long long)c.n_heads);

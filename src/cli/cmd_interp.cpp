@@ -1,4 +1,4 @@
-// kvik lens / direction / trace: looking inside the model (the course's module 10, and module 4's shape trace).
+// kvik lens / direction / trace: looking inside the model (docs/interpretability.md).
 #include <unistd.h>
 
 #include <cstdio>

@@ -38,7 +38,7 @@ void add_engine_flags(CLI::App* c, EngineFlags& f) {
               "Repack F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q4_K/Q5_K/Q6_K weights at load for the row-parallel "
               "AVX2 / AVX-512 / AMX kernels (default on)");
   c->add_option("--tensor-parallel-size", e.parallel.tensor_parallel_size,
-                "Split every layer's heads and MLP over this many ranks (under mpirun; see README)")
+                "Split every layer's heads and MLP over this many ranks (under mpirun; see docs/parallelism.md)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   c->add_option("--pipeline-parallel-size", e.parallel.pipeline_parallel_size,

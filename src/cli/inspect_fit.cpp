@@ -1,4 +1,4 @@
-// kvik inspect --fit: the chapter's memory-fit table — for each weight type a user would pick and each KV cache
+// kvik inspect --fit: the memory-fit table — for each weight type a user would pick and each KV cache
 // dtype, the weight bytes, KV bytes per token and how many full-length sequences fit in a memory budget.
 #include <fmt/format.h>
 

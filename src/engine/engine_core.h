@@ -46,7 +46,7 @@ struct EngineConfig {
   // SamplingParams::lora; the base model needs no slot.
   int64_t max_loras = 1;
   // Tensor and pipeline parallelism under mpirun (--tensor-parallel-size, --pipeline-parallel-size): rank 0 runs
-  // this engine's scheduler and sampler, every rank its shard of the model (engine/parallel_worker.h).
+  // this engine's scheduler and sampler, every rank its shard of the model (engine/parallel_engine.h).
   ParallelConfig parallel;
 };
 

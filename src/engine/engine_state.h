@@ -1,6 +1,6 @@
 // A picture of the engine at one step boundary, for the dashboard's KV block map (GET /v1/engine/state): every
 // block of the pool with its owner, ref count and prefix-cache hash, and every running or waiting request with
-// its block table — the course's PagedAttention drawing, from the live engine. Taken on the engine thread
+// its block table — PagedAttention's blocks and block tables, from the live engine. Taken on the engine thread
 // between two steps (AsyncEngine publishes one when asked), read by any thread: it is immutable once made.
 #pragma once
 

@@ -96,8 +96,8 @@ class SpecDecodeGate {
 // What a forward step costs by its number of query tokens, learned from the steps the engine runs (prefill chunks,
 // decodes, verifications): an exponential moving average per size up to kMaxTracked, linear interpolation
 // between sizes seen, and beyond the largest the slope of the two largest. The cost of k more query tokens is
-// what decides whether drafting pays, and it differs by CPU and model: on 2 Zen 5 cores a 1B Q8_0 step of 5 tokens
-// costs ~1.4x a step of 1 (memory-bound), while on stories260K it costs ~3x (overhead- and compute-bound).
+// what decides whether drafting pays, and it differs by CPU and model: a memory-bound step of 5 tokens costs little
+// more than a step of 1, an overhead- or compute-bound one several times as much (bench/spec_decode.sh).
 class StepCostModel {
  public:
   static constexpr int64_t kMaxTracked = 512;
@@ -114,7 +114,7 @@ class StepCostModel {
 };
 
 // Expected tokens one verification yields with k drafts, each accepted with probability alpha until the first
-// rejection, plus the target's own token: (1 − α^(k+1)) / (1 − α) (the chapter's formula).
+// rejection, plus the target's own token: (1 − α^(k+1)) / (1 − α) (docs/concepts.md, "Speculative decoding").
 double expected_tokens_per_step(double alpha, int32_t k);
 
 // The draft length, 0..k_max, that maximizes the step's expected output tokens per second, given the tokens the

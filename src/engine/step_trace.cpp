@@ -13,7 +13,7 @@ namespace kvik {
 
 namespace {
 
-// The course's table for T new tokens on a cache of ctx tokens (after the step).
+// The table of shapes for T new tokens on a cache of ctx tokens (after the step).
 std::vector<StepTraceRow> shape_rows(const ModelConfig& c, int64_t T, int64_t ctx, const std::vector<double>& rms) {
   const int64_t nh = c.n_heads, nkv = c.n_kv_heads, dh = c.head_dim, d = c.dim;
   std::vector<StepTraceRow> rows = {

@@ -1,4 +1,4 @@
-// One forward step as the course's shape table ("Spåra tensorerna"): ids [T], x [T, d], q/k/v per head, the cache
+// One forward step as a table of shapes (docs/concepts.md's notation): ids [T], x [T, d], q/k/v per head, the cache
 // [n_kv, ctx, d_h], scores [n_h, T, ctx], the MLP [T, d_ff], logits [V] and the slot mapping, with this model's
 // numbers and the residual stream's RMS after each layer from a real run of the step (SingleSequence). Used by
 // `kvik trace` and the server's trace endpoint (run on the engine thread, which owns the model's workspace).
@@ -13,7 +13,7 @@
 namespace kvik {
 
 struct StepTraceRow {
-  std::string code;           // the step as the course writes it, "q = h @ W_q[l] -> heads"
+  std::string code;           // the step as pseudocode, "q = h @ W_q[l] -> heads"
   std::string shape;          // in symbols, "[n_h, T, d_h]"
   std::vector<int64_t> dims;  // the same with this step's numbers (empty for a row without a tensor)
   std::string note;

@@ -1,4 +1,4 @@
-// The quantization chapter's table on the user's model: each scheme fake-quantizes every linear weight of the
+// The quantization-error table on the user's model: each scheme fake-quantizes every linear weight of the
 // layers (quantize, dequantize back to f32, in memory), and the table shows the weight RMSE, the perplexity
 // and the top-1 agreement with the unquantized model; plus the outlier report (residual-stream dimensions whose
 // |activation| exceeds 6× the layer's RMS).
@@ -23,7 +23,7 @@ struct FakeQuantScheme {
   std::function<void(float* w, int64_t rows, int64_t cols)> apply;
 };
 
-// The chapter's schemes (absmax int8 per tensor and per row, int4 per tensor, per row and in groups of 128, NF4
+// The schemes (absmax int8 per tensor and per row, int4 per tensor, per row and in groups of 128, NF4
 // in groups of 64 with QLoRA's codebook) and the GGUF types kvik can quantize, through tensor/'s quantizers.
 std::vector<FakeQuantScheme> fake_quant_schemes();
 

@@ -1,4 +1,4 @@
-// Looking inside the model (the course's module 10, "Tolkning"): the residual stream of a prompt at every layer,
+// Looking inside the model (docs/interpretability.md): the residual stream of a prompt at every layer,
 // the logit lens, and concept directions as the difference of two prompt groups' mean activations.
 // Sits above engine/ (it runs prompts through SingleSequence) and below cli/.
 #pragma once

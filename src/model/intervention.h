@@ -1,4 +1,4 @@
-// Run-time interventions on the residual stream (the course's module 10, "Tolkning"): a unit direction r̂ in
+// Run-time interventions on the residual stream (docs/interpretability.md): a unit direction r̂ in
 // the stream's d dimensions, and per request either steering (x ← x + α r̂) or directional ablation
 // (x ← x − (x · r̂) r̂) at chosen stream layers.
 //

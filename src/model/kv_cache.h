@@ -27,7 +27,7 @@ class KvCacheTensors {
   DType dtype() const { return dtype_; }
   void* k(int64_t layer) { return layers_[layer].k.get(); }
   void* v(int64_t layer) { return layers_[layer].v.get(); }
-  // Bytes per token (all layers, K and V), the course's KV bytes per token: 2 · L · the bytes of one row of
+  // KV bytes per token (all layers, K and V; docs/concepts.md): 2 · L · the bytes of one row of
   // n_kv · d_h values (Q8_0: 34 per 32, F8_E4M3: 1 each).
   static int64_t bytes_per_token(const ModelConfig& cfg, DType d) {
     return 2 * cfg.n_layers * kv_row_bytes(d, cfg.kv_dim());
@@ -71,7 +71,7 @@ struct KvCacheBudget {
   int64_t max_num_batched_tokens = 2048;  // sizes the local layers' pool (below)
 };
 
-// What the KV pool can hold, as the course explains it; computed once at start-up.
+// What the KV pool can hold (docs/concepts.md, "The KV cache"); computed once at start-up.
 struct KvCapacity {
   int64_t bytes_per_token = 0;
   int64_t num_blocks = 0;

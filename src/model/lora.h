@@ -1,4 +1,4 @@
-// LoRA adapters over one base model, applied unmerged (the course's LoRA section; vLLM's LoRA layers and punica's
+// LoRA adapters over one base model, applied unmerged (docs/lora.md; vLLM's LoRA layers and punica's
 // segmented kernels, llama.cpp's llama-adapter): each targeted projection computes y = W x + s · B (A x), with
 // A [r, in] and B [out, r] per adapter and s = α / r (α / √r with rsLoRA) times the user's scale. The base weights
 // are read once per step for every token; the tokens of each adapter get their own thin product on top.

@@ -1,4 +1,4 @@
-// The shape of a model in the course's notation: d, L, n_h, n_kv, d_h, d_ff, V.
+// The shape of a model in the notation of docs/concepts.md: d, L, n_h, n_kv, d_h, d_ff, V.
 #pragma once
 
 #include <cmath>

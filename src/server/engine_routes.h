@@ -1,7 +1,7 @@
 // kvik's extension endpoints for the web pages: GET /v1/engine/state (the dashboard's KV block map: every block's
 // owner, ref count and prefix-cache hash, and every request's block table, from a snapshot the engine thread
 // publishes between steps), GET /v1/engine/prefix_summary (the cached block hashes alone) and POST /v1/engine/trace
-// (one prefill or decode step as the course's shape table).
+// (one prefill or decode step as a table of shapes, as `kvik trace` prints it).
 #pragma once
 
 #include <string>

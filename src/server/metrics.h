@@ -1,4 +1,4 @@
-// /metrics: the course's serving metrics (module 9, "Mät med /metrics") under the `kvik:` prefix, in the
+// /metrics: vLLM's serving metrics (docs/serving.md lists them) under the `kvik:` prefix, in the
 // Prometheus text format. Updated on the engine thread after every step; rendered by HTTP handler threads.
 #pragma once
 

@@ -423,7 +423,7 @@ test('structured output: response_format json_object/json_schema and guided_rege
       model: 'stories260K', messages: [{ role: 'user', content: 'Tell me about Lily' }], max_tokens: 120, temperature: 1, seed,
       response_format: { type: 'json_schema', json_schema: { name: 'person', schema } },
     });
-    if (r.choices[0].finish_reason !== 'stop') continue;  // cut by max_tokens: the course's warning
+    if (r.choices[0].finish_reason !== 'stop') continue;  // cut by max_tokens: the constraint holds per token
     const v = JSON.parse(r.choices[0].message.content);
     assert.equal(typeof v.name, 'string');
     assert.ok(Number.isInteger(v.age));

@@ -31,31 +31,22 @@ inline V dpbusd(V s, V w, V x) {
 #endif
 }
 
-// Batch-1 decode streams every weight once from memory, and the hardware prefetcher alone falls short on Zen 3 (2
-// threads, 1B shape, `kvik bench` decode tok/s and fraction of the probed bandwidth: Q8_0 19.5 (0.79), Q4_K_M 28.1
-// (0.61), Q4_0 38.2 (0.73)). The kernels without VNNI prefetch in one of two ways:
+// Batch-1 decode streams every weight once from memory, and on CPUs without VNNI the hardware prefetcher alone does
+// not keep that stream at the memory's speed. The kernels without VNNI therefore prefetch, in one of two ways:
 // - the 4- and 5-bit types of 32-element blocks (pairs of 576-768 bytes): the bytes kDecodePrefetchAhead past the
-//   pair, as one burst at its start: Q4_0 45.4 tok/s (0.86) at 1024; 768 as good, 2048 and 4096 less. Spread as below
-//   over the nibble vectors, 4 pairs ahead: 46.6 against the burst's 46.5 (12 alternated runs), and 3-4% slower on
-//   weights that sit in the L3 (2048², one token); 2 / 6 pairs ahead no better.
-// - Q8_0 (pairs of 1088 bytes) and the K-quants (records of 2368-3392 bytes): the unit ahead, spread over the current
-//   one's k-groups / sub-blocks (prefetch_part) instead of a burst of 17-53 lines at its start. Q8_0 kQ8_0PairsAhead
-//   pairs ahead: 24.7 -> 25.5 tok/s (medians of 7 alternated runs, 6 of 7 pairs faster; an earlier build 22.1 -> 24.0
-//   in 6 runs; a sweep of 4 runs each: 1 / 2 / 3 / 4 pairs 24.2 / 23.8 / 23.5 / 23.1 against the burst's 21.9).
-//   K-quants the next record: 1B Q4_K_M 34.1 -> 41.0 (6 alternated runs); with only Q4_K changed (5 runs) the burst
-//   1024 bytes ahead gave 30.0, spread one record ahead 33.4, one and a half 33.5, and the burst 2304-6912 bytes
-//   ahead less than at 1024.
-// Q8_0 over the 1B's matrices in their decode order (16 × qkv, o, gate-up, down, then the output head: 1.1 GB; one
-// process, 2 threads, 11-25 alternated rounds; Zen 3, 2026-12-03): prefetcht1 4 or 6 pairs ahead took 1.00-1.05× the
-// time of this, prefetchnta 2 pairs 0.99-1.01×; the kernel streamed at 0.85-0.94 of a bare read's GB/s over the same
-// bytes, and a barrier after each matrix (the pool's join) cost nothing measurable there.
+//   pair, as one burst at its start (spread over the nibble vectors it decodes no faster and is slower on weights
+//   that sit in the L3);
+// - Q8_0 (pairs of 1088 bytes) and the K-quants (records of 2368-3392 bytes): the unit ahead (Q8_0: kQ8_0PairsAhead
+//   pairs; K-quants: the next record), spread over the current one's k-groups / sub-blocks (prefetch_part), because a
+//   burst of 17-53 lines at a unit's start stalls on the core's outstanding misses.
+// The distances are those that decoded fastest in alternated `kvik bench` decode runs (bench/compare_llamacpp.sh on
+// an AVX2-only CPU).
 constexpr int64_t kDecodePrefetchAhead = 1024;
 inline void prefetch_ahead(const uint8_t* p, int64_t bytes) { prefetch_span_ahead<kDecodePrefetchAhead>(p, bytes); }
 inline constexpr int64_t kQ8_0PairsAhead = 2;
 // Part i of kParts of a unit of kBytes (whole cache lines) at `next`: the kBytes/kParts bytes from i times that, a
 // prefetch per 64 bytes, so where that span is not whole lines neighbouring parts share a line and the last part
-// reaches one line past the unit. That decoded faster than an exact partition of the lines, each in one part (1B
-// Q4_K_M 40.9 vs 36.9 tok/s, medians of 4 alternated runs).
+// reaches one line past the unit. That decodes faster than an exact partition of the lines, each in one part.
 template <int64_t kBytes, int kParts>
 inline void prefetch_part(const uint8_t* next, int i) {
   static_assert(kBytes % 64 == 0, "a prefetched unit is whole cache lines, so the next one stays line-aligned");

@@ -113,10 +113,8 @@ void gemm_k_scale_min_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y
     for (int t = 0; t < R; ++t) xb[t] = x.x + t * nb + b, s32[t] = x.sums32 + (t * nb + b) * 8;
     for (int h = 0; h < 2; ++h) {
       __m256i isum[R], msum[R];
-      // Batch 1 without VNNI (where it was measured): the next record, during the first half. On a Zen 3, one process,
-      // 2 threads, time against a bare read of the same 390-445 MB: no prefetch 1.35-1.40, one record ahead (this)
-      // 1.03-1.16, two 1.16-1.18, three 1.20; both halves per sub-block (each line read whole at once) 1.07 against
-      // 1.09, not kept.
+      // Batch 1 without VNNI: the next record, spread over the first half (avx2_int8.h); one record ahead streams
+      // closest to a bare read of the same bytes, two or three ahead and a burst per sub-block do not.
       const uint8_t* next = !kVnni && R == 1 && h == 0 ? rec + L.record : nullptr;
       k_scale_min_half<R, kFifth, kVnni>(rec, h, xb, s32, isum, msum, next);
       const __m256 dw = _mm256_cvtph_ps(load16(rec + L.d + 16 * h)),
@@ -133,10 +131,9 @@ void gemm_k_scale_min_r(const uint8_t* g, int64_t nb, const ActQ8KS& x, float* y
 
 // Q6_K: per 32-element chunk c the nibbles with their high bit pairs at bits 4..5 are sub-blocks 2c (low nibbles)
 // and 2c + 1 (high); the −32 offset comes off per chunk with vpmaddwd of the (−32·sc_2c, −32·sc_2c+1) pairs by the
-// token's (bsums_2c, bsums_2c+1). The record's scale line before each chunk pair (packed.h) against all scales at its
-// end, this kernel on a Zen 3 (one process, alternated, 2 threads, 445 MB): time 0.98-1.00 at 1 token, 0.87 at 2,
-// 0.78 at 4, 0.87 at 8. Loading a chunk in address order (nibbles before high bits, the scale line first) measured
-// the same (0.97-1.0) and is not done.
+// token's (bsums_2c, bsums_2c+1). The record keeps a scale line before each chunk pair (packed.h), which this kernel
+// reads no slower than scales at the record's end at 1 token and faster from 2 tokens on (bench_matmul_packed
+// --types q6_k); loading a chunk in address order (nibbles before high bits) is no faster here and is not done.
 inline __m256i q6_high_bits(__m256i hb, int v) {  // bits 2v..2v+1 of each byte → bits 4..5 (strays masked off)
   const __m256i m = _mm256_set1_epi8(0x30);
   switch (v) {

@@ -17,22 +17,14 @@
 // The integer sums are exact and the float epilogue is the reference's fmas in its order, so every result equals
 // gemm_*_x16_ref bit for bit and no token's result depends on how many tokens share the call.
 //
-// Q8_0 without VNNI is bound by its instruction sequence: per 64 multiply-adds (a k-group of 16 rows, one token) 2
-// vpsignb + 2 vpmaddubsw + 2 vpmaddwd + 2 vpaddd (a vpmaddubsw pair of signed products reaches 2·127·127, so two cannot
-// share s16; splitting the weights into nibbles to let them would take 2 vpmaddubsw per 32 bytes and more). Tried on a
-// Zen 3 (2026-12-03), not kept: the stored u8 quants as s16 words (even / odd bytes by vpand / vpsrlw, shared by the
-// tokens) against the token's words by vpmaddwd, the + 128 off with Σx: 4 vpmaddwd for the same 64, no vpsignb, and
-// 0.87-0.90× the GOPS (bench_matmul_packed --types q8_0, 2 threads, 3 alternated runs: 2 tokens 178-181 against
-// 202-209, 4-256 tokens 193-216 against 227-240). This kernel ran there at 113-116 GOPS a core, 0.88-0.90 of its
-// sequence alone (bench_avx2_int8_ceiling: 128.5). At batch 1, a pair's two blocks before its scale line (the address
-// order that made the AVX-512 kernel 14-16% faster) took 0.94-1.01 of the time in one process, alternated (which of the
-// two ran first moved it as much), where the kernel streams at 1.08-1.15× the time of a bare read of the same bytes:
-// not kept. Measured there too, not built: w's sign onto x by vpxor with w's sign mask instead of vpsignb (x ⊕ m is ±x
-// − 1 where w < 0, so the sums would come off by Σ_{w<0} w per row and block, shared by the tokens): the ceiling's
-// sequence with that swap ran at 1.02-1.05× (131-137 against 128-132 GOPS, before any correction), and with the tokens'
-// activations stored broadcast and folded into the vpxor (no vpbroadcastd) at 0.95×. The sequence is bound by the
-// vector uops a core issues (about 3.6 a cycle there) more than by the two multiply pipes (the same sequence without
-// vpsignb, not exact, ran at 178), and every exact formulation tried needs 4 per 32 multiply-adds.
+// Q8_0 without VNNI is bound by its instruction sequence, not by memory: per 64 multiply-adds (a k-group of 16 rows,
+// one token) 2 vpsignb + 2 vpmaddubsw + 2 vpmaddwd + 2 vpaddd (a vpmaddubsw pair of signed products reaches 2·127·127,
+// so two cannot share s16; splitting the weights into nibbles to let them would take 2 vpmaddubsw per 32 bytes and
+// more). Every exact formulation needs 4 vector uops per 32 multiply-adds (the quants as s16 words against vpmaddwd;
+// w's sign onto x by vpxor with a per-block correction), and the sequence is bound by the uops a core issues more than
+// by its two multiply pipes, so none of them is faster: bench_avx2_int8_ceiling runs each sequence alone,
+// bench_matmul_packed the kernel. At batch 1 a pair record is read scale line first (the AVX-512 kernel's weights,
+// weights, scale line order is no faster here).
 #pragma once
 
 #include <immintrin.h>
@@ -69,7 +61,7 @@ inline __m256i dot_signed(__m256i w, __m256i x) {
 
 // s0 += dot_signed(w0, x), s1 += dot_signed(w1, x) for x = the 4 bytes at xp in every lane, |w| = aw given. One
 // asm block: GCC would otherwise hoist the broadcasts of all R tokens ahead of their products, each a live register,
-// and then keep half the sums on the stack in the k loop (a store and a reload each per k-group): 10-15% slower.
+// and then keep half the sums on the stack in the k loop (a store and a reload each per k-group).
 inline void dot_signed_acc2(__m256i& s0, __m256i& s1, const int8_t* xp, __m256i w0, __m256i aw0, __m256i w1,
                             __m256i aw1, __m256i ones) {
   __m256i x, p;
@@ -207,11 +199,10 @@ inline __m256 block_fma(__m256 acc, __m256i s, __m256 dw, __m256 mw, float dx, i
 }
 
 // The 4- and 5-bit types without VNNI for 3-4 tokens, one half (8 rows) at a time over all blocks: the R tokens' 8
-// float sums, their integer sums and the half's quants then fit the 16 ymm registers, where both halves at once kept
-// some on the stack (Zen 3, one thread, 2048², 8-64 tokens: Q4_0 108 → 148, Q4_1 110 → 143, Q5_0 107 → 122,
-// Q5_1 104 → 118). Per output the integer sums are the same and the float epilogue is the same fmas in the same
-// block order, so the results are too. From 3 tokens on: with fewer both halves at once fit and are faster (Zen 3,
-// 2048², GOPS at 1 / 2 / 3 / 4 tokens: Q4_0 both halves 113 / 150 / 133 / 137, per half 88 / 117 / 139 / 146).
+// float sums, their integer sums and the half's quants then fit the 16 ymm registers, where both halves at once keep
+// some on the stack. With 1-2 tokens both halves at once fit and are faster; from 3 tokens on the halves win
+// (bench_matmul_packed --types q4_0,q4_1,q5_0,q5_1,iq4_nl). Per output the integer sums are the same and the float
+// epilogue is the same fmas in the same block order, so the results are too.
 constexpr int kHalvesMinTokens = 3;
 
 template <Q T, int R>
@@ -245,7 +236,7 @@ void gemm_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, int64_t ys)
     int32_t xsum[R];
     for (int t = 0; t < R; ++t) xq[t] = x.qs + (t * nb + b) * kQK8_0, xsum[t] = x.sums[t * nb + b];
     __m256i s[R][2];
-    // Batch 1 without VNNI (measured there only; avx2_int8.h): Q8_0 prefetches the pair kQ8_0PairsAhead ahead, half
+    // Batch 1 without VNNI (avx2_int8.h says why): Q8_0 prefetches the pair kQ8_0PairsAhead ahead, half
     // of it per block spread over its k-groups; the others the bytes 1024 ahead of the pair, all at its start.
     const uint8_t* next = nullptr;
     if constexpr (!kVnni && R == 1 && T == Q::kQ8_0)

@@ -192,10 +192,9 @@ struct CpuKernels {
   uint64_t (*stream_sum)(const uint8_t* p, int64_t bytes, StreamLoad how) = nullptr;
   // The cache types (kSpreadF32 ...) whose next chunk's rows the paged attention hands to the multi-query kernels
   // (AttentionPrefetch, below) to prefetch spread over their work; it prefetches the others' all at once itself. A
-  // table with any bit set has multi-query kernels that take a hand-over whatever the type. Measured per table and
-  // type (bench_attention --layers 16 --keys 8192, decode, 2 threads, ms a token, burst -> spread): AVX2 on Zen 3 f16
-  // 32.9 -> 29.5, Q8_0 43.2 -> 28.5, f32 54.7 -> 44.0, FP8 33.6 -> 28.9, on Zen 4 f16 25.6 -> 21.3, Q8_0 43.6 ->
-  // 23.9; AVX-512 on Zen 4 f16 20.3 -> 27.8, f32 26.7 -> 36.1, Q8_0 44.8 -> 24.4, FP8 31.0 -> 29.5.
+  // table with any bit set has multi-query kernels that take a hand-over whatever the type. Each table sets the bits
+  // of the types that decode faster spread than with the burst (bench_attention --layers 16 --keys 8192): the AVX2
+  // table every type, the AVX-512 table Q8_0 and FP8 (its f16 / f32 kernels run faster with the burst).
   uint8_t spreads_attention_prefetch = 0;
 };
 
@@ -211,9 +210,9 @@ void tile_by_rows(const float* w, int64_t M, const float* x, int64_t xs, int64_t
 // attention sets it on its thread just before a scores_multi_* / wsum_multi_* call where the table's
 // spreads_attention_prefetch has the cache type's bit, and the call takes it (take_attention_prefetch; a path of the
 // kernel that does not spread prefetches it all at once: burst_attention_prefetch); for other types and tables the
-// paged attention prefetches the next chunk itself, all at the chunk's start. On Zen 3 that burst of 128 prefetches
-// stalled on the core's outstanding misses instead of overlapping the work (AVX2, f16 KV: 32.9 -> 29.5 ms a decode
-// token spread); the AVX-512 f16 / f32 kernels run faster with it (the table's comment has the figures).
+// paged attention prefetches the next chunk itself, all at the chunk's start. That burst of 128 prefetches can stall
+// on the core's outstanding misses instead of overlapping the work, while some kernels run faster with it; which one
+// each table uses per type is spreads_attention_prefetch, above.
 inline constexpr uint8_t kSpreadF32 = 1, kSpreadF16 = 2, kSpreadQ8_0 = 4, kSpreadFp8 = 8;
 struct AttentionPrefetch {
   const void* cache = nullptr;

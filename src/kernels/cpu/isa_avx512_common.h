@@ -33,8 +33,8 @@ inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
 inline __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 
 // Software prefetch of the next bytes of a streamed weight group. With R > 1 tokens the per-block work grows and the
-// hardware prefetcher alone no longer keeps DRAM ahead of the loop (R = 5 ran at a quarter of R = 1's bandwidth on
-// Zen 5); asking for the lines kPrefetchAhead bytes ahead overlaps the fetch with the dot products. Prefetching
+// hardware prefetcher alone no longer keeps DRAM ahead of the loop (bench_matmul_packed at several token counts);
+// asking for the lines kPrefetchAhead bytes ahead overlaps the fetch with the dot products. Prefetching
 // past the end of an allocation is harmless (no fault).
 inline constexpr int64_t kPrefetchAhead = 4096;
 inline void prefetch_span(const uint8_t* p, int64_t bytes) { prefetch_span_ahead<kPrefetchAhead>(p, bytes); }

@@ -177,12 +177,11 @@ inline __m512i q8_0_block_sum(const uint8_t* qs, const int8_t* xq, int32_t x_sum
 }
 
 // Batch 1 (decode), where the kernel only has to keep up with memory: a pair record's bytes in address order (the
-// two blocks' weights, then their shared line of scales), and no chain waiting on a scalar load. On a Zen 4 this
-// streamed 15-25% faster than the R-token loop below at R = 1 (1B-shaped layer stack, same process, alternated);
-// the result is the same bit for bit (integer sums, then the same FMAs in the same order). A software prefetch of the
-// record 4 KiB ahead made it 30% slower there (the hardware prefetcher keeps up alone), and moving the correction
-// after the chains in the R-token loop below, and in the Q4_0 family's, measured the same as before (±5%, 1 to 16
-// tokens), so those keep theirs.
+// two blocks' weights, then their shared line of scales), and no chain waiting on a scalar load, so it streams as fast
+// as a bare read of the same bytes, faster than the R-token loop below at R = 1; the result is the same bit for bit
+// (integer sums, then the same FMAs in the same order). No software prefetch: the hardware prefetcher keeps up with
+// Q8_0's bytes alone, and a prefetch slows it. The R-token loop below and the Q4_0 family's keep the correction at the
+// chain's start: moving it gains nothing there. (bench_matmul_packed --types q8_0 --tokens 1; `kvik bench` decode.)
 inline void gemm_q8_0_x16_1(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y) {
   __m512 acc = _mm512_setzero_ps();
   int64_t b = 0;
@@ -212,15 +211,15 @@ void gemm_q8_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
   for (int64_t b = 0; b < nb; ++b) {
     __m512i w[8];
     const uint8_t* qs = g + packed_qs_offset(b, kQ8_0PackedQs);
-    // (Batch 1 is gemm_q8_0_x16_1, without software prefetch.) Half a record a block: 2-16 tokens 0.76-0.93 of the
-    // time of the whole record before the first block (Zen 4, one process, alternated).
+    // (Batch 1 is gemm_q8_0_x16_1, without software prefetch.) Half a record a block, which is faster at 2-16 tokens
+    // than the whole record before the first block (bench_matmul_packed --types q8_0).
     prefetch_pair_half<kPrefetchAhead, 2 * kQ8_0PackedQs + kPairScales>(g, b);
     for (int k = 0; k < 8; ++k) w[k] = _mm512_load_si512(qs + 64 * k);
     const __m512 dw = _mm512_cvtph_ps(load256(g + packed_d_offset(b, kQ8_0PackedQs)));
     for (int t = 0; t < R; ++t) {
       const int8_t* xq = x.qs + (t * nb + b) * kQK8_0;
-      // From 3 tokens on, two chains of vpdpbusd (even and odd k): with 8 tokens one chain of 8 each waits on the
-      // instruction's latency (450 → 525 GOPS, one thread); at 2 tokens one chain is 3% faster.
+      // From 3 tokens on, two chains of vpdpbusd (even and odd k): one chain of 8 waits on the instruction's latency;
+      // at 1-2 tokens the other tokens' chains hide it and one chain is faster (bench_matmul_packed --types q8_0).
       __m512i s = _mm512_set1_epi32(-128 * x.sums[t * nb + b]);
       if constexpr (R > 2) {
         __m512i s1 = _mm512_setzero_si512();
@@ -246,16 +245,16 @@ inline void or_fifth_bits(__m512i& lo, __m512i& hi, __m512i fb, int v) {
   hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srli_epi16(fb, v), bit4));
 }
 
-// How far ahead the 4- to 6-bit kernels prefetch their records for R tokens: at batch 1 (decode), 8 KiB. On a Zen 4:
-// Q4_K_M 1B-shaped model, 6 alternated runs, 36.2 tok/s against 33.3 at 4 KiB, 32.2 at 16 KiB and 33.4 with no
-// software prefetch; Q4_0 batch-1 matmul 10% faster than at 4 KiB (one process, alternated), IQ4_NL / Q5_0 the same.
+// How far ahead the 4- to 6-bit kernels prefetch their records for R tokens: at batch 1 (decode), 8 KiB, the distance
+// that decodes fastest (4 and 16 KiB, and no software prefetch, are slower; `kvik bench` decode on a Q4_K_M model,
+// bench_matmul_packed --types q4_0 --tokens 1).
 template <int R>
 inline constexpr int64_t kPrefetchAheadFor = R == 1 ? 8192 : kPrefetchAhead;
 
 // The K-quant kernels' prefetch of the record kPrefetchAheadFor<R> bytes on, spread: one eighth of it before each of
 // the record's 8 sub-blocks / chunks, not all its 36-53 lines before the first (which stalls the core on its
-// outstanding misses as the attention's burst did). Q4_K_M 1B-shaped model on a Zen 4, alternated runs: decode
-// 35.7 -> 42.9 tok/s (6 pairs), 16 sequences 65.5 -> 70.5 output tok/s and a 512-token prefill 224 -> 229 tok/s (5).
+// outstanding misses as the attention's burst did); faster in decode, batched decode and prefill alike (`kvik bench`
+// on a Q4_K_M model).
 template <int R, int64_t kRecord>
 inline void prefetch_record_part(const uint8_t* rec, int part) {
   constexpr int64_t kPart = (kRecord / 8 + 63) / 64 * 64;  // whole lines
@@ -277,10 +276,9 @@ void gemm_q4_0_x16_r(const uint8_t* g, int64_t nb, const ActQ8S& x, float* y, in
   for (int64_t b = 0; b < nb; ++b) {
     __m512i lo[4], hi[4];
     const uint8_t* qs = g + packed_qs_offset(b, Q, S);
-    // Unlike Q8_0's, these want the software prefetch at batch 1 too: without it 1.5-2.1× slower on a Zen 4.
-    // Half a record a block (Zen 4, one process, alternated, time against the whole record before the first block:
-    // batch 1 Q4_0 / IQ4_NL / Q5_0 0.93 / 0.91-0.98 / 0.84; 2-8 tokens Q4_0 0.87-0.90, Q5_0 0.84-0.99, IQ4_NL
-    // 0.97-1.01; 16 tokens 0.96-1.00).
+    // Unlike Q8_0's, these want the software prefetch at batch 1 too (they do more work per byte, and are much slower
+    // without it). Half a record a block, which is no slower than the whole record before the first block at any
+    // token count and faster at 1-8 (bench_matmul_packed --types q4_0,iq4_nl,q5_0).
     prefetch_pair_half<kPrefetchAheadFor<R>, 2 * Q + S>(g, b);
     __m512i fb = _mm512_setzero_si512();
     if constexpr (kFifth) fb = _mm512_load_si512(qs + kQ4_0PackedQs);

@@ -1,5 +1,5 @@
 // The transformer's operations on the CPU, written against flat row-major float buffers.
-// Shapes in comments use the course's names: T tokens in the flat batch, d model width, n_h, n_kv, d_h.
+// Shapes in comments use the names of docs/concepts.md: T tokens in the flat batch, d model width, n_h, n_kv, d_h.
 #pragma once
 
 #include <cstdint>

@@ -42,9 +42,9 @@
 //         vectors of high bit pairs [16 rows][4] (bits 2v..2v+1 of byte e: element 32c + 4v + e, then 32c + 16 +
 //         4v + e). The chunks go in pairs p (832 bytes): the scale line of chunks 2p and 2p + 1, sc [2 c][16 rows]
 //         [2] s8 (sc_2c, sc_2c+1), then the two chunks; after the 4 pairs d [16] fp16 and 32 bytes of padding. A
-//         kernel reads the record in address order (with all scales at the record's end, read chunk by chunk, the
-//         AVX-512 kernel took 1.3-1.4× the time at 1-2 tokens on a Zen 4). The −32 offset comes off as −32·Σ_j
-//         sc_j·bsums_j (vpdpwssd with −32·sc pairs).
+//         kernel reads the record in address order (with all scales at the record's end each chunk reaches far
+//         ahead for its scales, and the kernels stream slower: bench_matmul_packed --types q6_k). The −32 offset
+//         comes off as −32·Σ_j sc_j·bsums_j (vpdpwssd with −32·sc pairs).
 #pragma once
 
 #include <cstddef>

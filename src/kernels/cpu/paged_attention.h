@@ -1,4 +1,4 @@
-// Attention over the paged KV cache (the course's PagedAttention) and the write of new K/V rows into it.
+// Attention over the paged KV cache (PagedAttention; docs/concepts.md) and the write of new K/V rows into it.
 // Cache layout per layer: [num_blocks, block_size, n_kv, d_h] of the cache's element type: F32, F16, Q8_0 (each
 // token's K or V row of a layer as Q8_0 blocks of 32, so n_kv·d_h % 32 == 0) or F8_E4M3 (one byte per value of
 // x / scale, one scale per layer and K or V: vLLM's fp8 cache; 1.0 unless set).

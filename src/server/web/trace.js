@@ -1,5 +1,5 @@
 // The trace page: POST /v1/engine/trace runs one prefill or decode step of the served model (between the engine's
-// steps) and returns the course's shape table with this model's numbers; the arrow keys walk through it.
+// steps) and returns its table of shapes with this model's numbers; the arrow keys walk through it.
 import { $, el, api, errorText, setupHeader, setStatus } from './common.js';
 
 let current = -1;
