@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
+#include "core/log.h"
 #include "engine/structured/grammar.h"
 #include "engine/structured/json_schema_to_gbnf.h"
 
@@ -20,25 +23,71 @@ std::string call_object(const std::string& name, const std::string& args_rule, T
                      structured::gbnf_literal(json(name).dump()), key, args_rule);
 }
 
-}  // namespace
+// Each callable tool's arguments: its schema's rules, or json-object when it cannot be compiled (lazy only).
+struct ToolArgs {
+  std::string name, start, rules;
+};
 
-std::string tool_calls_gbnf(const ojson& tools, const ToolGrammarOptions& o) {
-  std::string rules, calls;
+std::vector<ToolArgs> tool_arguments(const ojson& tools, const ToolGrammarOptions& o,
+                                     std::vector<std::string>* warnings) {
+  std::vector<ToolArgs> out;
   for (size_t i = 0; i < tools.size(); ++i) {
     const ojson& f = tools[i]["function"];
-    const std::string name = f["name"].get<std::string>();
-    if (!o.only_name.empty() && name != o.only_name) continue;
-    std::string args = "json-object";
+    ToolArgs t{f["name"].get<std::string>(), "json-object", ""};
+    if (!o.only_name.empty() && t.name != o.only_name) continue;
     if (f.contains("parameters") && f["parameters"].is_object()) {
-      structured::SchemaRules r = structured::json_schema_rules(f["parameters"].dump(), fmt::format("t{}-", i));
-      rules += r.rules;
-      args = r.start;
+      try {
+        structured::SchemaRules r = structured::json_schema_rules(f["parameters"].dump(), fmt::format("t{}-", i));
+        t.start = std::move(r.start);
+        t.rules = std::move(r.rules);
+      } catch (const Error& e) {
+        const std::string what = fmt::format("tools[{}].function.parameters: {}", i, e.what());
+        if (!o.lazy) throw Error(what);
+        if (warnings) warnings->push_back(what + "; the tool's arguments are any JSON object");
+      }
     }
+    out.push_back(std::move(t));
+  }
+  if (out.empty()) fail("tools: no function named '{}'", o.only_name);
+  return out;
+}
+
+// Under the parser's size limit: lazy grammars give up their largest schemas first; forced ones fail.
+void fit_grammar(std::vector<ToolArgs>& args, const ToolGrammarOptions& o, std::vector<std::string>* warnings) {
+  size_t total = 0;
+  for (const ToolArgs& a : args) total += a.rules.size();
+  const size_t limit = structured::kMaxGrammarTextBytes - 64 * 1024;  // room for the call syntax and primitives
+  while (total > limit) {
+    auto big = std::max_element(args.begin(), args.end(),
+                                [](const ToolArgs& a, const ToolArgs& b) { return a.rules.size() < b.rules.size(); });
+    if (!o.lazy)
+      fail(
+          "tools: the tools' argument grammars have {} bytes together, more than the limit of {} ({:.1f}x; the "
+          "largest, '{}', has {})",
+          total, limit, static_cast<double>(total) / limit, big->name, big->rules.size());
+    if (warnings)
+      warnings->push_back(fmt::format(
+          "tools: the argument grammars have {} bytes together, more than the limit of {}; the largest, '{}' ({} "
+          "bytes), takes any JSON object",
+          total, limit, big->name, big->rules.size()));
+    total -= big->rules.size();
+    big->rules.clear();
+    big->start = "json-object";
+  }
+}
+
+}  // namespace
+
+std::string tool_calls_gbnf(const ojson& tools, const ToolGrammarOptions& o, std::vector<std::string>* warnings) {
+  std::vector<ToolArgs> args = tool_arguments(tools, o, warnings);
+  fit_grammar(args, o, warnings);
+  std::string rules, calls;
+  for (size_t i = 0; i < args.size(); ++i) {
+    rules += args[i].rules;
     const std::string rule = fmt::format("tool-call-{}", i);
-    rules += rule + " ::= " + call_object(name, args, o.format) + "\n";
+    rules += rule + " ::= " + call_object(args[i].name, args[i].start, o.format) + "\n";
     calls += (calls.empty() ? "" : " | ") + rule;
   }
-  if (calls.empty()) fail("tools: no function named '{}'", o.only_name);
   std::string root;
   switch (o.format) {
     case ToolCallFormat::kHermes:
@@ -60,7 +109,9 @@ std::string tool_calls_gbnf(const ojson& tools, const ToolGrammarOptions& o) {
 }
 
 StructuredOutputSpec tool_calls_spec(const ojson& tools, const ToolGrammarOptions& o, const Tokenizer& tok) {
-  StructuredOutputSpec spec = StructuredOutputSpec::grammar(tool_calls_gbnf(tools, o));
+  std::vector<std::string> warnings;
+  StructuredOutputSpec spec = StructuredOutputSpec::grammar(tool_calls_gbnf(tools, o, &warnings));
+  for (const std::string& w : warnings) log_warn("{}", w);
   spec.source = o.only_name.empty() ? "tools" : "tool_choice";
   if (!o.lazy) return spec;
   const std::string trigger = tool_call_trigger(o.format);
