@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <random>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "engine/structured/grammar.h"
@@ -357,4 +360,119 @@ TEST(JsonSchemaBounds, WorkSizeAndDepthAreBoundedAndNamed) {
   text.max_schema_bytes = 100;
   EXPECT_THROW(json_schema_to_gbnf(big, text), Error);
   EXPECT_NO_THROW(json_schema_to_gbnf(big));
+}
+
+namespace {
+
+// A random sentence of the grammar, byte by byte (ASCII preferred, stopping at an accepting state now and then);
+// "" when it ran past `max_bytes`.
+std::string random_walk(GrammarDfa& dfa, std::mt19937& rng, size_t max_bytes) {
+  DfaCursor c = dfa.start();
+  std::string out;
+  while (out.size() < max_bytes) {
+    const auto mask = dfa.mask(c);
+    std::vector<int> ascii, other;
+    for (int b = 0; b < 256; ++b)
+      if (mask->allowed(b)) (b >= 0x20 && b < 0x7F ? ascii : other).push_back(b);
+    if (mask->accepting && (ascii.empty() && other.empty() || rng() % 4 == 0)) return out;
+    if (ascii.empty() && other.empty()) return "";
+    const std::vector<int>& from = !ascii.empty() && (other.empty() || rng() % 20 != 0) ? ascii : other;
+    // Closing bytes more often than the rest, so that walks end.
+    int b = from[rng() % from.size()];
+    for (int closer : {'"', '}', ']'})
+      if (rng() % 3 == 0 && std::find(from.begin(), from.end(), closer) != from.end()) b = closer;
+    const char ch = static_cast<char>(b);
+    if (!dfa.advance(c, std::string_view(&ch, 1))) return "";
+    out += ch;
+  }
+  return "";
+}
+
+}  // namespace
+
+// The corpus (tests/structured/schema_corpus.json, 1000 schemas shaped like MCP servers' tool schemas and zod's
+// output, written by make_schema_corpus.mjs): every schema compiles within the default bounds; every ajv-valid
+// instance is accepted; every ajv-invalid one is rejected when the compiler reports nothing as not enforced; and
+// random sentences of those fully enforced grammars are valid for ajv (validate.mjs).
+TEST(JsonSchemaCorpus, ThousandSchemasCompileAcceptValidAndRejectInvalid) {
+  const std::string dir = KVIK_SOURCE_DIR "/tests/structured";
+  std::ifstream in(dir + "/schema_corpus.json");
+  ASSERT_TRUE(in) << "missing " << dir << "/schema_corpus.json";
+  const nlohmann::ordered_json corpus = nlohmann::ordered_json::parse(in);
+  ASSERT_EQ(corpus.size(), 1000u);
+  std::mt19937 rng(99);
+  const std::string walks_path = ::testing::TempDir() + "kvik_schema_corpus_walks.jsonl";
+  std::ofstream walks(walks_path);
+  double max_ms = 0, total_ms = 0;
+  size_t max_bytes = 0, exact = 0, valid = 0, invalid = 0, rejected = 0, walked = 0;
+  std::string slowest, biggest;
+  for (const auto& entry : corpus) {
+    const std::string name = entry["name"];
+    const std::string schema = entry["schema"].dump();
+    SchemaRules r;
+    std::string gbnf;
+    Grammar g;
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      r = json_schema_rules(schema, "");
+      gbnf = "root ::= " + r.start + "\n" + r.rules + json_primitives_gbnf();
+      g = parse_gbnf(gbnf);
+    } catch (const Error& e) {
+      ADD_FAILURE() << name << ": " << e.what() << "\n" << schema;
+      continue;
+    }
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    total_ms += ms;
+    if (ms > max_ms) max_ms = ms, slowest = name;
+    if (gbnf.size() > max_bytes) max_bytes = gbnf.size(), biggest = name;
+    GrammarDfa dfa(std::move(g), byte_trie());
+    auto ok = [&](const std::string& t) {
+      DfaCursor c = dfa.start();
+      return dfa.advance(c, t) && dfa.accepting(c);
+    };
+    for (const auto& v : entry["valid"]) {
+      ++valid;
+      EXPECT_TRUE(ok(v.get<std::string>())) << name << ": rejects the valid " << v.get<std::string>() << "\n" << schema;
+    }
+    const bool fully_enforced = r.not_enforced.empty();
+    exact += fully_enforced;
+    for (const auto& v : entry["invalid"]) {
+      ++invalid;
+      const bool accepted = ok(v["text"].get<std::string>());
+      rejected += !accepted;
+      if (fully_enforced)
+        EXPECT_FALSE(accepted) << name << ": accepts the invalid " << v["text"].get<std::string>() << " ("
+                               << v["keywords"].dump() << ")\n"
+                               << schema;
+    }
+    if (!fully_enforced) continue;
+    for (int k = 0; k < 3; ++k) {
+      const std::string text = random_walk(dfa, rng, 2000);
+      if (text.empty()) continue;
+      ++walked;
+      walks << nlohmann::json{{"id", name},
+                              {"check", "json_schema_any"},
+                              {"schema", entry["schema"]},
+                              {"text", text},
+                              {"finish_reason", "stop"}}
+                   .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+            << "\n";
+    }
+  }
+  walks.close();
+  std::cout << fmt::format(
+      "corpus: {} schemas, {} fully enforced; compile + parse {:.1f} ms in all, slowest {:.2f} ms ({}); largest "
+      "grammar "
+      "{} bytes ({}); {} valid instances accepted, {} of {} invalid rejected; {} random sentences\n",
+      corpus.size(), exact, total_ms, max_ms, slowest, max_bytes, biggest, valid, rejected, invalid, walked);
+  EXPECT_GT(exact, 500u);
+  EXPECT_GT(walked, 1000u);
+  ASSERT_TRUE(std::filesystem::exists(dir + "/node_modules/ajv-formats"))
+      << "the independent validator is not installed: run `npm ci` in tests/structured (scripts/test.sh does)";
+  const std::string cmd = "node " + dir + "/validate.mjs " + walks_path + " > " + walks_path + ".out 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream res(walks_path + ".out");
+  const std::string summary((std::istreambuf_iterator<char>(res)), std::istreambuf_iterator<char>());
+  std::cout << "ajv on the random sentences: " << summary;
+  EXPECT_EQ(rc, 0) << "random sentences ajv rejects: " << summary;
 }
