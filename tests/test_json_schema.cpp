@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -97,6 +98,7 @@ TEST(JsonSchemaNumbers, HugeIntegerRangesAreCompactFastAndExact) {
     }
     EXPECT_LE(gbnf.size(), 64u << 10) << schema;
     EXPECT_LT(ms, 10.0) << schema;
+    std::cout << fmt::format("{}: {} bytes of grammar, {:.3f} ms\n", schema, gbnf.size(), ms);
     GrammarDfa dfa(std::move(g), byte_trie());
     auto ok = [&](const std::string& t) {
       DfaCursor cur = dfa.start();
@@ -356,6 +358,38 @@ TEST(JsonSchemaBounds, WorkSizeAndDepthAreBoundedAndNamed) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("limit of 64"), std::string::npos) << e.what();
   }
+  // The work bound stands for time: a schema that reaches it takes a bounded time to refuse.
+  std::string huge = R"({"type":"object","properties":{)";
+  for (int i = 0; i < 900; ++i) {
+    huge += fmt::format(R"({}"o{}":{{"type":"object","properties":{{)", i ? "," : "", i);
+    for (int j = 0; j < 100; ++j)
+      huge += fmt::format(R"({}"p{}":{{"type":"integer","minimum":{}}})", j ? "," : "", j, j);
+    huge += "}}";
+  }
+  huge += "}}";
+  JsonSchemaLimits roomy;
+  roomy.max_grammar_bytes = size_t{1} << 30;
+  roomy.max_schema_bytes = size_t{1} << 30;
+  const std::clock_t t0 = std::clock();  // CPU time: the machine may be shared
+  try {
+    json_schema_to_gbnf(huge, roomy);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("work limit of 100000"), std::string::npos) << e.what();
+  }
+  const double ms = 1000.0 * static_cast<double>(std::clock() - t0) / CLOCKS_PER_SEC;
+  std::cout << fmt::format("refused at the work limit after {:.1f} ms of CPU\n", ms);
+  EXPECT_LT(ms, 1000.0);
+  std::string wide = R"({"type":"object","properties":{)";
+  for (int i = 0; i < 1001; ++i) wide += fmt::format(R"({}"p{}":{{}})", i ? "," : "", i);
+  try {
+    json_schema_to_gbnf(wide + "}}");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("limit of 1000 members"), std::string::npos) << e.what();
+  }
+  std::string nested = std::string(300, '[') + std::string(300, ']');
+  EXPECT_THROW(json_schema_to_gbnf(R"({"const":)" + nested + "}"), Error);
   JsonSchemaLimits text;
   text.max_schema_bytes = 100;
   EXPECT_THROW(json_schema_to_gbnf(big, text), Error);

@@ -267,8 +267,7 @@ TEST(StructuredEngine, MaxTokensCutsWithLengthAndBadSpecsAreRefusedByName) {
   p.structured_output = StructuredOutputSpec::json_schema(
       R"({"type":"object","properties":{"a":{"type":"string","minLength":20,"maxLength":30}},"required":["a"]})");
   ASSERT_EQ(msg(e->add_request("cut", prompt("Lily"), p)), "");
-  p.structured_output =
-      StructuredOutputSpec::json_schema(R"({"type":"object","properties":{"n":{"type":"integr"}}})");
+  p.structured_output = StructuredOutputSpec::json_schema(R"({"type":"object","properties":{"n":{"type":"integr"}}})");
   const std::string err = msg(e->add_request("bad", prompt("Lily"), p));
   EXPECT_NE(err.find("/properties/n"), std::string::npos) << err;
   EXPECT_NE(err.find("integr"), std::string::npos) << err;

@@ -257,13 +257,15 @@ std::string SchemaConverter::enumeration(const json& s, const std::string& path)
   std::vector<std::string> types;
   if (s.contains("type")) types = types_of(s, path);
   std::vector<std::string> alts;
+  std::set<std::string> seen;
   for (const json& v : values) {
     const std::string t = json_type_of(v);
     if (!types.empty() && std::find(types.begin(), types.end(), t) == types.end() &&
         !(t == "integer" && std::find(types.begin(), types.end(), "number") != types.end()))
       continue;
-    const std::string lit = gbnf_literal(js_text(v));
-    if (std::find(alts.begin(), alts.end(), lit) == alts.end()) alts.push_back(lit);
+    std::string lit = gbnf_literal(js_text(v));
+    charge(path);
+    if (seen.insert(lit).second) alts.push_back(std::move(lit));
   }
   for (const auto& [k, v] : s.items())
     if (!is_annotation_keyword(k) && k != "enum" && k != "const" && k != "type" && k != "nullable")

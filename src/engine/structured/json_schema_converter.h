@@ -60,6 +60,7 @@ class SchemaConverter {
   void plan_dependencies(const json& s, const std::string& path, ObjectPlan& plan);
   std::string extra_key(const json& s, const std::string& path, const ObjectPlan& plan);
   std::string build_object(const ObjectPlan& plan, const std::string& path);
+  std::string plain_object(const ObjectPlan& plan, const std::string& path);
   std::string object_state(const ObjectPlan& plan, const std::string& path, size_t i, int64_t count,
                            std::vector<int> pending, std::vector<int> forbidden,
                            std::map<std::string, std::string>& memo);

@@ -10,6 +10,7 @@
 #include <cctype>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -27,6 +28,9 @@ namespace {
 using json = SchemaJson;
 
 constexpr size_t kMaxObjectStates = 2048;
+// Objects with counts or dependencies and more properties than this are built without them: the state machine
+// recurses once per property.
+constexpr size_t kMaxStatefulProperties = 256;
 
 std::string repeat_suffix(int64_t min, int64_t max) {  // max < 0: unbounded
   if (max < 0) return fmt::format("{{{},}}", min);
@@ -41,6 +45,7 @@ std::optional<std::string> string_except(const std::vector<std::string>& names) 
     bool end = false;
   } root;
   for (const std::string& n : names) {
+    if (n.size() > 256) return std::nullopt;  // the walk recurses once per character
     for (char c : n)
       if (c < 0x20 || c > 0x7E || c == '"' || c == '\\') return std::nullopt;
     Node* cur = &root;
@@ -102,25 +107,33 @@ SchemaConverter::ObjectPlan SchemaConverter::plan_object(const json& s, const st
 // properties (with the values of matching patternProperties merged in), then required names not declared, which
 // take the additionalProperties schema (true when absent).
 void SchemaConverter::plan_declared(const json& s, const std::string& path, ObjectPlan& plan) {
+  static const json kNone = json::object();
   if (s.contains("properties") && !s["properties"].is_object()) error(path, "properties must be an object");
   if (s.contains("required") && !s["required"].is_array()) error(path, "required must be an array");
-  json props = s.value("properties", json::object());
-  std::set<std::string> required;
-  const json required_list = s.value("required", json::array());
-  for (const auto& r : required_list) {
-    if (!r.is_string()) error(path, "required must list strings");
-    required.insert(r.get<std::string>());
-    if (!props.contains(r.get<std::string>()))
-      props[r.get<std::string>()] = s.value("additionalProperties", json(true));
-  }
-  const json patterns = s.value("patternProperties", json::object());
-  if (!patterns.is_object()) error(path, "patternProperties must be an object");
-  std::vector<std::string> notes;
+  if (s.contains("patternProperties") && !s["patternProperties"].is_object())
+    error(path, "patternProperties must be an object");
+  const json& props = s.contains("properties") ? s["properties"] : kNone;
+  const json& patterns = s.contains("patternProperties") ? s["patternProperties"] : kNone;
+  const json undeclared_value = s.contains("additionalProperties") ? s["additionalProperties"] : json(true);
+  // Declared properties in order, then required names not declared (found through a set: no quadratic lookups).
+  std::vector<std::pair<std::string, const json*>> list;
+  std::set<std::string> declared, required;
   for (const auto& [name, sub] : props.items()) {
-    json value = sub;
+    list.emplace_back(name, &sub);
+    declared.insert(name);
+  }
+  if (s.contains("required"))
+    for (const auto& r : s["required"]) {
+      if (!r.is_string()) error(path, "required must list strings");
+      required.insert(r.get<std::string>());
+      if (declared.insert(r.get<std::string>()).second) list.emplace_back(r.get<std::string>(), &undeclared_value);
+    }
+  std::vector<std::string> notes;
+  for (const auto& [name, sub] : list) {
+    std::optional<json> merged;
     for (const auto& [p, ps] : patterns.items())
-      if (pattern_matches(p, name)) value = merge_schemas(value, ps, notes);
-    const std::string v = visit(value, path + "/properties/" + name);
+      if (pattern_matches(p, name)) merged = merge_schemas(merged ? *merged : *sub, ps, notes);
+    const std::string v = visit(merged ? *merged : *sub, path + "/properties/" + name);
     plan.names.push_back(name);
     plan.kv.push_back(v.empty() ? "" : gbnf_literal(json(name).dump()) + " ws \":\" ws " + v + " ws");
     plan.required.push_back(required.count(name) > 0);
@@ -133,7 +146,8 @@ void SchemaConverter::plan_declared(const json& s, const std::string& path, Obje
 // names. A key matching a pattern may also take the additional schema (not enforced: patterns are not subtracted).
 void SchemaConverter::plan_extras(const json& s, const std::string& path, ObjectPlan& plan) {
   std::vector<std::string> alts;
-  const json patterns = s.value("patternProperties", json::object());
+  static const json kNone = json::object();
+  const json& patterns = s.contains("patternProperties") ? s["patternProperties"] : kNone;
   for (const auto& [p, ps] : patterns.items()) {
     const std::string v = visit(ps, path + "/patternProperties/" + p);
     if (v.empty()) continue;
@@ -207,20 +221,44 @@ void SchemaConverter::plan_dependencies(const json& s, const std::string& path, 
 }
 
 std::string SchemaConverter::build_object(const ObjectPlan& plan, const std::string& path) {
-  std::map<std::string, std::string> memo;
-  try {
-    const std::string body = object_state(plan, path, 0, 0, {}, {}, memo);
-    return body.empty() ? "" : new_rule(path + "-object", "\"{\" ws " + body + " \"}\"");
-  } catch (const std::length_error&) {
-    note(path, "minProperties/maxProperties/dependentRequired are not enforced (too many combinations)");
-    ObjectPlan plain = plan;
-    plain.counting = false;
-    plain.needs.assign(plan.names.size(), {});
-    plain.needed_by.assign(plan.names.size(), {});
-    memo.clear();
-    const std::string body = object_state(plain, path, 0, 0, {}, {}, memo);
-    return body.empty() ? "" : new_rule(path + "-object", "\"{\" ws " + body + " \"}\"");
+  bool constrained = plan.counting;
+  for (const auto& n : plan.needs) constrained |= !n.empty();
+  for (const auto& n : plan.needed_by) constrained |= !n.empty();
+  if (constrained && plan.names.size() <= kMaxStatefulProperties) {
+    std::map<std::string, std::string> memo;
+    try {
+      const std::string body = object_state(plan, path, 0, 0, {}, {}, memo);
+      return body.empty() ? "" : new_rule(path + "-object", "\"{\" ws " + body + " \"}\"");
+    } catch (const std::length_error&) {
+    }
   }
+  if (constrained) note(path, "minProperties/maxProperties/dependentRequired are not enforced (too many combinations)");
+  return plain_object(plan, path);
+}
+
+// Without counts or dependencies: rest[i] (something was written before i) and first[i] (nothing yet), built
+// from the last property back, so no recursion grows with the number of properties.
+std::string SchemaConverter::plain_object(const ObjectPlan& plan, const std::string& path) {
+  ObjectPlan open = plan;
+  open.counting = false;
+  const size_t n = plan.names.size();
+  std::string rest = object_extras(open, path, 1), first = object_extras(open, path, 0);
+  for (size_t i = n; i-- > 0;) {
+    const std::string& kv = plan.kv[i];
+    auto then = [](const std::string& head, const std::string& next) {
+      return next == "\"\"" ? head : head + " " + next;
+    };
+    std::string r, f;
+    if (!kv.empty() && !rest.empty()) r = then("\",\" ws " + kv, rest), f = then(kv, rest);
+    if (!plan.required[i]) {
+      if (!rest.empty()) r = r.empty() ? rest : r + " | " + rest;
+      if (!first.empty()) f = f.empty() ? first : f + " | " + first;
+    }
+    const std::string hint = path + "-" + plan.names[i];
+    rest = r.empty() || r == "\"\"" ? r : new_rule(hint + "-rest", r);
+    first = f.empty() || f == "\"\"" ? f : new_rule(hint + "-first", f);
+  }
+  return first.empty() ? "" : new_rule(path + "-object", "\"{\" ws " + first + " \"}\"");
 }
 
 // The rest of an object from declared property i on, `count` properties written (only whether any, when not
@@ -232,8 +270,7 @@ std::string SchemaConverter::object_state(const ObjectPlan& plan, const std::str
   count = std::min(count, cap);
   const std::string key = fmt::format("{}|{}|{}|{}", i, count, fmt::join(pending, ","), fmt::join(forbidden, ","));
   if (auto it = memo.find(key); it != memo.end()) return it->second;
-  if (memo.size() >= kMaxObjectStates && (plan.counting || !pending.empty() || !forbidden.empty()))
-    throw std::length_error("object states");
+  if (memo.size() >= kMaxObjectStates) throw std::length_error("object states");
   charge(path);
   memo[key] = "";
   if (i == plan.names.size()) return memo[key] = object_extras(plan, path, count);

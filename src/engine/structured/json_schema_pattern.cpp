@@ -100,10 +100,13 @@ std::vector<std::string_view> split_branches(std::string_view p) {
   return out;
 }
 
-void width_of(std::string_view p, int64_t& wmin, int64_t& wmax, bool& known);
+// Groups nested deeper than this are not measured (the analysis recurses once per level).
+constexpr int kMaxGroupDepth = 32;
+
+void width_of(std::string_view p, int64_t& wmin, int64_t& wmax, bool& known, int depth);
 
 // Parses the elements of a branch without top-level alternatives; `known` false on a construct it cannot measure.
-std::vector<Element> elements(std::string_view b, bool& known) {
+std::vector<Element> elements(std::string_view b, bool& known, int depth) {
   std::vector<Element> out;
   for (size_t i = 0; i < b.size();) {
     Element e;
@@ -115,7 +118,8 @@ std::vector<Element> elements(std::string_view b, bool& known) {
         inner.remove_prefix(2);
       else if (!inner.empty() && inner[0] == '?')
         e.known = false;  // lookaround, named group
-      if (e.known) width_of(inner, e.wmin, e.wmax, e.known);
+      if (depth >= kMaxGroupDepth) e.known = false;
+      if (e.known) width_of(inner, e.wmin, e.wmax, e.known, depth + 1);
     } else if (b[i] == '[') {
       end = class_end(b, i);
     } else if (b[i] == '\\') {
@@ -156,12 +160,12 @@ std::vector<Element> elements(std::string_view b, bool& known) {
   return out;
 }
 
-void width_of(std::string_view p, int64_t& wmin, int64_t& wmax, bool& known) {
+void width_of(std::string_view p, int64_t& wmin, int64_t& wmax, bool& known, int depth) {
   wmin = std::numeric_limits<int64_t>::max();
   wmax = 0;
   for (std::string_view branch : split_branches(p)) {
     int64_t bmin = 0, bmax = 0;
-    for (const Element& e : elements(branch, known)) {
+    for (const Element& e : elements(branch, known, depth)) {
       bmin = add(bmin, mul(e.wmin, e.qmin));
       bmax = add(bmax, mul(e.wmax, e.qmax));
     }
@@ -228,7 +232,7 @@ PatternGrammar pattern_gbnf(std::string_view pattern, int64_t min_length, int64_
     const bool end = !branch.empty() && branch.back() == '$' && slashes % 2 == 0;
     if (end) branch.remove_suffix(1);
     bool known = true;
-    std::vector<Element> els = elements(branch, known);
+    std::vector<Element> els = elements(branch, known, 0);
     Element any{"[\\s\\S]", 0, kInf, 1, 1, true};
     if (!start) els.insert(els.begin(), any);
     if (!end) els.push_back(any);

@@ -1,6 +1,9 @@
 #include "engine/structured/json_schema_to_gbnf.h"
 
+#include <vector>
+
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "engine/structured/grammar.h"
@@ -28,6 +31,55 @@ json-array ::= "[" ws (json-value ws ("," ws json-value ws)*)? "]"
 
 // How far past the grammar-size limit the compiler goes on measuring before it stops (to say by how much).
 constexpr size_t kMeasureFactor = 16;
+
+// A first pass over the text (nlohmann's SAX parser does not recurse) refuses what would make the DOM or the compiler
+// slow or deep before either exists: values nested deeper than kMaxJsonNesting, objects with more than
+// kMaxObjectMembers members (an ordered_json object looks its keys up one by one, so building one of n members costs
+// n² comparisons).
+constexpr size_t kMaxJsonNesting = 256;
+constexpr size_t kMaxObjectMembers = 1000;
+
+struct ShapeCheck : nlohmann::json_sax<SchemaJson> {
+  std::vector<size_t> members;  // per open container: members so far (objects), or SIZE_MAX (arrays)
+  std::string error;
+  bool open(bool object) {
+    members.push_back(object ? 0 : SIZE_MAX);
+    if (members.size() > kMaxJsonNesting)
+      error = fmt::format("the schema nests values deeper than the limit of {}", kMaxJsonNesting);
+    return error.empty();
+  }
+  bool close() {
+    members.pop_back();
+    return true;
+  }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return open(true); }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(false); }
+  bool end_array() override { return close(); }
+  bool key(string_t&) override {
+    if (++members.back() > kMaxObjectMembers)
+      error = fmt::format("an object of the schema has more than the limit of {} members", kMaxObjectMembers);
+    return error.empty();
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    error = fmt::format("not valid JSON: {}", e.what());
+    return false;
+  }
+};
+
+SchemaJson parse_schema(std::string_view text) {
+  ShapeCheck check;
+  SchemaJson::sax_parse(text, &check);
+  if (!check.error.empty()) fail("json_schema: {}", check.error);
+  return SchemaJson::parse(text);
+}
 
 }  // namespace
 
@@ -108,12 +160,7 @@ SchemaRules json_schema_rules(std::string_view schema_text, const std::string& p
   if (schema_text.size() > limits.max_schema_bytes)
     fail("json_schema: the schema has {} bytes, more than the limit of {} ({:.1f}x)", schema_text.size(),
          limits.max_schema_bytes, static_cast<double>(schema_text.size()) / limits.max_schema_bytes);
-  SchemaJson schema;
-  try {
-    schema = SchemaJson::parse(schema_text);
-  } catch (const SchemaJson::parse_error& e) {
-    fail("json_schema: not valid JSON: {}", e.what());
-  }
+  const SchemaJson schema = parse_schema(schema_text);
   if (!schema.is_object() && !schema.is_boolean())
     fail("json_schema: a schema must be a JSON object or a boolean, not {}", schema.type_name());
   return SchemaConverter(schema, prefix, limits).convert();
