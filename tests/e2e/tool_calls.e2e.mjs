@@ -241,8 +241,7 @@ for (const family of Object.keys(FAMILIES)) {
   test(`${family}: any valid schema is accepted; under "auto" one that cannot be compiled falls back`, async () => {
     const url = `${servers[family].url}/v1/chat/completions`;
     const tool = (name, parameters) => ({ type: 'function', function: { name, parameters } });
-    let deep = {};
-    for (let i = 0; i < 80; i++) deep = { type: 'array', items: deep };
+    const wide = { type: 'object', properties: Object.fromEntries(Array.from({ length: 1001 }, (_, i) => [`p${i}`, {}])) };
     const tools = [
       tool('zod_like', { type: 'object', properties: {
         offset: { type: 'integer', minimum: 0, maximum: 9007199254740991 },
@@ -252,7 +251,7 @@ for (const family of Object.keys(FAMILIES)) {
         n: { type: 'integer', multipleOf: 3 }, u: { type: 'array', uniqueItems: true }, x: { not: { type: 'null' } },
         c: { if: { minimum: 1 }, then: { maximum: 5 } }, s: { type: 'string', pattern: '^[a-z]+$', maxLength: 8 },
       }, required: ['offset'], minProperties: 1, additionalProperties: false }),
-      tool('too_deep', { type: 'object', properties: { d: deep } }),
+      tool('too_wide', wide),
       tool('strange', { type: 'strange' }),
     ];
     for (const tool_choice of ['auto', undefined]) {
@@ -277,10 +276,9 @@ for (const family of Object.keys(FAMILIES)) {
     // A schema that cannot be compiled fails only where the grammar must hold: "required" or a named tool.
     await bad({ tools: withParams({ type: 'strange' }), tool_choice: 'required' }, 'tools[0].function.parameters',
       /strange/);
-    let deep = {};
-    for (let i = 0; i < 80; i++) deep = { type: 'array', items: deep };
-    await bad({ tools: withParams({ type: 'object', properties: { d: deep } }), tool_choice: 'required' },
-      'tools[0].function.parameters', /limit of 64/);
+    const wide = { type: 'object', properties: Object.fromEntries(Array.from({ length: 1001 }, (_, i) => [`p${i}`, {}])) };
+    await bad({ tools: withParams(wide), tool_choice: 'required' }, 'tools[0].function.parameters',
+      /limit of 1000 members/);
     await bad({ tools: withParams('not a schema') }, 'tools[0].function.parameters');
     await bad({ tools: [weather, weather] }, 'tools[1].function.name', /get_weather/);
     await bad({ tools: [{ function: { name: 'f' } }] }, 'tools[0].type');
