@@ -324,6 +324,13 @@ TEST(JsonSchemaCombinations, AllOfAnyOfBesidePropertiesRefsAndNullable) {
   EXPECT_TRUE(r(R"({"home":{"city":"a"},"work":{"city":"b"},"tree":{"v":1,"kids":[{"v":2,"kids":[]}]}})"));
   EXPECT_FALSE(r(R"({"work":{}})"));
   EXPECT_TRUE(matches(R"({"type":"object","properties":{"n":{"$ref":"#"}}})", R"({"n":{"n":{}}})"));
+  const std::string anchors = R"({"$id":"https://example.com/s.json","type":"object","properties":{
+      "p":{"$ref":"#A"},"q":{"$ref":"https://example.com/s.json#/$defs/a%20b"},"r":{"$ref":"#/properties/p","maximum":5}},
+      "$defs":{"a":{"$anchor":"A","type":"integer"},"a b":{"type":"boolean"}}})";
+  Matcher an(anchors);
+  EXPECT_TRUE(an(R"({"p":7,"q":true,"r":5})"));
+  EXPECT_FALSE(an(R"({"p":"x"})"));
+  EXPECT_FALSE(an(R"({"r":6})"));
   EXPECT_TRUE(matches(R"({"type":"string","nullable":true})", "null"));
   EXPECT_TRUE(matches(R"({"type":["integer","boolean"]})", "true"));
   EXPECT_TRUE(matches(R"({"enum":[{"a":[1,2.0]},null,"x"]})", R"({"a":[1,2]})"));

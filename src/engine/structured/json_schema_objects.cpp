@@ -129,10 +129,18 @@ void SchemaConverter::plan_declared(const json& s, const std::string& path, Obje
       if (declared.insert(r.get<std::string>()).second) list.emplace_back(r.get<std::string>(), &undeclared_value);
     }
   std::vector<std::string> notes;
+  std::vector<std::pair<PatternMatcher, const json*>> matchers;
+  if (!list.empty())
+    for (const auto& [p, ps] : patterns.items()) {
+      charge(path, 10);
+      matchers.emplace_back(PatternMatcher(p), &ps);
+    }
   for (const auto& [name, sub] : list) {
     std::optional<json> merged;
-    for (const auto& [p, ps] : patterns.items())
-      if (pattern_matches(p, name)) merged = merge_schemas(merged ? *merged : *sub, ps, notes);
+    for (auto& [m, ps] : matchers) {
+      charge(path);
+      if (m.matches(name)) merged = merge_schemas(merged ? *merged : *sub, *ps, notes);
+    }
     const std::string v = visit(merged ? *merged : *sub, path + "/properties/" + name);
     plan.names.push_back(name);
     plan.kv.push_back(v.empty() ? "" : gbnf_literal(json(name).dump()) + " ws \":\" ws " + v + " ws");

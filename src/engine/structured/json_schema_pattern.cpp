@@ -250,7 +250,7 @@ PatternGrammar pattern_gbnf(std::string_view pattern, int64_t min_length, int64_
   return g;
 }
 
-bool pattern_matches(std::string_view pattern, std::string_view text) {
+PatternMatcher::PatternMatcher(std::string_view pattern) {
   static const std::shared_ptr<const VocabTrie> kBytes = [] {
     std::vector<std::string> v;
     for (int b = 0; b < 256; ++b) v.emplace_back(1, static_cast<char>(b));
@@ -258,11 +258,22 @@ bool pattern_matches(std::string_view pattern, std::string_view text) {
   }();
   try {
     const PatternGrammar g = pattern_gbnf(pattern, 0, -1);
-    if (g.expr.empty()) return false;
-    GrammarDfa dfa(parse_gbnf("root ::= " + g.expr + "\n"), kBytes);
+    if (!g.expr.empty()) dfa_ = std::make_unique<GrammarDfa>(parse_gbnf("root ::= " + g.expr + "\n"), kBytes);
+  } catch (const Error&) {
+    dfa_.reset();
+  }
+}
+
+PatternMatcher::PatternMatcher(PatternMatcher&&) noexcept = default;
+PatternMatcher& PatternMatcher::operator=(PatternMatcher&&) noexcept = default;
+PatternMatcher::~PatternMatcher() = default;
+
+bool PatternMatcher::matches(std::string_view text) {
+  if (!dfa_) return false;
+  try {
     const std::string quoted = nlohmann::json(std::string(text)).dump();
-    DfaCursor c = dfa.start();
-    return dfa.advance(c, std::string_view(quoted).substr(1, quoted.size() - 2)) && dfa.accepting(c);
+    DfaCursor c = dfa_->start();
+    return dfa_->advance(c, std::string_view(quoted).substr(1, quoted.size() - 2)) && dfa_->accepting(c);
   } catch (const Error&) {
     return false;
   } catch (const nlohmann::json::exception&) {

@@ -10,11 +10,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
 namespace kvik::structured {
+
+class GrammarDfa;
 
 struct PatternGrammar {
   std::string expr;              // content of the JSON string; "" when no string satisfies pattern and lengths
@@ -24,7 +27,18 @@ struct PatternGrammar {
 // max_length < 0: no maximum. Throws kvik::Error (from the regex translator) for a pattern it cannot express.
 PatternGrammar pattern_gbnf(std::string_view pattern, int64_t min_length, int64_t max_length);
 
-// Whether `text` matches `pattern` (search semantics); false when the pattern cannot be compiled.
-bool pattern_matches(std::string_view pattern, std::string_view text);
+// A pattern compiled once for testing strings against it (search semantics); it matches nothing when the pattern
+// cannot be compiled.
+class PatternMatcher {
+ public:
+  explicit PatternMatcher(std::string_view pattern);
+  PatternMatcher(PatternMatcher&&) noexcept;
+  PatternMatcher& operator=(PatternMatcher&&) noexcept;
+  ~PatternMatcher();
+  bool matches(std::string_view text);
+
+ private:
+  std::unique_ptr<GrammarDfa> dfa_;
+};
 
 }  // namespace kvik::structured
