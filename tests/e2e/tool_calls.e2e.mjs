@@ -241,7 +241,9 @@ for (const family of Object.keys(FAMILIES)) {
   test(`${family}: any valid schema is accepted; under "auto" one that cannot be compiled falls back`, async () => {
     const url = `${servers[family].url}/v1/chat/completions`;
     const tool = (name, parameters) => ({ type: 'function', function: { name, parameters } });
-    const wide = { type: 'object', properties: Object.fromEntries(Array.from({ length: 1001 }, (_, i) => [`p${i}`, {}])) };
+    // 40 definitions, each an array of the next: short as text, nested past the compiler's bound of 64.
+    const chain = { type: 'object', properties: { c: { $ref: '#/$defs/d0' } },
+      $defs: Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`d${i}`, { type: 'array', items: { $ref: `#/$defs/d${i + 1}` } }])) };
     const tools = [
       tool('zod_like', { type: 'object', properties: {
         offset: { type: 'integer', minimum: 0, maximum: 9007199254740991 },
@@ -251,7 +253,7 @@ for (const family of Object.keys(FAMILIES)) {
         n: { type: 'integer', multipleOf: 3 }, u: { type: 'array', uniqueItems: true }, x: { not: { type: 'null' } },
         c: { if: { minimum: 1 }, then: { maximum: 5 } }, s: { type: 'string', pattern: '^[a-z]+$', maxLength: 8 },
       }, required: ['offset'], minProperties: 1, additionalProperties: false }),
-      tool('too_wide', wide),
+      tool('too_deep', chain),
       tool('strange', { type: 'strange' }),
     ];
     for (const tool_choice of ['auto', undefined]) {
@@ -276,9 +278,10 @@ for (const family of Object.keys(FAMILIES)) {
     // A schema that cannot be compiled fails only where the grammar must hold: "required" or a named tool.
     await bad({ tools: withParams({ type: 'strange' }), tool_choice: 'required' }, 'tools[0].function.parameters',
       /strange/);
-    const wide = { type: 'object', properties: Object.fromEntries(Array.from({ length: 1001 }, (_, i) => [`p${i}`, {}])) };
-    await bad({ tools: withParams(wide), tool_choice: 'required' }, 'tools[0].function.parameters',
-      /limit of 1000 members/);
+    // 40 definitions, each an array of the next: short as text, nested past the compiler's bound of 64.
+    const chain = { type: 'object', properties: { c: { $ref: '#/$defs/d0' } },
+      $defs: Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`d${i}`, { type: 'array', items: { $ref: `#/$defs/d${i + 1}` } }])) };
+    await bad({ tools: withParams(chain), tool_choice: 'required' }, 'tools[0].function.parameters', /limit of 64/);
     await bad({ tools: withParams('not a schema') }, 'tools[0].function.parameters');
     await bad({ tools: [weather, weather] }, 'tools[1].function.name', /get_weather/);
     await bad({ tools: [{ function: { name: 'f' } }] }, 'tools[0].type');

@@ -369,7 +369,9 @@ std::string SchemaConverter::string_schema(const json& s, const std::string& pat
       if (s.contains("format")) note(path, "format beside pattern is not enforced (the pattern is)");
       return new_rule(path + "-pattern", "\"\\\"\" " + g.expr + " \"\\\"\"");
     } catch (const Error& e) {
-      note(path, fmt::format("pattern is not enforced ({})", e.what()));
+      std::string why = e.what();  // "regex: WHAT at offset N of pattern '…'": the pattern it names is rewritten
+      why = why.substr(0, why.find(" at offset"));
+      note(path, fmt::format("pattern '{}' is not enforced ({})", s["pattern"].get<std::string>(), why));
     }
   }
   if (s.contains("format") && s["format"].is_string()) {

@@ -1,5 +1,6 @@
 #include "engine/structured/json_schema_to_gbnf.h"
 
+#include <algorithm>
 #include <vector>
 
 #include <fmt/format.h>
@@ -39,14 +40,15 @@ constexpr size_t kMeasureFactor = 16;
 constexpr size_t kMaxJsonNesting = 256;
 constexpr size_t kMaxObjectMembers = 1000;
 
+// Measures the whole text (to say by how much a bound is exceeded) and keeps no values.
 struct ShapeCheck : nlohmann::json_sax<SchemaJson> {
   std::vector<size_t> members;  // per open container: members so far (objects), or SIZE_MAX (arrays)
+  size_t max_depth = 0, max_members = 0;
   std::string error;
   bool open(bool object) {
     members.push_back(object ? 0 : SIZE_MAX);
-    if (members.size() > kMaxJsonNesting)
-      error = fmt::format("the schema nests values deeper than the limit of {}", kMaxJsonNesting);
-    return error.empty();
+    max_depth = std::max(max_depth, members.size());
+    return true;
   }
   bool close() {
     members.pop_back();
@@ -64,9 +66,8 @@ struct ShapeCheck : nlohmann::json_sax<SchemaJson> {
   bool start_array(std::size_t) override { return open(false); }
   bool end_array() override { return close(); }
   bool key(string_t&) override {
-    if (++members.back() > kMaxObjectMembers)
-      error = fmt::format("an object of the schema has more than the limit of {} members", kMaxObjectMembers);
-    return error.empty();
+    max_members = std::max(max_members, ++members.back());
+    return true;
   }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
     error = fmt::format("not valid JSON: {}", e.what());
@@ -78,6 +79,11 @@ SchemaJson parse_schema(std::string_view text) {
   ShapeCheck check;
   SchemaJson::sax_parse(text, &check);
   if (!check.error.empty()) fail("json_schema: {}", check.error);
+  if (check.max_depth > kMaxJsonNesting)
+    fail("json_schema: the schema nests values {} deep, more than the limit of {}", check.max_depth, kMaxJsonNesting);
+  if (check.max_members > kMaxObjectMembers)
+    fail("json_schema: an object of the schema has {} members, more than the limit of {}", check.max_members,
+         kMaxObjectMembers);
   return SchemaJson::parse(text);
 }
 
