@@ -3,6 +3,7 @@
 // same call; arguments follow the schema), and the streamed chunks of parsed output in OpenAI's shape.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "chat/tool_parsers.h"
@@ -260,4 +261,31 @@ TEST(ToolGrammar, UncompilableSchemaFallsBackUnderAutoOnly) {
   }
   // A named tool compiles only its own schema.
   EXPECT_NO_THROW(tool_calls_gbnf(tools, {ToolCallFormat::kHermes, "noop", false, false}));
+}
+
+// Each schema within its own bound, together over the parser's limits (text size, expanded elements): under "auto"
+// the largest give up their grammars (warnings name them) until the rest parse; under "required" the error says by
+// how much.
+TEST(ToolGrammar, CombinedGrammarOverTheLimitFallsBackLargestFirst) {
+  ojson tools = ojson::array();
+  for (int t = 0; t < 8; ++t) {
+    ojson props = ojson::object();
+    for (int i = 0; i < 600 + t; ++i) props[fmt::format("property_{}", i)] = {{"type", "string"}, {"maxLength", i + 1}};
+    tools.push_back(
+        {{"type", "function"},
+         {"function", {{"name", fmt::format("f{}", t)}, {"parameters", {{"type", "object"}, {"properties", props}}}}}});
+  }
+  std::vector<std::string> warnings;
+  const std::string gbnf = tool_calls_gbnf(tools, {ToolCallFormat::kHermes, "", true, true}, &warnings);
+  EXPECT_LE(gbnf.size(), structured::kMaxGrammarTextBytes);
+  ASSERT_FALSE(warnings.empty());
+  EXPECT_NE(warnings[0].find("'f7'"), std::string::npos) << warnings[0];  // the largest first
+  EXPECT_NO_THROW(structured::parse_gbnf(gbnf));
+  try {
+    tool_calls_gbnf(tools, {ToolCallFormat::kHermes, "", true, false});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than the limit of"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the largest, 'f7'"), std::string::npos) << e.what();
+  }
 }

@@ -56,7 +56,10 @@ std::vector<ToolArgs> tool_arguments(const ojson& tools, const ToolGrammarOption
 void fit_grammar(std::vector<ToolArgs>& args, const ToolGrammarOptions& o, std::vector<std::string>* warnings) {
   size_t total = 0;
   for (const ToolArgs& a : args) total += a.rules.size();
-  const size_t limit = structured::kMaxGrammarTextBytes - 64 * 1024;  // room for the call syntax and primitives
+  // Room for the call syntax and the primitives.
+  const size_t room = size_t{64} << 10;
+  const size_t limit = structured::kMaxGrammarTextBytes > 2 * room ? structured::kMaxGrammarTextBytes - room
+                                                                   : structured::kMaxGrammarTextBytes / 2;
   while (total > limit) {
     auto big = std::max_element(args.begin(), args.end(),
                                 [](const ToolArgs& a, const ToolArgs& b) { return a.rules.size() < b.rules.size(); });
@@ -78,9 +81,9 @@ void fit_grammar(std::vector<ToolArgs>& args, const ToolGrammarOptions& o, std::
 
 }  // namespace
 
-std::string tool_calls_gbnf(const ojson& tools, const ToolGrammarOptions& o, std::vector<std::string>* warnings) {
-  std::vector<ToolArgs> args = tool_arguments(tools, o, warnings);
-  fit_grammar(args, o, warnings);
+namespace {
+
+std::string assemble(const std::vector<ToolArgs>& args, const ToolGrammarOptions& o) {
   std::string rules, calls;
   for (size_t i = 0; i < args.size(); ++i) {
     rules += args[i].rules;
@@ -106,6 +109,33 @@ std::string tool_calls_gbnf(const ojson& tools, const ToolGrammarOptions& o, std
       break;
   }
   return "root ::= " + root + "\n" + rules + structured::json_primitives_gbnf(/*compact=*/true);
+}
+
+}  // namespace
+
+// The parser's own limits (text size, elements after repetitions are expanded) are checked by parsing: under
+// "auto" the largest remaining schema falls back and the grammar is parsed again.
+std::string tool_calls_gbnf(const ojson& tools, const ToolGrammarOptions& o, std::vector<std::string>* warnings) {
+  std::vector<ToolArgs> args = tool_arguments(tools, o, warnings);
+  fit_grammar(args, o, warnings);
+  for (;;) {
+    std::string gbnf = assemble(args, o);
+    try {
+      structured::parse_gbnf(gbnf);
+      return gbnf;
+    } catch (const Error& e) {
+      auto big = std::max_element(args.begin(), args.end(),
+                                  [](const ToolArgs& a, const ToolArgs& b) { return a.rules.size() < b.rules.size(); });
+      if (!o.lazy || big->rules.empty()) fail("tools: the call grammar cannot be compiled: {}", e.what());
+      if (warnings)
+        warnings->push_back(
+            fmt::format("tools: the call grammar cannot be compiled ({}); the largest schema's tool, "
+                        "'{}', takes any JSON object",
+                        e.what(), big->name));
+      big->rules.clear();
+      big->start = "json-object";
+    }
+  }
 }
 
 StructuredOutputSpec tool_calls_spec(const ojson& tools, const ToolGrammarOptions& o, const Tokenizer& tok) {
