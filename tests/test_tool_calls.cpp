@@ -268,24 +268,34 @@ TEST(ToolGrammar, UncompilableSchemaFallsBackUnderAutoOnly) {
 // how much.
 TEST(ToolGrammar, CombinedGrammarOverTheLimitFallsBackLargestFirst) {
   ojson tools = ojson::array();
-  for (int t = 0; t < 8; ++t) {
+  for (int t = 0; t < 5; ++t) {
     ojson props = ojson::object();
-    for (int i = 0; i < 600 + t; ++i) props[fmt::format("property_{}", i)] = {{"type", "string"}, {"maxLength", i + 1}};
+    for (int i = 0; i < 5 + t; ++i) props[fmt::format("p{}", i)] = {{"type", "string"}, {"maxLength", 100}};
     tools.push_back(
         {{"type", "function"},
          {"function", {{"name", fmt::format("f{}", t)}, {"parameters", {{"type", "object"}, {"properties", props}}}}}});
   }
+  ToolGrammarOptions o{ToolCallFormat::kHermes, "", true, true};
+  o.max_elems = 10000;  // less than the five together
   std::vector<std::string> warnings;
-  const std::string gbnf = tool_calls_gbnf(tools, {ToolCallFormat::kHermes, "", true, true}, &warnings);
-  EXPECT_LE(gbnf.size(), structured::kMaxGrammarTextBytes);
+  const std::string gbnf = tool_calls_gbnf(tools, o, &warnings);
   ASSERT_FALSE(warnings.empty());
-  EXPECT_NE(warnings[0].find("'f7'"), std::string::npos) << warnings[0];  // the largest first
-  EXPECT_NO_THROW(structured::parse_gbnf(gbnf));
+  EXPECT_LT(warnings.size(), 5u);
+  EXPECT_NE(warnings[0].find("elements together, more than the limit of 10000"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("'f4'"), std::string::npos) << warnings[0];  // the largest first
+  EXPECT_LE(structured::parse_gbnf(gbnf).elems.size(), 12000u);
+  o.max_elems = 0;
+  o.max_text_bytes = 5000;
+  warnings.clear();
+  tool_calls_gbnf(tools, o, &warnings);
+  ASSERT_FALSE(warnings.empty());
+  EXPECT_NE(warnings[0].find("bytes together, more than the limit of 5000"), std::string::npos) << warnings[0];
+  o.lazy = false;
   try {
-    tool_calls_gbnf(tools, {ToolCallFormat::kHermes, "", true, false});
+    tool_calls_gbnf(tools, o);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("more than the limit of"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("the largest, 'f7'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("more than the limit of 5000"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("x; the largest, 'f4'"), std::string::npos) << e.what();
   }
 }

@@ -26,18 +26,24 @@ std::string call_object(const std::string& name, const std::string& args_rule, T
 // Each callable tool's arguments: its schema's rules, or json-object when it cannot be compiled (lazy only).
 struct ToolArgs {
   std::string name, start, rules;
+  size_t elems = 0;  // the rules' elements once the parser expands repetitions
 };
 
+// Each callable tool's arguments: its schema's rules (parsed alone, to measure them), or json-object when they
+// cannot be compiled (lazy only).
 std::vector<ToolArgs> tool_arguments(const ojson& tools, const ToolGrammarOptions& o,
                                      std::vector<std::string>* warnings) {
   std::vector<ToolArgs> out;
   for (size_t i = 0; i < tools.size(); ++i) {
     const ojson& f = tools[i]["function"];
-    ToolArgs t{f["name"].get<std::string>(), "json-object", ""};
+    ToolArgs t{f["name"].get<std::string>(), "json-object", "", 0};
     if (!o.only_name.empty() && t.name != o.only_name) continue;
     if (f.contains("parameters") && f["parameters"].is_object()) {
       try {
         structured::SchemaRules r = structured::json_schema_rules(f["parameters"].dump(), fmt::format("t{}-", i));
+        t.elems =
+            structured::parse_gbnf("root ::= " + r.start + "\n" + r.rules + structured::json_primitives_gbnf(true))
+                .elems.size();
         t.start = std::move(r.start);
         t.rules = std::move(r.rules);
       } catch (const Error& e) {
@@ -52,36 +58,36 @@ std::vector<ToolArgs> tool_arguments(const ojson& tools, const ToolGrammarOption
   return out;
 }
 
-// Under the parser's size limit: lazy grammars give up their largest schemas first; forced ones fail.
+// Under the parser's limits on text and expanded elements, with room for the call syntax and the primitives: lazy
+// grammars give up their largest schemas first; forced ones fail saying by how much.
 void fit_grammar(std::vector<ToolArgs>& args, const ToolGrammarOptions& o, std::vector<std::string>* warnings) {
-  size_t total = 0;
-  for (const ToolArgs& a : args) total += a.rules.size();
-  // Room for the call syntax and the primitives.
-  const size_t room = size_t{64} << 10;
-  const size_t limit = structured::kMaxGrammarTextBytes > 2 * room ? structured::kMaxGrammarTextBytes - room
-                                                                   : structured::kMaxGrammarTextBytes / 2;
-  while (total > limit) {
-    auto big = std::max_element(args.begin(), args.end(),
-                                [](const ToolArgs& a, const ToolArgs& b) { return a.rules.size() < b.rules.size(); });
-    if (!o.lazy)
-      fail(
-          "tools: the tools' argument grammars have {} bytes together, more than the limit of {} ({:.1f}x; the "
-          "largest, '{}', has {})",
-          total, limit, static_cast<double>(total) / limit, big->name, big->rules.size());
+  const size_t text_limit =
+      o.max_text_bytes ? o.max_text_bytes : structured::kMaxGrammarTextBytes - structured::kMaxGrammarTextBytes / 16;
+  const size_t elem_limit =
+      o.max_elems ? o.max_elems : structured::kMaxGrammarElems - structured::kMaxGrammarElems / 16;
+  for (;;) {
+    size_t text = 0, elems = 0;
+    for (const ToolArgs& a : args) text += a.rules.size(), elems += a.elems;
+    if (text <= text_limit && elems <= elem_limit) return;
+    const bool by_text = static_cast<double>(text) / text_limit >= static_cast<double>(elems) / elem_limit;
+    auto big = std::max_element(args.begin(), args.end(), [&](const ToolArgs& a, const ToolArgs& b) {
+      return by_text ? a.rules.size() < b.rules.size() : a.elems < b.elems;
+    });
+    const std::string what =
+        by_text ? fmt::format("the tools' argument grammars have {} bytes together, more than the limit of {} ({:.1f}x",
+                              text, text_limit, static_cast<double>(text) / text_limit)
+                : fmt::format(
+                      "the tools' argument grammars expand to {} elements together, more than the limit of {} "
+                      "({:.1f}x",
+                      elems, elem_limit, static_cast<double>(elems) / elem_limit);
+    if (!o.lazy) fail("tools: {}; the largest, '{}')", what, big->name);
     if (warnings)
-      warnings->push_back(fmt::format(
-          "tools: the argument grammars have {} bytes together, more than the limit of {}; the largest, '{}' ({} "
-          "bytes), takes any JSON object",
-          total, limit, big->name, big->rules.size()));
-    total -= big->rules.size();
+      warnings->push_back(fmt::format("tools: {}); the largest, '{}', takes any JSON object", what, big->name));
     big->rules.clear();
     big->start = "json-object";
+    big->elems = 0;
   }
 }
-
-}  // namespace
-
-namespace {
 
 std::string assemble(const std::vector<ToolArgs>& args, const ToolGrammarOptions& o) {
   std::string rules, calls;
@@ -113,29 +119,10 @@ std::string assemble(const std::vector<ToolArgs>& args, const ToolGrammarOptions
 
 }  // namespace
 
-// The parser's own limits (text size, elements after repetitions are expanded) are checked by parsing: under
-// "auto" the largest remaining schema falls back and the grammar is parsed again.
 std::string tool_calls_gbnf(const ojson& tools, const ToolGrammarOptions& o, std::vector<std::string>* warnings) {
   std::vector<ToolArgs> args = tool_arguments(tools, o, warnings);
   fit_grammar(args, o, warnings);
-  for (;;) {
-    std::string gbnf = assemble(args, o);
-    try {
-      structured::parse_gbnf(gbnf);
-      return gbnf;
-    } catch (const Error& e) {
-      auto big = std::max_element(args.begin(), args.end(),
-                                  [](const ToolArgs& a, const ToolArgs& b) { return a.rules.size() < b.rules.size(); });
-      if (!o.lazy || big->rules.empty()) fail("tools: the call grammar cannot be compiled: {}", e.what());
-      if (warnings)
-        warnings->push_back(
-            fmt::format("tools: the call grammar cannot be compiled ({}); the largest schema's tool, "
-                        "'{}', takes any JSON object",
-                        e.what(), big->name));
-      big->rules.clear();
-      big->start = "json-object";
-    }
-  }
+  return assemble(args, o);
 }
 
 StructuredOutputSpec tool_calls_spec(const ojson& tools, const ToolGrammarOptions& o, const Tokenizer& tok) {

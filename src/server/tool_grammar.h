@@ -26,6 +26,9 @@ struct ToolGrammarOptions {
   std::string only_name;  // a named tool_choice: only this function; "" = any of `tools`
   bool parallel = true;   // several calls (parallel_tool_calls)
   bool lazy = false;      // tool_choice "auto"
+  // The whole grammar's budget (0: the GBNF parser's limits, less a sixteenth for the call syntax).
+  size_t max_text_bytes = 0;
+  size_t max_elems = 0;
 };
 
 // The grammar text. `tools` is a validated OpenAI tools array. Throws kvik::Error ("tools[2].function.parameters:
