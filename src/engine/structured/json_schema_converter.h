@@ -6,7 +6,6 @@
 // required value that allows nothing makes its parent allow nothing.
 #pragma once
 
-#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
