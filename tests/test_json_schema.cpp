@@ -526,3 +526,33 @@ TEST(JsonSchemaCorpus, ThousandSchemasCompileAcceptValidAndRejectInvalid) {
   std::cout << "ajv on the random sentences: " << summary;
   EXPECT_EQ(rc, 0) << "random sentences ajv rejects: " << summary;
 }
+
+// Each keyword issue #44 found refused (one schema each, as agents send them) compiles, and a valid instance matches.
+TEST(JsonSchemaCombinations, KeywordsAgentsSendAllCompile) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"type":"string","format":"email"})", R"("a@b.co")"},
+      {R"({"type":"object","propertyNames":{"minLength":1},"additionalProperties":{"type":"string"}})", R"({"k":"v"})"},
+      {R"({"type":"array","prefixItems":[{"type":"string"},{"type":"number"}]})", R"(["a",1])"},
+      {R"({"type":"string","pattern":"^[a-z]+$","minLength":1,"maxLength":8})", R"("abc")"},
+      {R"({"type":"number","multipleOf":0.5})", "1.5"},
+      {R"({"type":"array","uniqueItems":true})", "[1,2]"},
+      {R"({"type":"object","minProperties":1})", R"({"a":1})"},
+      {R"({"not":{"type":"string"}})", "1"},
+      {R"({"if":{"type":"string"},"then":{"minLength":1}})", R"("x")"},
+      {R"({"type":"object","patternProperties":{"^x":{"type":"integer"}}})", R"({"xa":1})"},
+      {R"({"type":"string","nullable":true})", "null"},
+      {R"({"type":"string","contentMediaType":"text/html"})", R"("<p>")"},
+      {R"({"type":"object","properties":{"a":{"type":"string"}},"anyOf":[{"required":["a"]},{"required":["b"]}]})",
+       R"({"a":"x"})"},
+      {R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer"}}},{"properties":{"b":{"type":"string"}}}]})",
+       R"({"a":1,"b":"x"})"},
+      {R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"$ref":"#/properties/a"}}})", R"({"a":1,"b":2})"},
+      {R"({"type":"array","items":[{"type":"string"}],"additionalItems":{"type":"integer"}})", R"(["a",1,2])"},
+      {R"({"type":"integer","minimum":0,"maximum":9007199254740991})", "9007199254740991"},
+  };
+  for (const auto& [schema, instance] : cases) {
+    std::string gbnf;
+    ASSERT_NO_THROW(gbnf = json_schema_to_gbnf(schema)) << schema;
+    EXPECT_TRUE(matches(schema, instance)) << schema << " " << instance;
+  }
+}
