@@ -171,17 +171,33 @@ TEST(JsonSchema, ArraysEnumsConstAnyOfRefsAndPatterns) {
   EXPECT_FALSE(matches_gbnf(json_object_gbnf(), "[1]"));
 }
 
-TEST(JsonSchema, UnsupportedKeywordsAreErrorsThatNameThePath) {
+// Keywords a grammar cannot express are accepted, reported by place, and loosen the grammar (every valid instance
+// still matches); only a schema that is not a schema is an error, naming where.
+TEST(JsonSchema, UnenforcedKeywordsAreAcceptedAndReported) {
+  const std::string s = R"({"type":"object","properties":{"age":{"type":"integer","multipleOf":2},
+      "tags":{"type":"array","items":{"type":"string"},"uniqueItems":true},"x":{"not":{"type":"null"}},
+      "y":{"if":{"minimum":0},"then":{"maximum":9},"contentMediaType":"text/plain","x-vendor":1,"whatever":2}},
+      "required":["age"]})";
+  const SchemaRules r = json_schema_rules(s, "");
+  std::string all;
+  for (const std::string& n : r.not_enforced) all += n + "\n";
+  for (const char* k : {"/properties/age: 'multipleOf'", "/properties/tags: 'uniqueItems'", "/properties/x: 'not'",
+                        "'if'", "'then'", "'contentMediaType'", "'whatever'"})
+    EXPECT_NE(all.find(k), std::string::npos) << k << " in\n" << all;
+  EXPECT_EQ(all.find("x-vendor"), std::string::npos) << all;
+  EXPECT_TRUE(matches_schema(s, R"({"age":3,"tags":["a","a"],"x":1,"y":"z"})"));
+  EXPECT_FALSE(matches_schema(s, R"({"tags":[]})"));
   try {
-    json_schema_to_gbnf(R"({"type":"object","properties":{"age":{"type":"integer","multipleOf":2}}})");
+    json_schema_to_gbnf(R"({"type":"object","properties":{"age":{"type":"integr"}}})");
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("/properties/age"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("'multipleOf'"), std::string::npos) << e.what();
   }
   EXPECT_THROW(json_schema_to_gbnf("{not json"), Error);
-  EXPECT_THROW(json_schema_to_gbnf(R"({"required":["x"]})"), Error);
-  EXPECT_THROW(json_schema_to_gbnf(R"({"$ref":"http://x"})"), Error);
+  EXPECT_THROW(json_schema_to_gbnf("[1]"), Error);
+  EXPECT_THROW(json_schema_to_gbnf("false"), Error);  // no value at all satisfies it
+  EXPECT_TRUE(matches_schema(R"({"required":["x"]})", R"({"x":[1]})"));
+  EXPECT_TRUE(matches_schema(R"({"$ref":"http://example.com/s.json"})", "12"));
 }
 
 // minimum/maximum (inclusive and exclusive, draft 4 booleans too) on integers: exactly the integers in range,
@@ -411,8 +427,9 @@ TEST(StructuredOutputManager, CachesCompiledGrammarsAndReportsErrors) {
   EXPECT_TRUE(mgr.make_matcher(StructuredOutputSpec::choice({"yes", "no"}), err));
   EXPECT_TRUE(mgr.make_matcher(StructuredOutputSpec::json_object(), err));
   EXPECT_EQ(mgr.cache_entries(), 2u);
-  EXPECT_FALSE(mgr.make_matcher(StructuredOutputSpec::json_schema(R"({"type":"object","minProperties":1})"), err));
-  EXPECT_NE(err.find("minProperties"), std::string::npos) << err;
+  EXPECT_FALSE(
+      mgr.make_matcher(StructuredOutputSpec::json_schema(R"({"type":"object","properties":{"a":{"type":7}}})"), err));
+  EXPECT_NE(err.find("/properties/a"), std::string::npos) << err;
   auto m = mgr.make_matcher(StructuredOutputSpec::choice({"yes", "no"}), err);
   EXPECT_TRUE(m->accept_token('n'));
   EXPECT_FALSE(m->accepting());

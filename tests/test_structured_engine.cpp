@@ -267,11 +267,10 @@ TEST(StructuredEngine, MaxTokensCutsWithLengthAndBadSpecsAreRefusedByName) {
   p.structured_output = StructuredOutputSpec::json_schema(
       R"({"type":"object","properties":{"a":{"type":"string","minLength":20,"maxLength":30}},"required":["a"]})");
   ASSERT_EQ(msg(e->add_request("cut", prompt("Lily"), p)), "");
-  p.structured_output =
-      StructuredOutputSpec::json_schema(R"({"type":"object","properties":{"n":{"type":"integer","multipleOf":3}}})");
+  p.structured_output = StructuredOutputSpec::json_schema(R"({"type":"object","properties":{"n":{"type":"integr"}}})");
   const std::string err = msg(e->add_request("bad", prompt("Lily"), p));
   EXPECT_NE(err.find("/properties/n"), std::string::npos) << err;
-  EXPECT_NE(err.find("'multipleOf'"), std::string::npos) << err;
+  EXPECT_NE(err.find("integr"), std::string::npos) << err;
   p.structured_output = StructuredOutputSpec::grammar("root ::= undefined-rule\n");
   EXPECT_NE(msg(e->add_request("bad2", prompt("Lily"), p)).find("'undefined-rule' is used but not defined"),
             std::string::npos);

@@ -3,9 +3,11 @@
 // same call; arguments follow the schema), and the streamed chunks of parsed output in OpenAI's shape.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "chat/tool_parsers.h"
+#include "core/error.h"
 #include "engine/structured/grammar.h"
 #include "engine/structured/grammar_dfa.h"
 #include "server/chat_output.h"
@@ -82,7 +84,7 @@ TEST(ToolRequests, MalformedDefinitionsAre400NamingTheField) {
   json bad_params = kTools;
   bad_params[1]["function"]["parameters"] = json::array();
   EXPECT_EQ(param_of(chat({{"tools", dup}})), "tools[2].function.name");
-  EXPECT_EQ(param_of(chat({{"tools", bad_schema}})), "tools[0].function.parameters");
+  EXPECT_EQ(param_of(chat({{"tools", bad_schema}})), "(accepted)");  // compiled where the grammar is built
   EXPECT_EQ(param_of(chat({{"tools", bad_type}})), "tools[1].type");
   EXPECT_EQ(param_of(chat({{"tools", bad_name}})), "tools[1].function.name");
   EXPECT_EQ(param_of(chat({{"tools", bad_params}})), "tools[1].function.parameters");
@@ -99,9 +101,6 @@ TEST(ToolRequests, MalformedDefinitionsAre400NamingTheField) {
   json calls = chat({});
   calls["messages"].push_back({{"role", "assistant"}, {"tool_calls", {{{"function", {{"name", 3}}}}}}});
   EXPECT_EQ(param_of(calls), "messages[1].tool_calls[0].function.name");
-  // The schema error names the keyword.
-  auto r = parse_generate_request(chat({{"tools", bad_schema}}), true);
-  EXPECT_NE(std::get<ApiError>(r).message.find("multipleOf"), std::string::npos) << std::get<ApiError>(r).message;
 }
 
 namespace {
@@ -236,4 +235,67 @@ TEST(ToolChunks, GrammarCallsStreamTheirArguments) {
   EXPECT_GT(pieces, 3);
   EXPECT_EQ(args, "{\"a\":[1,2],\"b\":\"x\"}");
   EXPECT_EQ(chunks.back()["choices"][0]["finish_reason"], "tool_calls");
+}
+
+// A schema that cannot be compiled (here: nested past the compiler's depth bound) gives its tool plain JSON-object
+// arguments under "auto", with a warning naming the field and the bound; under "required" it is an error saying
+// the same.
+TEST(ToolGrammar, UncompilableSchemaFallsBackUnderAutoOnly) {
+  ojson deep = ojson::object();
+  for (int i = 0; i < 80; ++i) deep = ojson{{"type", "array"}, {"items", deep}};
+  ojson tools = ojson::parse(kTools.dump());
+  tools[0]["function"]["parameters"]["properties"]["deep"] = deep;
+  std::vector<std::string> warnings;
+  const std::string gbnf = tool_calls_gbnf(tools, {ToolCallFormat::kHermes, "", true, true}, &warnings);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("tools[0].function.parameters"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("limit of 64"), std::string::npos) << warnings[0];
+  EXPECT_TRUE(
+      accepts(gbnf, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"anything\": [1]}}\n</tool_call>"));
+  try {
+    tool_calls_gbnf(tools, {ToolCallFormat::kHermes, "", true, false});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tools[0].function.parameters"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("limit of 64"), std::string::npos) << e.what();
+  }
+  // A named tool compiles only its own schema.
+  EXPECT_NO_THROW(tool_calls_gbnf(tools, {ToolCallFormat::kHermes, "noop", false, false}));
+}
+
+// Each schema within its own bound, together over the parser's limits (text size, expanded elements): under "auto"
+// the largest give up their grammars (warnings name them) until the rest parse; under "required" the error says by
+// how much.
+TEST(ToolGrammar, CombinedGrammarOverTheLimitFallsBackLargestFirst) {
+  ojson tools = ojson::array();
+  for (int t = 0; t < 5; ++t) {
+    ojson props = ojson::object();
+    for (int i = 0; i < 5 + t; ++i) props[fmt::format("p{}", i)] = {{"type", "string"}, {"maxLength", 100}};
+    tools.push_back(
+        {{"type", "function"},
+         {"function", {{"name", fmt::format("f{}", t)}, {"parameters", {{"type", "object"}, {"properties", props}}}}}});
+  }
+  ToolGrammarOptions o{ToolCallFormat::kHermes, "", true, true};
+  o.max_elems = 10000;  // less than the five together
+  std::vector<std::string> warnings;
+  const std::string gbnf = tool_calls_gbnf(tools, o, &warnings);
+  ASSERT_FALSE(warnings.empty());
+  EXPECT_LT(warnings.size(), 5u);
+  EXPECT_NE(warnings[0].find("elements together, more than the limit of 10000"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("'f4'"), std::string::npos) << warnings[0];  // the largest first
+  EXPECT_LE(structured::parse_gbnf(gbnf).elems.size(), 12000u);
+  o.max_elems = 0;
+  o.max_text_bytes = 5000;
+  warnings.clear();
+  tool_calls_gbnf(tools, o, &warnings);
+  ASSERT_FALSE(warnings.empty());
+  EXPECT_NE(warnings[0].find("bytes together, more than the limit of 5000"), std::string::npos) << warnings[0];
+  o.lazy = false;
+  try {
+    tool_calls_gbnf(tools, o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than the limit of 5000"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("x; the largest, 'f4'"), std::string::npos) << e.what();
+  }
 }

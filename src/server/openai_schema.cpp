@@ -8,7 +8,6 @@
 
 #include "core/error.h"
 #include "engine/sample/sampler.h"
-#include "engine/structured/json_schema_to_gbnf.h"
 
 namespace kvik::server {
 
@@ -176,8 +175,8 @@ bool valid_function_name(const std::string& s) {
   return true;
 }
 
-// tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}]; each parameters
-// schema must compile to a grammar (what "required" and a named tool_choice constrain decoding with).
+// tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}]; parameters must be
+// a JSON Schema object.
 void validate_tools(const json& tools) {
   if (!tools.is_array()) throw ApiError::bad_request("'tools' must be a list of tool definitions", "tools");
   if (tools.size() > kMaxTools)
@@ -205,14 +204,11 @@ void validate_tools(const json& tools) {
       throw ApiError::bad_request(where + ".function.description must be a string", where + ".function.description");
     if (f.contains("strict") && !f["strict"].is_boolean() && !f["strict"].is_null())
       throw ApiError::bad_request(where + ".function.strict must be a boolean", where + ".function.strict");
+    // The schema is compiled where its grammar is built (tool_grammar.h): under "auto" one that cannot be
+    // compiled falls back to any JSON object instead of failing the request.
     if (f.contains("parameters") && !f["parameters"].is_null()) {
       const std::string field = where + ".function.parameters";
       if (!f["parameters"].is_object()) throw ApiError::bad_request(field + " must be a JSON Schema object", field);
-      try {
-        structured::json_schema_to_gbnf(f["parameters"].dump());
-      } catch (const Error& e) {
-        throw ApiError::bad_request(fmt::format("{}: {}", field, e.what()), field);
-      }
     }
   }
 }

@@ -384,7 +384,12 @@ std::optional<ApiError> Router::apply_tools(const GenerateRequest& r, const orde
       params.structured_output->think_always = config_.reasoning_parser == "deepseek_r1";
     }
   } catch (const Error& e) {
-    return ApiError::bad_request(fmt::format("tools: {}", e.what()), "tools");
+    // "tools[2].function.parameters: json_schema: ..." names its field; other messages start with "tools:".
+    const std::string what = e.what();
+    const size_t colon = what.find(':');
+    const std::string field =
+        what.rfind("tools[", 0) == 0 && colon != std::string::npos ? what.substr(0, colon) : "tools";
+    return ApiError::bad_request(what.rfind("tools", 0) == 0 ? what : "tools: " + what, field);
   }
   return std::nullopt;
 }

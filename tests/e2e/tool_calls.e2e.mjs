@@ -238,6 +238,34 @@ for (const family of Object.keys(FAMILIES)) {
     assert.ok(next.usage.prompt_tokens > first.usage.prompt_tokens + 10, 'the call and its result are in the prompt');
   });
 
+  test(`${family}: any valid schema is accepted; under "auto" one that cannot be compiled falls back`, async () => {
+    const url = `${servers[family].url}/v1/chat/completions`;
+    const tool = (name, parameters) => ({ type: 'function', function: { name, parameters } });
+    // 40 definitions, each an array of the next: short as text, nested past the compiler's bound of 64.
+    const chain = { type: 'object', properties: { c: { $ref: '#/$defs/d0' } },
+      $defs: Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`d${i}`, { type: 'array', items: { $ref: `#/$defs/d${i + 1}` } }])) };
+    const tools = [
+      tool('zod_like', { type: 'object', properties: {
+        offset: { type: 'integer', minimum: 0, maximum: 9007199254740991 },
+        email: { type: 'string', format: 'email' }, when: { type: 'string', format: 'date-time' },
+        tags: { type: 'object', propertyNames: { pattern: '^[a-z]+$' }, additionalProperties: { type: 'string' } },
+        pair: { type: 'array', prefixItems: [{ type: 'string' }, { type: 'number' }] },
+        n: { type: 'integer', multipleOf: 3 }, u: { type: 'array', uniqueItems: true }, x: { not: { type: 'null' } },
+        c: { if: { minimum: 1 }, then: { maximum: 5 } }, s: { type: 'string', pattern: '^[a-z]+$', maxLength: 8 },
+      }, required: ['offset'], minProperties: 1, additionalProperties: false }),
+      tool('too_deep', chain),
+      tool('strange', { type: 'strange' }),
+    ];
+    for (const tool_choice of ['auto', undefined]) {
+      const r = await post(url, { messages: USER, tools, tool_choice, max_tokens: 8 });
+      assert.equal(r.status, 200, r.text);
+    }
+    const named = await post(url, {
+      messages: USER, tools, max_tokens: 40, tool_choice: { type: 'function', function: { name: 'zod_like' } },
+    });
+    assert.equal(named.status, 200, named.text);
+  });
+
   test(`${family}: malformed tool definitions are a 400 naming the field`, async () => {
     const url = `${servers[family].url}/v1/chat/completions`;
     const bad = async (body, param, what) => {
@@ -247,9 +275,13 @@ for (const family of Object.keys(FAMILIES)) {
       if (what) assert.match(r.body.error.message, what);
     };
     const withParams = (parameters) => [{ type: 'function', function: { name: 'f', parameters } }];
-    await bad({ tools: withParams({ type: 'object', properties: { n: { type: 'integer', multipleOf: 3 } } }) },
-      'tools[0].function.parameters', /multipleOf/);
-    await bad({ tools: withParams({ type: 'strange' }) }, 'tools[0].function.parameters', /strange/);
+    // A schema that cannot be compiled fails only where the grammar must hold: "required" or a named tool.
+    await bad({ tools: withParams({ type: 'strange' }), tool_choice: 'required' }, 'tools[0].function.parameters',
+      /strange/);
+    // 40 definitions, each an array of the next: short as text, nested past the compiler's bound of 64.
+    const chain = { type: 'object', properties: { c: { $ref: '#/$defs/d0' } },
+      $defs: Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`d${i}`, { type: 'array', items: { $ref: `#/$defs/d${i + 1}` } }])) };
+    await bad({ tools: withParams(chain), tool_choice: 'required' }, 'tools[0].function.parameters', /limit of 64/);
     await bad({ tools: withParams('not a schema') }, 'tools[0].function.parameters');
     await bad({ tools: [weather, weather] }, 'tools[1].function.name', /get_weather/);
     await bad({ tools: [{ function: { name: 'f' } }] }, 'tools[0].type');

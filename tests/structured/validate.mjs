@@ -1,11 +1,25 @@
 // Independent check of structured-output results written by tests/test_structured_engine.cpp.
 // Input: a JSONL file, one {"id", "check", "text", "finish_reason", and "schema" | "pattern" | "choices"}
+// ("json_schema": ajv, strict, draft 7; "json_schema_any": any draft-7 or 2020-12 schema, with ajv-formats)
 // per line. Only outputs that finished with "stop" must be valid; "length" outputs are counted.
 // Prints one JSON summary line; exits 1 when any finished output is invalid.
 import { readFileSync } from "node:fs";
 import Ajv from "ajv";
+import Ajv2020 from "ajv/dist/2020.js";
+import addFormats from "ajv-formats";
 
 const ajv = new Ajv({ strict: true, allErrors: true });
+// Any schema, as the JSON Schema corpus has them: draft 2020-12 or 7, formats checked, unknown keywords allowed.
+const ajvAny = { d07: addFormats(new Ajv({ strict: false, allErrors: true })), d20: addFormats(new Ajv2020({ strict: false, allErrors: true })) };
+const compiled = new Map();
+function compileAny(schema) {
+  const key = JSON.stringify(schema);
+  if (!compiled.has(key)) {
+    const d20 = String(schema.$schema || "").includes("2020") || /"prefixItems"|"\$defs"|"dependentRequired"/.test(key);
+    compiled.set(key, (d20 ? ajvAny.d20 : ajvAny.d07).compile(schema));
+  }
+  return compiled.get(key);
+}
 
 // expr := term (("+"|"-") term)*, term := factor (("*"|"/") factor)*, factor := number | "(" expr ")" | "-" factor
 function isArithmetic(s) {
@@ -32,6 +46,11 @@ function check(r) {
       const v = ajv.compile(r.schema);
       const value = JSON.parse(r.text);
       if (!v(value)) return ajv.errorsText(v.errors);
+      return null;
+    }
+    case "json_schema_any": {
+      const v = compileAny(r.schema);
+      if (!v(JSON.parse(r.text))) return JSON.stringify(v.errors.slice(0, 3));
       return null;
     }
     case "json_object": {
