@@ -97,11 +97,13 @@ TEST(ContentFormat, RealTemplatesThatTreatContentAsAStringAreDetectedAsString) {
 
 TEST(ContentFormat, ALoopOverAMessagesContentIsDetectedAsOpenAI) {
   EXPECT_EQ(detect_content_format(kPartsTemplate), ContentFormat::kOpenAI);
-  EXPECT_EQ(detect_content_format("{% for m in messages %}{% for c in m.content %}{{ c.text }}{% endfor %}{% endfor %}"),
-            ContentFormat::kOpenAI);
-  EXPECT_EQ(detect_content_format("{% set ms = messages[1:] %}{% set rest = ms %}{% for m in rest | list %}"
-                                  "{% if m %}{% for c in m['content'][0:] %}{{ c }}{% endfor %}{% endif %}{% endfor %}"),
-            ContentFormat::kOpenAI);
+  EXPECT_EQ(
+      detect_content_format("{% for m in messages %}{% for c in m.content %}{{ c.text }}{% endfor %}{% endfor %}"),
+      ContentFormat::kOpenAI);
+  EXPECT_EQ(
+      detect_content_format("{% set ms = messages[1:] %}{% set rest = ms %}{% for m in rest | list %}"
+                            "{% if m %}{% for c in m['content'][0:] %}{{ c }}{% endfor %}{% endif %}{% endfor %}"),
+      ContentFormat::kOpenAI);
   // Content printed, or a loop over something that is not a message's content: string.
   EXPECT_EQ(detect_content_format("{% for m in messages %}{{ m.content }}{% endfor %}"), ContentFormat::kString);
   EXPECT_EQ(detect_content_format("{% for m in others %}{% for c in m.content %}{% endfor %}{% endfor %}"),
@@ -181,10 +183,10 @@ TEST(ChatRequest, TheClientsKeyOrderReachesTheTemplate) {
   auto parsed = parse_generate_request(body, true);
   ASSERT_TRUE(std::holds_alternative<GenerateRequest>(parsed));
   const ChatRequest& r = std::get<GenerateRequest>(parsed).chat_request;
-  const std::string out =
-      render_chat_template("{{ tools | tojson }}|{{ messages[0].name }}|{{ messages[0].tool_calls[0].function.arguments "
-                           "| tojson }}",
-                           template_messages(r, {}), template_variables(r, {}));
+  const std::string out = render_chat_template(
+      "{{ tools | tojson }}|{{ messages[0].name }}|{{ messages[0].tool_calls[0].function.arguments "
+      "| tojson }}",
+      template_messages(r, {}), template_variables(r, {}));
   EXPECT_LT(out.find("zeta"), out.find("alpha"));
   EXPECT_NE(out.find("|bot|"), std::string::npos);  // a key the type does not model reaches the template
   EXPECT_LT(out.rfind("zeta"), out.rfind("alpha"));
@@ -281,9 +283,9 @@ TEST(ResponsesRequest, ToolsToolChoiceFormatAndEffortTranslateToTheChatRequest) 
   EXPECT_EQ(r.echo["tool_choice"]["name"], "get_weather");
   EXPECT_EQ(r.echo["text"]["format"]["type"], "json_schema");
   EXPECT_EQ(r.echo["reasoning"]["effort"], "low");
-  EXPECT_EQ(responses_ok(R"({"input": "x", "tools": [{"type": "function", "name": "f"}]})")
-                .generate.chat_request.tool_choice,
-            ToolChoice::kAuto);
+  EXPECT_EQ(
+      responses_ok(R"({"input": "x", "tools": [{"type": "function", "name": "f"}]})").generate.chat_request.tool_choice,
+      ToolChoice::kAuto);
 }
 
 TEST(ResponsesRequest, WhatTheServerCannotHonourIs400NamingTheField) {
@@ -409,11 +411,11 @@ TEST(ResponseStore, KeepsTheMostRecentlyUsedWithinCountAndBytesPerKey) {
   store.put("k", "a", response(100));
   store.put("k", "b", response(100));
   EXPECT_NE(store.get("k", "a"), nullptr);  // a is now the most recent
-  store.put("k", "c", response(100));        // over the count: b goes
+  store.put("k", "c", response(100));       // over the count: b goes
   EXPECT_EQ(store.get("k", "b"), nullptr);
   EXPECT_NE(store.get("k", "a"), nullptr);
   EXPECT_EQ(store.get("other", "a"), nullptr);  // per API key
-  store.put("k", "big", response(900));        // over the bytes: the least recent go
+  store.put("k", "big", response(900));         // over the bytes: the least recent go
   EXPECT_LE(store.bytes(), 1000u);
   EXPECT_NE(store.get("k", "big"), nullptr);
   store.put("k", "huge", response(5000));  // larger than the store: not kept

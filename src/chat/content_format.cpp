@@ -49,8 +49,7 @@ std::vector<std::string> message_list_names(const std::vector<const Node*>& stat
   for (size_t i = 0; i < names.size(); ++i)
     for (const Node* s : statements)
       if (s->kind == Kind::kSet && s->names.size() == 1 && s->str.empty() && !s->kids.empty() &&
-          accesses(s->kids[0].get(), names[i], "") &&
-          std::find(names.begin(), names.end(), s->names[0]) == names.end())
+          accesses(s->kids[0].get(), names[i], "") && std::find(names.begin(), names.end(), s->names[0]) == names.end())
         names.push_back(s->names[0]);
   return names;
 }

@@ -69,7 +69,8 @@ ChatMessage parse_message(const ordered_json& m, const std::string& where) {
   if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null())
     out.tool_calls = parse_tool_calls(*tc, where + ".tool_calls");
   if (auto id = m.find("tool_call_id"); id != m.end() && !id->is_null()) {
-    if (!id->is_string()) throw ApiError::bad_request(where + ".tool_call_id must be a string", where + ".tool_call_id");
+    if (!id->is_string())
+      throw ApiError::bad_request(where + ".tool_call_id must be a string", where + ".tool_call_id");
     out.tool_call_id = id->get<std::string>();
   }
   for (const char* key : {"reasoning_content", "reasoning"}) {

@@ -8,8 +8,8 @@
 #include <list>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -19,7 +19,7 @@
 namespace kvik::server {
 
 struct ResponseStoreLimits {
-  size_t max_responses = 1024;     // --responses-store-max
+  size_t max_responses = 1024;      // --responses-store-max
   size_t max_bytes = 256ull << 20;  // --responses-store-bytes: the responses and their conversations together
 };
 

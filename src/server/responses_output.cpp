@@ -11,7 +11,9 @@ bool all_space(const std::string& s) { return s.find_first_not_of(" \t\r\n") == 
 // The part a message or reasoning item holds its text in.
 ordered_json text_part(bool reasoning, const std::string& text) {
   if (reasoning) return {{"type", "reasoning_text"}, {"text", text}};
-  return {{"type", "output_text"}, {"text", text}, {"annotations", ordered_json::array()},
+  return {{"type", "output_text"},
+          {"text", text},
+          {"annotations", ordered_json::array()},
           {"logprobs", ordered_json::array()}};
 }
 
@@ -25,7 +27,8 @@ void ResponseItems::open(Open kind, ordered_json item, std::vector<ordered_json>
   open_ = kind;
   items_.push_back(item);
   const size_t index = items_.size() - 1;
-  if (kind == Open::kMessage || kind == Open::kReasoning) items_[index]["content"].push_back(text_part(kind == Open::kReasoning, ""));
+  if (kind == Open::kMessage || kind == Open::kReasoning)
+    items_[index]["content"].push_back(text_part(kind == Open::kReasoning, ""));
   if (!events) return;
   events->push_back({{"type", "response.output_item.added"}, {"output_index", index}, {"item", std::move(item)}});
   if (kind == Open::kCall) return;
@@ -50,8 +53,8 @@ void ResponseItems::close(std::vector<ordered_json>* events) {
     events->push_back(std::move(e));
   } else {
     const ordered_json& part = item["content"][0];
-    ordered_json done = event(kind == Open::kMessage ? "response.output_text.done" : "response.reasoning_text.done",
-                              item, index);
+    ordered_json done =
+        event(kind == Open::kMessage ? "response.output_text.done" : "response.reasoning_text.done", item, index);
     done["content_index"] = 0;
     done["text"] = part["text"];
     if (kind == Open::kMessage) done["logprobs"] = ordered_json::array();
@@ -64,8 +67,7 @@ void ResponseItems::close(std::vector<ordered_json>* events) {
   events->push_back({{"type", "response.output_item.done"}, {"output_index", index}, {"item", item}});
 }
 
-void ResponseItems::add_text(Open kind, const std::string& text, std::vector<ordered_json>* events,
-                             bool hold_space) {
+void ResponseItems::add_text(Open kind, const std::string& text, std::vector<ordered_json>* events, bool hold_space) {
   std::string t = text;
   if (kind == Open::kMessage && open_ != Open::kMessage) {
     t = pending_space_ + text;
@@ -146,8 +148,8 @@ ChatMessage ResponseItems::as_message() const {
       m.content.parts.push_back(item["content"][0]["text"].get<std::string>());
       m.content.null = false;
     } else if (type == "function_call") {
-      m.tool_calls.push_back({item["call_id"].get<std::string>(), item["name"].get<std::string>(),
-                              template_arguments(item["arguments"])});
+      m.tool_calls.push_back(
+          {item["call_id"].get<std::string>(), item["name"].get<std::string>(), template_arguments(item["arguments"])});
     }
   }
   return m;
@@ -164,16 +166,16 @@ ordered_json responses_usage_json(const Usage& u, int64_t reasoning_tokens) {
 ordered_json response_object_json(const ResponseHead& head, const std::string& status,
                                   const std::string& incomplete_reason, const ordered_json& output,
                                   const ordered_json& usage) {
-  ordered_json r = {{"id", head.id},
-                    {"object", "response"},
-                    {"created_at", head.created_at},
-                    {"status", status},
-                    {"error", nullptr},
-                    {"incomplete_details", status == "incomplete" ? ordered_json{{"reason", incomplete_reason}}
-                                                                  : ordered_json()},
-                    {"model", head.model},
-                    {"output", output},
-                    {"usage", usage}};
+  ordered_json r = {
+      {"id", head.id},
+      {"object", "response"},
+      {"created_at", head.created_at},
+      {"status", status},
+      {"error", nullptr},
+      {"incomplete_details", status == "incomplete" ? ordered_json{{"reason", incomplete_reason}} : ordered_json()},
+      {"model", head.model},
+      {"output", output},
+      {"usage", usage}};
   for (auto it = head.echo.begin(); it != head.echo.end(); ++it) r[it.key()] = it.value();
   return r;
 }

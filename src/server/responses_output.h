@@ -44,7 +44,7 @@ class ResponseItems {
 
   nlohmann::ordered_json items_ = nlohmann::ordered_json::array();
   Open open_ = Open::kNone;
-  std::string pending_space_;          // whitespace that may yet start a message
+  std::string pending_space_;           // whitespace that may yet start a message
   std::map<size_t, size_t> call_item_;  // a call's index (ToolCallFragment::index) → its output index
 };
 

@@ -32,8 +32,8 @@ ChatMessage* open_assistant(std::vector<ChatMessage>& out, bool (*free)(const Ch
 void message_item(const ordered_json& item, const std::string& at, std::vector<ChatMessage>& out) {
   const std::string role = string_of(item.value("role", ordered_json()), at + ".role");
   if (role != "user" && role != "system" && role != "developer" && role != "assistant")
-    throw ApiError::bad_request(
-        fmt::format("{}.role '{}' is not one of user, system, developer, assistant", at, role), at + ".role");
+    throw ApiError::bad_request(fmt::format("{}.role '{}' is not one of user, system, developer, assistant", at, role),
+                                at + ".role");
   ChatContent content;
   if (const ordered_json* c = field_of(item, "content")) {
     if (c->is_string())
@@ -59,7 +59,8 @@ void function_call_item(const ordered_json& item, const std::string& at, std::ve
   ChatToolCall call;
   call.id = string_of(item.value("call_id", ordered_json()), at + ".call_id");
   call.name = string_of(item.value("name", ordered_json()), at + ".name");
-  call.arguments = template_arguments(ordered_json(string_of(item.value("arguments", ordered_json()), at + ".arguments")));
+  call.arguments =
+      template_arguments(ordered_json(string_of(item.value("arguments", ordered_json()), at + ".arguments")));
   open_assistant(out, [](const ChatMessage&) { return true; })->tool_calls.push_back(std::move(call));
 }
 
@@ -91,8 +92,9 @@ void reasoning_item(const ordered_json& item, const std::string& at, std::vector
       text += string_of((*parts)[i].value("text", ordered_json()), fmt::format("{}.{}[{}].text", at, key, i));
     if (!text.empty()) break;
   }
-  open_assistant(out, [](const ChatMessage& m) { return !m.reasoning && m.content.null && m.tool_calls.empty(); })
-      ->reasoning = std::move(text);
+  open_assistant(out, [](const ChatMessage& m) {
+    return !m.reasoning && m.content.null && m.tool_calls.empty();
+  })->reasoning = std::move(text);
 }
 
 // Flat function tools → the chat shape the template and the grammar take; any other tool type is a 400.
@@ -164,8 +166,7 @@ void refuse_unsupported(const ordered_json& body) {
   if (const ordered_json* b = field_of(body, "background"); b && *b != false)
     throw ApiError::bad_request("'background' responses are not supported by this server", "background");
   for (const char* key : {"conversation", "prompt", "max_tool_calls"})
-    if (field_of(body, key))
-      throw ApiError::bad_request(fmt::format("'{}' is not supported by this server", key), key);
+    if (field_of(body, key)) throw ApiError::bad_request(fmt::format("'{}' is not supported by this server", key), key);
   if (const ordered_json* t = field_of(body, "top_logprobs"); t && *t != 0)
     throw ApiError::bad_request("'top_logprobs' is not supported by this server's Responses API", "top_logprobs");
   if (const ordered_json* t = field_of(body, "truncation"); t && *t != "disabled" && *t != "auto")
@@ -245,13 +246,13 @@ ResponsesRequest parse(const ordered_json& body, const ItemLookup& lookup) {
 void fill_echo(const ordered_json& body, ResponsesRequest& out) {
   ordered_json& e = out.echo;
   e["instructions"] = out.instructions.empty() ? ordered_json() : ordered_json(out.instructions);
-  for (const char* key : {"max_output_tokens", "temperature", "top_p", "user", "safety_identifier",
-                          "prompt_cache_key"})
+  for (const char* key : {"max_output_tokens", "temperature", "top_p", "user", "safety_identifier", "prompt_cache_key"})
     e[key] = body.contains(key) ? body[key] : ordered_json();
   if (e["temperature"].is_null()) e["temperature"] = 1.0;
   if (e["top_p"].is_null()) e["top_p"] = 1.0;
   e["metadata"] = body.contains("metadata") && !body["metadata"].is_null() ? body["metadata"] : ordered_json::object();
-  e["previous_response_id"] = out.previous_response_id.empty() ? ordered_json() : ordered_json(out.previous_response_id);
+  e["previous_response_id"] =
+      out.previous_response_id.empty() ? ordered_json() : ordered_json(out.previous_response_id);
   e["store"] = out.store;
   e["truncation"] = body.value("truncation", ordered_json("disabled"));
   e["top_logprobs"] = 0;

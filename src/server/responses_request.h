@@ -22,10 +22,10 @@
 namespace kvik::server {
 
 struct ResponsesRequest {
-  GenerateRequest generate;           // chat: the conversation below, the sampling fields, stream
-  std::vector<ChatMessage> input;     // `input` as chat messages (what a stored response keeps, with its output)
-  std::string instructions;           // "" when absent; the first system message of the conversation
-  std::string previous_response_id;   // "" when absent
+  GenerateRequest generate;          // chat: the conversation below, the sampling fields, stream
+  std::vector<ChatMessage> input;    // `input` as chat messages (what a stored response keeps, with its output)
+  std::string instructions;          // "" when absent; the first system message of the conversation
+  std::string previous_response_id;  // "" when absent
   bool store = true;
   // The request's fields as the response object echoes them: instructions, max_output_tokens, metadata,
   // parallel_tool_calls, previous_response_id, reasoning, store, temperature, text, tool_choice, tools, top_p,

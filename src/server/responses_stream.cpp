@@ -77,8 +77,8 @@ bool ResponsesStream::drain(std::string& out) {
     return true;
   }
   const std::string status = response["status"].get<std::string>();
-  events.push_back({{"type", status == "completed" ? "response.completed" : "response." + status},
-                    {"response", response}});
+  events.push_back(
+      {{"type", status == "completed" ? "response.completed" : "response." + status}, {"response", response}});
   write(events, out);
   return true;
 }

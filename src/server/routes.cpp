@@ -113,6 +113,25 @@ std::optional<ApiError> check_lengths(const Tokenizer& tok, const std::vector<st
 std::variant<json, ApiError> parse_json_object(const std::string& text) { return parse_body<json>(text); }
 std::variant<ordered_json, ApiError> parse_ordered_json_object(const std::string& text) { return parse_body(text); }
 
+namespace {
+
+// The style of the served template, settled once (the front of --data-parallel-size asks on every request).
+ChatTemplateStyle style_of(const Tokenizer& tok, const ServerConfig& config) {
+  static std::mutex mu;
+  static std::string cached_template;
+  static std::optional<ContentFormat> cached_forced;
+  static ChatTemplateStyle cached = ChatTemplateStyle::of("");
+  std::lock_guard<std::mutex> lock(mu);
+  if (tok.chat_template() != cached_template || config.chat_template_content_format != cached_forced) {
+    cached = ChatTemplateStyle::of(tok.chat_template(), config.chat_template_content_format);
+    cached_template = tok.chat_template();
+    cached_forced = config.chat_template_content_format;
+  }
+  return cached;
+}
+
+}  // namespace
+
 std::optional<std::vector<int32_t>> routing_prompt_ids(const Tokenizer& tok, const ServerConfig& config, bool chat,
                                                        const std::string& body_text) {
   auto body = parse_body(body_text);
@@ -123,8 +142,7 @@ std::optional<std::vector<int32_t>> routing_prompt_ids(const Tokenizer& tok, con
   if (!r || (!r->model.empty() && r->model != config.served_model_name) || !r->interventions.empty())
     return std::nullopt;
   if (!chat && r->prompts.size() != 1) return std::nullopt;
-  const ChatTemplateStyle style = ChatTemplateStyle::of(tok.chat_template(), config.chat_template_content_format);
-  auto prompts = prompt_ids(tok, *r, style, "");
+  auto prompts = prompt_ids(tok, *r, style_of(tok, config), "");
   auto* ids = std::get_if<std::vector<std::vector<int32_t>>>(&prompts);
   if (!ids || ids->empty()) return std::nullopt;
   return std::move(ids->front());
