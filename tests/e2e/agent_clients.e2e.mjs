@@ -129,7 +129,7 @@ test('an image, audio or file part is a 400 naming the part', async () => {
 
 test('responses.create: a text response has the Response shape', async () => {
   const r = await client.responses.create({ model: MODEL, input: 'Say hi.', instructions: 'Be brief.',
-    max_output_tokens: 6, temperature: 0, metadata: { run: 'e2e' } });
+    max_output_tokens: 6, temperature: 0, metadata: { run: 'e2e' }, ignore_eos: true });
   assert.equal(r.object, 'response');
   assert.match(r.id, /^resp_/);
   assert.equal(r.model, MODEL);
