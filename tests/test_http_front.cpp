@@ -44,6 +44,27 @@ TEST(Router, AnswersHealthAndGenerationWith503AndRetryAfterWhileLoading) {
   EXPECT_NE(unknown.body.find("no route for GET /v1/nothing"), std::string::npos);
 }
 
+TEST(Router, TheRouteTableMatchesMethodPathAndArgumentAndAsksForTheKeyFirst) {
+  ServerConfig cfg;
+  cfg.api_key = "k";
+  Router router(cfg);
+  HttpRequest with_key = request("DELETE", "/v1/responses/resp_1");
+  with_key.authorization = "Bearer k";
+  EXPECT_EQ(router.handle(with_key, nullptr).status, 503);  // matched, authorized, model still loading
+  EXPECT_EQ(router.handle(request("POST", "/v1/responses"), nullptr).status, 401);
+  EXPECT_EQ(router.handle(request("GET", "/v1/responses/resp_1"), nullptr).status, 401);
+  for (const auto& [method, path] : {std::pair{"GET", "/v1/responses/a/b"},
+                                     {"GET", "/v1/responses/"},
+                                     {"PUT", "/v1/responses/resp_1"},
+                                     {"POST", "/v1/models"}}) {
+    HttpReply r = router.handle(request(method, path), nullptr);
+    EXPECT_EQ(r.status, 404) << method << " " << path;
+    EXPECT_NE(r.body.find(std::string("no route for ") + method), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(router.handle(request("HEAD", "/health"), nullptr).status, 503);       // GET routes answer HEAD; no key
+  EXPECT_EQ(router.handle(request("GET", "/web/kvik.css"), nullptr).status, 200);  // pages need neither
+}
+
 TEST(Router, ErrorShapeAndRetryAfterOnlyWhereARetryHelps) {
   HttpReply r = Router::error({429, "busy", "", ""});
   EXPECT_EQ(r.status, 429);

@@ -47,20 +47,20 @@ std::string param_of(const json& body) {
 TEST(ToolRequests, FieldsAreParsed) {
   auto r = parse_generate_request(chat({{"tools", kTools}}), true);
   ASSERT_TRUE(std::holds_alternative<GenerateRequest>(r));
-  EXPECT_EQ(std::get<GenerateRequest>(r).tool_choice, ToolChoice::kAuto);  // the default with tools
+  EXPECT_EQ(std::get<GenerateRequest>(r).chat_request.tool_choice, ToolChoice::kAuto);  // the default with tools
   r = parse_generate_request(chat({{"tools", kTools},
                                    {"tool_choice", {{"type", "function"}, {"function", {{"name", "noop"}}}}},
                                    {"parallel_tool_calls", false},
                                    {"chat_template_kwargs", {{"enable_thinking", false}}}}),
                              true);
   ASSERT_TRUE(std::holds_alternative<GenerateRequest>(r));
-  const GenerateRequest& g = std::get<GenerateRequest>(r);
+  const ChatRequest& g = std::get<GenerateRequest>(r).chat_request;
   EXPECT_EQ(g.tool_choice, ToolChoice::kNamed);
   EXPECT_EQ(g.tool_choice_name, "noop");
   EXPECT_FALSE(g.parallel_tool_calls);
-  EXPECT_EQ(g.chat_template_kwargs["enable_thinking"], false);
+  EXPECT_EQ(g.template_kwargs["enable_thinking"], false);
   r = parse_generate_request(chat({{"tool_choice", "none"}}), true);
-  EXPECT_EQ(std::get<GenerateRequest>(r).tool_choice, ToolChoice::kNone);
+  EXPECT_EQ(std::get<GenerateRequest>(r).chat_request.tool_choice, ToolChoice::kNone);
   // An assistant turn with tool calls and a tool turn are valid messages.
   json body = chat({{"tools", kTools}});
   body["messages"].push_back({{"role", "assistant"},

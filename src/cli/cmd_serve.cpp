@@ -79,6 +79,19 @@ void add_http_flags(CLI::App* c, server::ServerConfig& s) {
   c->add_option("--reasoning-parser", s.reasoning_parser,
                 "Move <think>…</think> into reasoning_content: qwen3 or deepseek_r1")
       ->check(CLI::IsMember({"qwen3", "deepseek_r1"}));
+  c->add_option_function<std::string>(
+       "--chat-template-content-format",
+       [&s](const std::string& v) { s.chat_template_content_format = content_format_from_name(v); },
+       "How message content reaches the chat template: auto (detected from the template, as vLLM), string (text "
+       "parts joined by newlines) or openai (a list of {\"type\": \"text\"} parts)")
+      ->check(CLI::IsMember({"auto", "string", "openai"}))
+      ->default_str("auto");
+  c->add_option("--responses-store-max", s.response_store.max_responses,
+                "Most /v1/responses kept in memory for GET and previous_response_id (least recently used go first)")
+      ->capture_default_str();
+  c->add_option("--responses-store-bytes", s.response_store.max_bytes,
+                "Bytes the stored /v1/responses may hold, with their conversations")
+      ->capture_default_str();
 }
 
 // --direction NAME=FILE, each checked against the model's d.

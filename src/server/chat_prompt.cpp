@@ -13,9 +13,9 @@ std::vector<int32_t> chat_prompt_ids(const Tokenizer& tok, const nlohmann::json&
   return encode_chat_prompt(tok, render_chat(chat_format(tok), messages, add_generation_prompt));
 }
 
-std::vector<int32_t> chat_prompt_ids(const Tokenizer& tok, const nlohmann::ordered_json& messages,
-                                     bool add_generation_prompt, const nlohmann::ordered_json& extra) {
-  return encode_chat_prompt(tok, render_chat(chat_format(tok), messages, add_generation_prompt, extra));
+std::vector<int32_t> chat_prompt_ids(const Tokenizer& tok, const ChatRequest& request, const ChatTemplateStyle& style) {
+  return encode_chat_prompt(
+      tok, render_chat(chat_format(tok), template_messages(request, style), true, template_variables(request, style)));
 }
 
 }  // namespace kvik::server

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "chat/chat_template.h"
+#include "server/chat_request.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvik::server {
@@ -23,8 +24,8 @@ std::vector<int32_t> encode_chat_prompt(const Tokenizer& tok, const ChatPrompt& 
 // (objects with a string role; content string, parts or null). Throws kvik::Error when the model's template
 // fails (the message carries line and column).
 std::vector<int32_t> chat_prompt_ids(const Tokenizer& tok, const nlohmann::json& messages, bool add_generation_prompt);
-// The same in the client's key order, with further template variables (tools, chat_template_kwargs).
-std::vector<int32_t> chat_prompt_ids(const Tokenizer& tok, const nlohmann::ordered_json& messages,
-                                     bool add_generation_prompt, const nlohmann::ordered_json& extra);
+// A typed chat request's prompt: its messages as `style` says the template takes them, and its further template
+// variables (tools, chat_template_kwargs, reasoning effort), in the client's key order, with the generation prompt.
+std::vector<int32_t> chat_prompt_ids(const Tokenizer& tok, const ChatRequest& request, const ChatTemplateStyle& style);
 
 }  // namespace kvik::server

@@ -90,6 +90,7 @@ void GenerationJob::take(RequestOutput& output, std::vector<ChoiceDelta>& deltas
   d.index = static_cast<int32_t>(k);
   for (size_t t = 0; t < out->new_token_ids.size() && !c.stop->stopped(); ++t) {
     ++c.num_tokens;
+    ++d.num_tokens;
     if (t < out->logprobs.size()) d.logprobs.push_back(out->logprobs[t]);
     d.text += c.stop->push(c.detok->push(out->new_token_ids[t]));
   }

@@ -23,6 +23,7 @@ namespace kvik::server {
 struct ChoiceDelta {
   int32_t index = 0;
   std::string text;
+  int32_t num_tokens = 0;  // the generated tokens the text came from
   std::vector<TokenLogprobs> logprobs;
   std::optional<std::string> finish_reason;
 };

@@ -41,4 +41,17 @@ std::string describe_defaults(const nlohmann::json& defaults) {
   return s;
 }
 
+void apply_generation_defaults(nlohmann::ordered_json& body, const nlohmann::json& defaults,
+                               std::initializer_list<const char*> length_fields) {
+  for (const auto& [key, value] : defaults.items()) {
+    if (key == "max_tokens") {
+      bool given = false;
+      for (const char* f : length_fields) given |= body.contains(f);
+      if (!given && length_fields.size() > 0) body[*length_fields.begin()] = nlohmann::ordered_json(value);
+      continue;
+    }
+    if (!body.contains(key)) body[key] = nlohmann::ordered_json(value);
+  }
+}
+
 }  // namespace kvik::server

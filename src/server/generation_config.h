@@ -3,6 +3,7 @@
 // request fields a client leaves out, and max_new_tokens becomes the default max_tokens.
 #pragma once
 
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -13,6 +14,12 @@ namespace kvik::server {
 // Returns request fields ({} when there is no file under "auto"). Throws kvik::Error for a file that is
 // missing (when named) or not valid JSON, naming the file.
 nlohmann::json load_generation_defaults(const std::string& setting, const std::string& model_path);
+
+// Fills the fields a request body leaves out with `defaults`. `length_fields` are the body's spellings of the length
+// (max_tokens first, e.g. {"max_tokens", "max_completion_tokens"}): the default max_tokens is written under the
+// first and skipped when the body gives any of them.
+void apply_generation_defaults(nlohmann::ordered_json& body, const nlohmann::json& defaults,
+                               std::initializer_list<const char*> length_fields);
 
 // "temperature=0.6 top_p=0.9" for the log; "" when empty.
 std::string describe_defaults(const nlohmann::json& defaults);

@@ -5,6 +5,9 @@ namespace kvik::server {
 using nlohmann::json;
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump_ordered(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
 
 json usage_json(const Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},

@@ -50,5 +50,6 @@ nlohmann::json response_json(const ResponseMeta& m, const Tokenizer& tok, const 
 
 // JSON text for the wire: invalid UTF-8 (a token piece ending inside a character) becomes U+FFFD.
 std::string dump(const nlohmann::json& j);
+std::string dump_ordered(const nlohmann::ordered_json& j);
 
 }  // namespace kvik::server

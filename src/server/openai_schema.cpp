@@ -11,9 +11,9 @@
 
 namespace kvik::server {
 
-namespace {
+using json = nlohmann::ordered_json;
 
-using nlohmann::json;
+namespace {
 
 // Field readers: each throws ApiError naming the field on a wrong type or an out-of-range value.
 class Fields {
@@ -116,56 +116,6 @@ std::vector<Prompt> parse_prompt(const json& v) {
   return prompts;
 }
 
-// An assistant turn's tool_calls: [{"id"?, "type": "function", "function": {"name": str, "arguments": str|object}}].
-void validate_tool_calls(const json& v, const std::string& where) {
-  if (!v.is_array()) throw ApiError::bad_request(where + " must be a list", where);
-  for (size_t i = 0; i < v.size(); ++i) {
-    const json& c = v[i];
-    const std::string at = fmt::format("{}[{}]", where, i);
-    if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
-      throw ApiError::bad_request(at + " must be an object with a 'function'", at);
-    const json& f = c["function"];
-    if (!f.contains("name") || !f["name"].is_string())
-      throw ApiError::bad_request(at + ".function.name must be a string", at + ".function.name");
-    if (f.contains("arguments") && !f["arguments"].is_string() && !f["arguments"].is_object())
-      throw ApiError::bad_request(at + ".function.arguments must be a JSON string", at + ".function.arguments");
-    if (c.contains("id") && !c["id"].is_string() && !c["id"].is_null())
-      throw ApiError::bad_request(at + ".id must be a string", at + ".id");
-  }
-}
-
-void validate_messages(const json& v) {
-  const char* kField = "messages";
-  if (!v.is_array() || v.empty()) throw ApiError::bad_request("'messages' must be a non-empty list", kField);
-  for (size_t i = 0; i < v.size(); ++i) {
-    const json& m = v[i];
-    const std::string where = fmt::format("messages[{}]", i);
-    if (!m.is_object()) throw ApiError::bad_request(where + " must be an object", where);
-    auto role = m.find("role");
-    if (role == m.end() || !role->is_string())
-      throw ApiError::bad_request(where + ".role must be a string", where + ".role");
-    if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null())
-      validate_tool_calls(*tc, where + ".tool_calls");
-    if (auto id = m.find("tool_call_id"); id != m.end() && !id->is_null() && !id->is_string())
-      throw ApiError::bad_request(where + ".tool_call_id must be a string", where + ".tool_call_id");
-    auto content = m.find("content");
-    if (content == m.end() || content->is_null()) continue;  // e.g. an assistant turn with tool calls only
-    if (content->is_string()) continue;
-    if (!content->is_array())
-      throw ApiError::bad_request(where + ".content must be a string or a list of parts", where + ".content");
-    for (const json& part : *content) {
-      if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
-        throw ApiError::bad_request(where + ".content parts must be objects with a 'type'", where + ".content");
-      if (part["type"] != "text")
-        throw ApiError::bad_request(fmt::format("{}.content: part type '{}' is not supported (only 'text')", where,
-                                                part["type"].get<std::string>()),
-                                    where + ".content");
-      if (!part.contains("text") || !part["text"].is_string())
-        throw ApiError::bad_request(where + ".content text parts need a string 'text'", where + ".content");
-    }
-  }
-}
-
 // OpenAI's function names: 1..64 of [a-zA-Z0-9_-].
 bool valid_function_name(const std::string& s) {
   if (s.empty() || s.size() > 64) return false;
@@ -175,17 +125,20 @@ bool valid_function_name(const std::string& s) {
   return true;
 }
 
+}  // namespace
+
 // tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}]; parameters must be
-// a JSON Schema object.
-void validate_tools(const json& tools) {
-  if (!tools.is_array()) throw ApiError::bad_request("'tools' must be a list of tool definitions", "tools");
+// a JSON Schema object (compiled where its grammar is built).
+void validate_tools(const json& tools, const std::string& field) {
+  if (!tools.is_array())
+    throw ApiError::bad_request(fmt::format("'{}' must be a list of tool definitions", field), field);
   if (tools.size() > kMaxTools)
-    throw ApiError::bad_request(fmt::format("'tools' holds {} tools; at most {} are allowed", tools.size(), kMaxTools),
-                                "tools");
+    throw ApiError::bad_request(
+        fmt::format("'{}' holds {} tools; at most {} are allowed", field, tools.size(), kMaxTools), field);
   std::set<std::string> names;
   for (size_t i = 0; i < tools.size(); ++i) {
     const json& t = tools[i];
-    const std::string where = fmt::format("tools[{}]", i);
+    const std::string where = fmt::format("{}[{}]", field, i);
     if (!t.is_object()) throw ApiError::bad_request(where + " must be an object", where);
     if (!t.contains("type") || t["type"] != "function")
       throw ApiError::bad_request(where + ".type must be \"function\"", where + ".type");
@@ -207,21 +160,16 @@ void validate_tools(const json& tools) {
     // The schema is compiled where its grammar is built (tool_grammar.h): under "auto" one that cannot be
     // compiled falls back to any JSON object instead of failing the request.
     if (f.contains("parameters") && !f["parameters"].is_null()) {
-      const std::string field = where + ".function.parameters";
-      if (!f["parameters"].is_object()) throw ApiError::bad_request(field + " must be a JSON Schema object", field);
+      const std::string params = where + ".function.parameters";
+      if (!f["parameters"].is_object()) throw ApiError::bad_request(params + " must be a JSON Schema object", params);
     }
   }
 }
 
-// tools, tool_choice, parallel_tool_calls and chat_template_kwargs (chat only).
-void parse_tools(const Fields& f, GenerateRequest& r) {
-  const json* tools = f.get("tools");
-  if (tools) {
-    validate_tools(*tools);
-    if (!tools->empty()) r.tools = *tools;
-  }
-  r.tool_choice = r.tools.is_null() ? ToolChoice::kNone : ToolChoice::kAuto;
-  if (const json* tc = f.get("tool_choice")) {
+void parse_tool_choice(const json* tc, ChatRequest& r) {
+  const bool has_tools = r.tools.is_array() && !r.tools.empty();
+  r.tool_choice = has_tools ? ToolChoice::kAuto : ToolChoice::kNone;
+  if (tc) {
     if (tc->is_string()) {
       const std::string s = tc->get<std::string>();
       if (s == "none")
@@ -244,9 +192,9 @@ void parse_tools(const Fields& f, GenerateRequest& r) {
           "{\"name\": ...}}",
           "tool_choice");
     }
-    if (r.tools.is_null() && (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed))
+    if (!has_tools && (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed))
       throw ApiError::bad_request("'tool_choice' requires 'tools'", "tool_choice");
-    if (r.tools.is_null() && r.tool_choice == ToolChoice::kAuto) r.tool_choice = ToolChoice::kNone;
+    if (!has_tools && r.tool_choice == ToolChoice::kAuto) r.tool_choice = ToolChoice::kNone;
   }
   if (r.tool_choice == ToolChoice::kNamed) {
     bool found = false;
@@ -256,17 +204,43 @@ void parse_tools(const Fields& f, GenerateRequest& r) {
           fmt::format("'tool_choice' names the function '{}', which is not in 'tools'", r.tool_choice_name),
           "tool_choice");
   }
+}
+
+std::string parse_reasoning_effort(const json* effort, const std::string& field) {
+  if (!effort) return "";
+  if (effort->is_string()) {
+    const std::string e = effort->get<std::string>();
+    for (const char* known : {"none", "minimal", "low", "medium", "high"})
+      if (e == known) return e;
+  }
+  throw ApiError::bad_request(
+      fmt::format("'{}' must be one of none, minimal, low, medium, high, got {}", field, effort->dump()), field);
+}
+
+namespace {
+
+// The chat conversation: messages, tools, tool_choice, parallel_tool_calls, chat_template_kwargs, reasoning_effort.
+void parse_chat(const Fields& f, ChatRequest& r) {
+  const json* m = f.get("messages");
+  if (!m) throw ApiError::bad_request("'messages' is required", "messages");
+  r.messages = parse_chat_messages(*m);
+  if (const json* tools = f.get("tools")) {
+    validate_tools(*tools);
+    if (!tools->empty()) r.tools = *tools;
+  }
+  parse_tool_choice(f.get("tool_choice"), r);
   if (auto v = f.boolean("parallel_tool_calls")) r.parallel_tool_calls = *v;
   if (const json* kw = f.get("chat_template_kwargs")) {
     if (!kw->is_object())
       throw ApiError::bad_request("'chat_template_kwargs' must be an object of template variables",
                                   "chat_template_kwargs");
-    r.chat_template_kwargs = *kw;
+    r.template_kwargs = *kw;
   }
+  r.reasoning_effort = parse_reasoning_effort(f.get("reasoning_effort"), "reasoning_effort");
 }
 
 // OpenAI's response_format and vLLM's guided_* fields → SamplingParams::structured_output (at most one).
-void parse_structured_output(const Fields& f, SamplingParams& sp) {
+void parse_structured_output(const Fields& f, SamplingParams& sp, bool response_format) {
   int given = 0;
   auto set = [&](StructuredOutputSpec spec, const char* field) {
     if (++given > 1)
@@ -277,7 +251,7 @@ void parse_structured_output(const Fields& f, SamplingParams& sp) {
     spec.source = field;
     sp.structured_output = std::move(spec);
   };
-  if (const json* rf = f.get("response_format")) {
+  if (const json* rf = response_format ? f.get("response_format") : nullptr) {
     if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
       throw ApiError::bad_request("'response_format' must be an object with a string 'type'", "response_format");
     const std::string type = (*rf)["type"].get<std::string>();
@@ -325,16 +299,20 @@ void parse_structured_output(const Fields& f, SamplingParams& sp) {
   }
 }
 
-// The sampling fields: lengths, temperature and filters, penalties, seed, n, logprobs (chat and completions
-// spell logprobs differently).
-void parse_sampling(Fields& f, GenerateRequest& r, bool chat) {
+// The sampling fields: lengths, temperature and filters, penalties, seed, n, logprobs (each API spells the length
+// and logprobs its own way; the Responses API has one output and reads its top_logprobs itself).
+void parse_sampling(Fields& f, GenerateRequest& r, GenerationApi api) {
   SamplingParams& sp = r.params;
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
-  // max_completion_tokens is the newer name of max_tokens in the chat API.
-  for (const char* name : {"max_tokens", "max_completion_tokens"})
+  // max_completion_tokens is the newer name of max_tokens in the chat API; the Responses API says max_output_tokens.
+  const std::vector<const char*> lengths = api == GenerationApi::kResponses
+                                               ? std::vector<const char*>{"max_output_tokens"}
+                                               : std::vector<const char*>{"max_tokens", "max_completion_tokens"};
+  for (const char* name : lengths)
     if (auto v = f.integer(name, 1, kIntMax)) {
       sp.max_tokens = static_cast<int32_t>(*v);
       r.max_tokens_given = true;
+      r.max_tokens_field = name;
     }
   if (auto v = f.number("temperature", 0, 1e6)) sp.temperature = static_cast<float>(*v);
   if (auto v = f.number("top_p", 0, 1, /*lo_open=*/true)) sp.top_p = static_cast<float>(*v);
@@ -346,13 +324,14 @@ void parse_sampling(Fields& f, GenerateRequest& r, bool chat) {
   if (auto v = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
     sp.seed = static_cast<uint64_t>(*v);
   if (auto v = f.boolean("ignore_eos")) sp.ignore_eos = *v;
-  if (auto v = f.integer("n", 1, kMaxN)) r.n = static_cast<int32_t>(*v);
-  if (chat) {
+  if (api != GenerationApi::kResponses)
+    if (auto v = f.integer("n", 1, kMaxN)) r.n = static_cast<int32_t>(*v);
+  if (api == GenerationApi::kChat) {
     const bool want = f.boolean("logprobs").value_or(false);
     const auto top = f.integer("top_logprobs", 0, kMaxLogprobs);
     if (top && !want) throw ApiError::bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
     if (want) sp.logprobs = static_cast<int32_t>(top.value_or(0));
-  } else {
+  } else if (api == GenerationApi::kCompletions) {
     if (auto v = f.integer("logprobs", 0, kMaxLogprobs)) sp.logprobs = static_cast<int32_t>(*v);
     if (auto v = f.boolean("echo")) r.echo = *v;
     if (r.echo) throw ApiError::bad_request("'echo' is not supported", "echo");
@@ -429,32 +408,19 @@ GenerateRequest parse(const json& body, bool chat) {
   Fields f(body);
   GenerateRequest r;
   r.chat = chat;
-  if (auto m = f.string("model")) r.model = *m;
   if (chat) {
-    const json* m = f.get("messages");
-    if (!m) throw ApiError::bad_request("'messages' is required", "messages");
-    validate_messages(*m);
-    r.messages = *m;
-    parse_tools(f, r);
+    parse_chat(f, r.chat_request);
   } else {
     const json* p = f.get("prompt");
     if (!p) throw ApiError::bad_request("'prompt' is required", "prompt");
     r.prompts = parse_prompt(*p);
   }
-  SamplingParams& sp = r.params;
-  parse_sampling(f, r, chat);
-  parse_stop(f, r);
-  parse_structured_output(f, sp);
-  parse_token_ids(f, sp);
-  if (const json* iv = f.get("interventions")) r.interventions = parse_interventions(*iv);
-  parse_stream(f, r);
-  if (auto err = sp.validate()) throw ApiError::bad_request(err->message, err->param);
+  parse_generation_fields(body, chat ? GenerationApi::kChat : GenerationApi::kCompletions, r);
   return r;
 }
 
-}  // namespace
-
-std::variant<GenerateRequest, ApiError> parse_generate_request(const nlohmann::json& body, bool chat) {
+template <typename Json>
+std::variant<GenerateRequest, ApiError> parse_caught(const Json& body, bool chat) {
   try {
     return parse(body, chat);
   } catch (const ApiError& e) {
@@ -464,14 +430,37 @@ std::variant<GenerateRequest, ApiError> parse_generate_request(const nlohmann::j
   }
 }
 
-std::variant<TokenizeRequest, ApiError> parse_tokenize_request(const nlohmann::json& body) {
+}  // namespace
+
+void parse_generation_fields(const json& body, GenerationApi api, GenerateRequest& r) {
+  Fields f(body);
+  if (auto m = f.string("model")) r.model = *m;
+  SamplingParams& sp = r.params;
+  parse_sampling(f, r, api);
+  parse_stop(f, r);
+  // The Responses API says text.format (parsed with the rest of its fields); vLLM's guided_* serve every API.
+  parse_structured_output(f, sp, api != GenerationApi::kResponses);
+  parse_token_ids(f, sp);
+  if (const json* iv = f.get("interventions")) r.interventions = parse_interventions(nlohmann::json(*iv));
+  parse_stream(f, r);
+  if (auto err = sp.validate()) throw ApiError::bad_request(err->message, err->param);
+}
+
+std::variant<GenerateRequest, ApiError> parse_generate_request(const json& body, bool chat) {
+  return parse_caught(body, chat);
+}
+
+std::variant<GenerateRequest, ApiError> parse_generate_request(const nlohmann::json& body, bool chat) {
+  return parse_caught(json(body), chat);
+}
+
+std::variant<TokenizeRequest, ApiError> parse_tokenize_request(const json& body) {
   try {
     if (!body.is_object()) throw ApiError::bad_request("the request body must be a JSON object");
     Fields f(body);
     TokenizeRequest r;
     if (const json* m = f.get("messages")) {
-      validate_messages(*m);
-      r.messages = *m;
+      r.chat_request.messages = parse_chat_messages(*m);
     } else {
       r.prompt = f.string("prompt");
       if (!r.prompt) throw ApiError::bad_request("'prompt' (a string) or 'messages' is required", "prompt");

@@ -5,8 +5,10 @@
 
 #include "core/error.h"
 #include "core/json_scan.h"
+#include "core/log.h"
 #include "server/chat_prompt.h"
 #include "server/generation.h"
+#include "server/generation_config.h"
 #include "server/openai_responses.h"
 #include "server/openai_schema.h"
 #include "server/tool_grammar.h"
@@ -36,10 +38,11 @@ int json_depth(const std::string& s) {
   return max_depth;
 }
 
-std::variant<json, ApiError> parse_body(const std::string& text) {
+template <typename Json = ordered_json>
+std::variant<Json, ApiError> parse_body(const std::string& text) {
   if (json_depth(text) > kMaxJsonDepth)
     return ApiError::bad_request(fmt::format("the JSON body nests deeper than {} levels", kMaxJsonDepth));
-  json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  Json body = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return ApiError::bad_request("the request body is not valid JSON");
   if (!body.is_object()) return ApiError::bad_request("the request body must be a JSON object");
   return body;
@@ -54,60 +57,16 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 
 std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
 
-// generation_config.json defaults fill the sampling fields a request leaves out (vLLM's --generation-config).
-void apply_defaults(json& body, const json& defaults, bool chat) {
-  for (const auto& [key, value] : defaults.items()) {
-    if (key == "max_tokens" && chat && body.contains("max_completion_tokens")) continue;
-    if (!body.contains(key)) body[key] = value;
-  }
-}
-
-// A chat request's messages and template variables in the client's key order (a template's `tojson` of the
-// tools shows it). Assistant tool_calls arguments given as JSON text become objects, as templates expect
-// (vLLM does the same); chat_template_kwargs and the tools are the template's further variables.
-struct ChatInputs {
-  ordered_json messages;
-  ordered_json extra = ordered_json::object();
-  ordered_json tools;
-};
-
-ChatInputs chat_inputs(const std::string& body_text) {
-  const ordered_json body = ordered_json::parse(body_text, nullptr, /*allow_exceptions=*/false);
-  ChatInputs in;
-  if (!body.is_object()) return in;
-  if (auto m = body.find("messages"); m != body.end()) in.messages = *m;
-  for (ordered_json& m : in.messages) {
-    // A null content (an assistant turn with tool calls only) is "" to the template, as vLLM passes it: templates
-    // concatenate it.
-    if (auto c = m.find("content"); c != m.end() && c->is_null()) *c = "";
-    auto calls = m.find("tool_calls");
-    if (calls == m.end() || !calls->is_array()) continue;
-    for (ordered_json& c : *calls) {
-      ordered_json& f = c["function"];
-      if (!f.contains("arguments") || !f["arguments"].is_string()) continue;
-      ordered_json args = ordered_json::parse(f["arguments"].get<std::string>(), nullptr, false);
-      if (args.is_object()) f["arguments"] = std::move(args);
-    }
-  }
-  if (auto kw = body.find("chat_template_kwargs"); kw != body.end() && kw->is_object())
-    for (auto it = kw->begin(); it != kw->end(); ++it)
-      if (it.key() != "messages") in.extra[it.key()] = it.value();
-  if (auto t = body.find("tools"); t != body.end() && t->is_array() && !t->empty()) {
-    in.tools = *t;
-    in.extra["tools"] = *t;
-  }
-  return in;
-}
-
 // Prompts → token ids; a chat template failure is the client's 400.
 std::variant<std::vector<std::vector<int32_t>>, ApiError> prompt_ids(const Tokenizer& tok, const GenerateRequest& r,
-                                                                     const ChatInputs* chat) {
+                                                                     const ChatTemplateStyle& style,
+                                                                     const std::string& prompt_field) {
   std::vector<std::vector<int32_t>> prompts;
-  if (chat) {
+  if (r.chat) {
     try {
-      prompts.push_back(chat_prompt_ids(tok, chat->messages, true, chat->extra));
+      prompts.push_back(chat_prompt_ids(tok, r.chat_request, style));
     } catch (const Error& e) {
-      return ApiError::bad_request(fmt::format("chat template: {}", e.what()), "messages");
+      return ApiError::bad_request(fmt::format("chat template: {}", e.what()), prompt_field);
     }
     return prompts;
   }
@@ -122,8 +81,7 @@ std::variant<std::vector<std::vector<int32_t>>, ApiError> prompt_ids(const Token
 
 // Checks the prompts against the vocabulary and max_model_len and settles max_tokens.
 std::optional<ApiError> check_lengths(const Tokenizer& tok, const std::vector<std::vector<int32_t>>& prompts,
-                                      GenerateRequest& r, bool chat, int64_t max_model_len, bool max_completion) {
-  const char* prompt_field = chat ? "messages" : "prompt";
+                                      GenerateRequest& r, const std::string& prompt_field, int64_t max_model_len) {
   int64_t longest = 0;
   for (const auto& ids : prompts) {
     if (ids.empty()) return ApiError::bad_request("the prompt is empty", prompt_field);
@@ -140,33 +98,51 @@ std::optional<ApiError> check_lengths(const Tokenizer& tok, const std::vector<st
                                  prompt_field);
   const int64_t room = max_model_len - longest;
   if (!r.max_tokens_given) {
-    r.params.max_tokens = static_cast<int32_t>(chat ? room : std::min<int64_t>(16, room));
+    r.params.max_tokens = static_cast<int32_t>(r.chat ? room : std::min<int64_t>(16, room));
   } else if (r.params.max_tokens > room) {
     return ApiError::bad_request(fmt::format("max_tokens is {}, but the prompt has {} tokens and max_model_len is {}: "
                                              "at most {} tokens can be generated",
                                              r.params.max_tokens, longest, max_model_len, room),
-                                 max_completion ? "max_completion_tokens" : "max_tokens");
+                                 r.max_tokens_field);
   }
   return std::nullopt;
 }
 
 }  // namespace
 
-std::variant<json, ApiError> parse_json_object(const std::string& text) { return parse_body(text); }
+std::variant<json, ApiError> parse_json_object(const std::string& text) { return parse_body<json>(text); }
+std::variant<ordered_json, ApiError> parse_ordered_json_object(const std::string& text) { return parse_body(text); }
+
+namespace {
+
+// The style of the served template, settled once (the front of --data-parallel-size asks on every request).
+ChatTemplateStyle style_of(const Tokenizer& tok, const ServerConfig& config) {
+  static std::mutex mu;
+  static std::string cached_template;
+  static std::optional<ContentFormat> cached_forced;
+  static ChatTemplateStyle cached = ChatTemplateStyle::of("");
+  std::lock_guard<std::mutex> lock(mu);
+  if (tok.chat_template() != cached_template || config.chat_template_content_format != cached_forced) {
+    cached = ChatTemplateStyle::of(tok.chat_template(), config.chat_template_content_format);
+    cached_template = tok.chat_template();
+    cached_forced = config.chat_template_content_format;
+  }
+  return cached;
+}
+
+}  // namespace
 
 std::optional<std::vector<int32_t>> routing_prompt_ids(const Tokenizer& tok, const ServerConfig& config, bool chat,
                                                        const std::string& body_text) {
   auto body = parse_body(body_text);
-  auto* fields = std::get_if<json>(&body);
+  auto* fields = std::get_if<ordered_json>(&body);
   if (!fields) return std::nullopt;
   auto parsed = parse_generate_request(*fields, chat);
   auto* r = std::get_if<GenerateRequest>(&parsed);
   if (!r || (!r->model.empty() && r->model != config.served_model_name) || !r->interventions.empty())
     return std::nullopt;
   if (!chat && r->prompts.size() != 1) return std::nullopt;
-  ChatInputs inputs;
-  if (chat) inputs = chat_inputs(body_text);
-  auto prompts = prompt_ids(tok, *r, chat ? &inputs : nullptr);
+  auto prompts = prompt_ids(tok, *r, style_of(tok, config), "");
   auto* ids = std::get_if<std::vector<std::vector<int32_t>>>(&prompts);
   if (!ids || ids->empty()) return std::nullopt;
   return std::move(ids->front());
@@ -184,6 +160,10 @@ void Router::set_ready(const ModelContext& ctx) {
     tool_format_ = *f;
   else if (auto d = detect_tool_call_format(ctx.tokenizer->chat_template()))
     tool_format_ = *d;
+  template_style_ = ChatTemplateStyle::of(ctx.tokenizer->chat_template(), config_.chat_template_content_format);
+  log_info("Chat template content format: {} ({}; --chat-template-content-format overrides)",
+           content_format_name(template_style_.content_format),
+           config_.chat_template_content_format ? "given" : "detected from the template");
   ready_ = true;
 }
 
@@ -216,7 +196,7 @@ void Router::add_cors(const HttpRequest& req, HttpReply& reply) const {
   reply.headers.emplace_back("Access-Control-Allow-Origin", any ? "*" : req.origin);
   if (!any) reply.headers.emplace_back("Vary", "Origin");
   if (req.method == "OPTIONS") {
-    reply.headers.emplace_back("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    reply.headers.emplace_back("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
     reply.headers.emplace_back("Access-Control-Allow-Headers", req.access_control_request_headers.empty()
                                                                    ? "Authorization, Content-Type"
                                                                    : req.access_control_request_headers);
@@ -235,9 +215,59 @@ HttpReply Router::handle(const HttpRequest& req, std::function<void()> on_engine
   return reply;
 }
 
+const std::vector<Router::Route>& Router::routes() {
+  using C = RouteCall;
+  static const std::vector<Route> table = {
+      {"GET", "/health", false, true, [](Router& r, C&) { return r.health(); }},
+      {"GET", "/metrics", false, true, [](Router& r, C&) { return r.metrics_text(); }},
+      {"GET", "/v1/models", true, true, [](Router& r, C&) { return r.models(); }},
+      {"POST", "/v1/completions", true, true,
+       [](Router& r, C& c) { return r.generate(c.req, false, std::move(c.on_engine_output)); }},
+      {"POST", "/v1/chat/completions", true, true,
+       [](Router& r, C& c) { return r.generate(c.req, true, std::move(c.on_engine_output)); }},
+      {"POST", "/v1/responses", true, true,
+       [](Router& r, C& c) { return r.create_response(c.req, std::move(c.on_engine_output)); }},
+      {"GET", "/v1/responses/{}", true, true, [](Router& r, C& c) { return r.get_response(c.req, c.arg); }},
+      {"DELETE", "/v1/responses/{}", true, true, [](Router& r, C& c) { return r.delete_response(c.req, c.arg); }},
+      {"POST", "/tokenize", true, true, [](Router& r, C& c) { return r.tokenize(c.req); }},
+      {"POST", "/detokenize", true, true, [](Router& r, C& c) { return r.detokenize(c.req); }},
+      {"POST", "/v1/load_lora_adapter", true, true, [](Router& r, C& c) { return r.lora_admin(c.req, true); }},
+      {"POST", "/v1/unload_lora_adapter", true, true, [](Router& r, C& c) { return r.lora_admin(c.req, false); }},
+      {"GET", "/v1/engine/state", true, true, [](Router& r, C&) { return r.engine_state(); }},
+      {"GET", "/v1/engine/prefix_summary", true, true, [](Router& r, C&) { return r.prefix_summary(); }},
+      {"POST", "/v1/engine/trace", true, true,
+       [](Router& r, C& c) { return r.engine_trace(c.req, std::move(c.on_engine_output)); }},
+      // The web pages hold no data (what they show comes from the routes above, behind the key).
+      {"GET", "/", false, false, [](Router& r, C&) { return r.web_page("/"); }},
+      {"GET", "/index.html", false, false, [](Router& r, C&) { return r.web_page("/index.html"); }},
+      {"GET", "/dashboard", false, false, [](Router& r, C&) { return r.web_page("/dashboard"); }},
+      {"GET", "/trace", false, false, [](Router& r, C&) { return r.web_page("/trace"); }},
+      {"GET", "/web/{}", false, false, [](Router& r, C& c) { return r.web_page("/web/" + c.arg); }},
+  };
+  return table;
+}
+
+namespace {
+
+// `pattern` against `path`: equal, or equal up to a trailing "{}" that matches one non-empty path segment (`arg`).
+bool path_matches(std::string_view pattern, std::string_view path, std::string& arg) {
+  const size_t hole = pattern.find("{}");
+  if (hole == std::string_view::npos) return pattern == path;
+  if (path.size() <= hole || path.substr(0, hole) != pattern.substr(0, hole)) return false;
+  const std::string_view rest = path.substr(hole);
+  if (rest.find('/') != std::string_view::npos) return false;
+  arg = std::string(rest);
+  return true;
+}
+
+bool method_matches(std::string_view route, std::string_view method) {
+  return route == method || (route == "GET" && method == "HEAD");
+}
+
+}  // namespace
+
 HttpReply Router::route(const HttpRequest& req, std::function<void()>& on_engine_output) {
   const std::string path = path_of(req.target);
-  const bool get = req.method == "GET" || req.method == "HEAD", post = req.method == "POST";
   HttpReply reply;
   if (req.method == "OPTIONS" && !req.origin.empty()) {  // a CORS preflight
     reply.status = 204;
@@ -245,34 +275,28 @@ HttpReply Router::route(const HttpRequest& req, std::function<void()>& on_engine
     return reply;
   }
   if (handler_) return handler_(req, std::move(on_engine_output));
-  if (get && path == "/health") {
-    if (!is_ready(reply)) return reply;
-    reply.content_type = "text/plain";
-    return reply;
+  for (const Route& route : routes()) {
+    std::string arg;
+    if (!method_matches(route.method, req.method) || !path_matches(route.path, path, arg)) continue;
+    if (route.needs_key && !authorized(req, reply)) return reply;
+    if (route.needs_model && !is_ready(reply)) return reply;
+    RouteCall call{req, std::move(arg), std::move(on_engine_output)};
+    return route.handler(*this, call);
   }
-  if (get && path == "/metrics") {
-    if (!is_ready(reply)) return reply;
-    reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    reply.body = ctx_.metrics->render();
-    return reply;
-  }
-  const bool known =
-      (get && (path == "/v1/models" || path == "/v1/engine/state" || path == "/v1/engine/prefix_summary")) ||
-      (post &&
-       (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" || path == "/detokenize" ||
-        path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter" || path == "/v1/engine/trace"));
-  if (!known && get && path.rfind("/v1/", 0) != 0) return web_page(path);
-  if (!known) return error({404, fmt::format("no route for {} {}", req.method, path), "", ""});
-  if (!authorized(req, reply) || !is_ready(reply)) return reply;
-  if (path == "/v1/models") return models();
-  if (path == "/v1/engine/state") return engine_state();
-  if (path == "/v1/engine/prefix_summary") return prefix_summary();
-  if (path == "/v1/engine/trace") return engine_trace(req, std::move(on_engine_output));
-  if (path == "/tokenize") return tokenize(req);
-  if (path == "/detokenize") return detokenize(req);
-  if (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter")
-    return lora_admin(req, path == "/v1/load_lora_adapter");
-  return generate(req, path == "/v1/chat/completions", std::move(on_engine_output));
+  return error({404, fmt::format("no route for {} {}", req.method, path), "", ""});
+}
+
+HttpReply Router::health() const {
+  HttpReply reply;
+  reply.content_type = "text/plain";
+  return reply;
+}
+
+HttpReply Router::metrics_text() const {
+  HttpReply reply;
+  reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  reply.body = ctx_.metrics->render();
+  return reply;
 }
 
 HttpReply Router::models() const {
@@ -302,7 +326,7 @@ HttpReply Router::lora_admin(const HttpRequest& req, bool load) {
     return error(ApiError::bad_request("LoRA adapters are off: start the server with --enable-lora", "lora_name"));
   auto body = parse_body(req.body);
   if (auto* e = std::get_if<ApiError>(&body)) return error(*e);
-  const json& j = std::get<json>(body);
+  const ordered_json& j = std::get<ordered_json>(body);
   const auto field = [&](const char* key) -> std::variant<std::string, ApiError> {
     if (!j.contains(key) || !j[key].is_string())
       return ApiError::bad_request(fmt::format("'{}' is required and must be a string", key), key);
@@ -329,14 +353,14 @@ HttpReply Router::lora_admin(const HttpRequest& req, bool load) {
 HttpReply Router::tokenize(const HttpRequest& req) {
   auto body = parse_body(req.body);
   if (auto* e = std::get_if<ApiError>(&body)) return error(*e);
-  auto parsed = parse_tokenize_request(std::get<json>(body));
+  auto parsed = parse_tokenize_request(std::get<ordered_json>(body));
   if (auto* e = std::get_if<ApiError>(&parsed)) return error(*e);
   const TokenizeRequest& r = std::get<TokenizeRequest>(parsed);
   const Tokenizer& tok = *ctx_.tokenizer;
   std::vector<int32_t> ids;
   try {
     ids = r.prompt ? tok.encode(*r.prompt, r.add_special_tokens && tok.add_bos(), false)
-                   : chat_prompt_ids(tok, r.messages, true);
+                   : chat_prompt_ids(tok, r.chat_request, template_style_);
   } catch (const Error& e) {
     return error(ApiError::bad_request(fmt::format("chat template: {}", e.what()), "messages"));
   }
@@ -346,7 +370,7 @@ HttpReply Router::tokenize(const HttpRequest& req) {
 HttpReply Router::detokenize(const HttpRequest& req) {
   auto body = parse_body(req.body);
   if (auto* e = std::get_if<ApiError>(&body)) return error(*e);
-  auto parsed = parse_detokenize_request(std::get<json>(body));
+  auto parsed = parse_detokenize_request(std::get<ordered_json>(body));
   if (auto* e = std::get_if<ApiError>(&parsed)) return error(*e);
   const auto& ids = std::get<std::vector<int32_t>>(parsed);
   for (int32_t id : ids)
@@ -357,8 +381,7 @@ HttpReply Router::detokenize(const HttpRequest& req) {
   return json_reply(200, {{"prompt", ctx_.tokenizer->decode(ids, true)}});
 }
 
-std::optional<ApiError> Router::apply_tools(const GenerateRequest& r, const ordered_json& tools,
-                                            SamplingParams& params) const {
+std::optional<ApiError> Router::apply_tools(const ChatRequest& r, SamplingParams& params) const {
   const bool forced = r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed;
   if (r.tool_choice == ToolChoice::kAuto && !config_.enable_auto_tool_choice)
     return ApiError::bad_request(
@@ -377,7 +400,7 @@ std::optional<ApiError> Router::apply_tools(const GenerateRequest& r, const orde
   o.parallel = r.parallel_tool_calls && r.tool_choice != ToolChoice::kNamed;
   o.lazy = !forced;
   try {
-    params.structured_output = tool_calls_spec(tools, o, *ctx_.tokenizer);
+    params.structured_output = tool_calls_spec(r.tools, o, *ctx_.tokenizer);
     if (o.lazy && !config_.reasoning_parser.empty()) {  // no call is triggered inside the thinking
       params.structured_output->think_open = "<think>";
       params.structured_output->think_close = "</think>";
@@ -394,64 +417,73 @@ std::optional<ApiError> Router::apply_tools(const GenerateRequest& r, const orde
   return std::nullopt;
 }
 
-HttpReply Router::generate(const HttpRequest& req, bool chat, std::function<void()> on_engine_output) {
-  auto body = parse_body(req.body);
-  if (auto* e = std::get_if<ApiError>(&body)) return error(*e);
-  json& fields = std::get<json>(body);
-  apply_defaults(fields, config_.generation_defaults, chat);
-  auto parsed = parse_generate_request(fields, chat);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return error(*e);
-  GenerateRequest& r = std::get<GenerateRequest>(parsed);
+std::optional<ApiError> Router::prepare(GenerateRequest& r, const std::string& prompt_field,
+                                        std::vector<std::vector<int32_t>>& prompts, ChatOutputOptions& output) const {
   if (!r.model.empty() && r.model != config_.served_model_name) {
     r.params.lora = ctx_.loras ? ctx_.loras->find(r.model) : nullptr;  // "model": an adapter's name
     if (!r.params.lora)
-      return error({404,
-                    fmt::format("The model `{}` does not exist (this server serves `{}`{})", r.model,
-                                config_.served_model_name, ctx_.loras ? " and the LoRA adapters of /v1/models" : ""),
-                    "model", "NotFoundError"});
+      return ApiError{404,
+                      fmt::format("The model `{}` does not exist (this server serves `{}`{})", r.model,
+                                  config_.served_model_name, ctx_.loras ? " and the LoRA adapters of /v1/models" : ""),
+                      "model", "NotFoundError"};
   }
   if (r.params.logprobs > config_.max_logprobs)
-    return error(ApiError::bad_request(
+    return ApiError::bad_request(
         fmt::format("at most {} logprobs per token are served (--max-logprobs)", config_.max_logprobs),
-        chat ? "top_logprobs" : "logprobs"));
-  const Tokenizer& tok = *ctx_.tokenizer;
-  ChatInputs inputs;
-  if (chat) inputs = chat_inputs(req.body);
-  const bool tools = chat && r.tool_choice != ToolChoice::kNone;
+        r.chat ? "top_logprobs" : "logprobs");
+  const bool tools = r.chat && r.chat_request.tool_choice != ToolChoice::kNone;
   if (tools)
-    if (auto e = apply_tools(r, inputs.tools, r.params)) return error(*e);
-  auto prompts = prompt_ids(tok, r, chat ? &inputs : nullptr);
-  if (auto* e = std::get_if<ApiError>(&prompts)) return error(*e);
-  auto& ids = std::get<std::vector<std::vector<int32_t>>>(prompts);
-  if (auto e = check_lengths(tok, ids, r, chat, ctx_.max_model_len, chat && fields.contains("max_completion_tokens")))
-    return error(*e);
+    if (auto e = apply_tools(r.chat_request, r.params)) return e;
+  auto ids = prompt_ids(*ctx_.tokenizer, r, template_style_, prompt_field);
+  if (auto* e = std::get_if<ApiError>(&ids)) return *e;
+  prompts = std::move(std::get<std::vector<std::vector<int32_t>>>(ids));
+  if (auto e = check_lengths(*ctx_.tokenizer, prompts, r, prompt_field, ctx_.max_model_len)) return e;
   try {
     r.params.interventions = resolve_interventions(r.interventions, ctx_.directions);
   } catch (const ApiError& e) {
-    return error(e);
+    return e;
   }
-
-  ChatOutputOptions output;
-  if (chat && !config_.reasoning_parser.empty())
+  output = {};
+  if (r.chat && !config_.reasoning_parser.empty())
     output.reasoning = reasoning_format_from_name(config_.reasoning_parser);
   if (tools) output.tools = tool_format_;
   // Calls made under the tool grammar (not beside a response_format's) stream their arguments in fragments.
   output.tool_grammar =
       tools && r.params.structured_output &&
       (r.params.structured_output->source == "tools" || r.params.structured_output->source == "tool_choice");
+  return std::nullopt;
+}
+
+std::optional<ApiError> Router::admit(GenerationJob& job) {
+  std::lock_guard<std::mutex> lock(admission_mu_);
+  const int64_t waiting = ctx_.engine->num_waiting();
+  if (waiting + static_cast<int64_t>(job.num_choices()) > config_.max_waiting)
+    return ApiError{429,
+                    fmt::format("the server is overloaded: {} requests are waiting (--max-waiting {}); retry later",
+                                waiting, config_.max_waiting),
+                    "", ""};
+  return job.start();
+}
+
+HttpReply Router::generate(const HttpRequest& req, bool chat, std::function<void()> on_engine_output) {
+  auto body = parse_body(req.body);
+  if (auto* e = std::get_if<ApiError>(&body)) return error(*e);
+  ordered_json& fields = std::get<ordered_json>(body);
+  if (chat)
+    apply_generation_defaults(fields, config_.generation_defaults, {"max_tokens", "max_completion_tokens"});
+  else
+    apply_generation_defaults(fields, config_.generation_defaults, {"max_tokens"});
+  auto parsed = parse_generate_request(fields, chat);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return error(*e);
+  GenerateRequest& r = std::get<GenerateRequest>(parsed);
+  std::vector<std::vector<int32_t>> ids;
+  ChatOutputOptions output;
+  if (auto e = prepare(r, chat ? "messages" : "prompt", ids, output)) return error(*e);
+  const Tokenizer& tok = *ctx_.tokenizer;
   auto job = std::make_shared<GenerationJob>(*ctx_.engine, tok, std::move(ids), r.params, r.n, r.stop,
                                              /*skip_special_tokens=*/output.tools != ToolCallFormat::kMistral);
   job->set_on_output(std::move(on_engine_output));
-  {
-    std::lock_guard<std::mutex> lock(admission_mu_);
-    const int64_t waiting = ctx_.engine->num_waiting();
-    if (waiting + static_cast<int64_t>(job->num_choices()) > config_.max_waiting)
-      return error({429,
-                    fmt::format("the server is overloaded: {} requests are waiting (--max-waiting {}); retry later",
-                                waiting, config_.max_waiting),
-                    "", ""});
-    if (auto err = job->start()) return error(*err);
-  }
+  if (auto e = admit(*job)) return error(*e);
   ResponseMeta meta;
   meta.chat = chat;
   meta.id = (chat ? "chatcmpl-" : "cmpl-") + next_request_id();
@@ -466,6 +498,12 @@ HttpReply Router::generate(const HttpRequest& req, bool chat, std::function<void
     reply.headers.emplace_back("Cache-Control", "no-cache");
   }
   return reply;
+}
+
+std::string Router::api_key_of(const HttpRequest& req) const {
+  if (config_.api_key.empty()) return "";
+  const std::string prefix = "Bearer ";
+  return req.authorization.compare(0, prefix.size(), prefix) == 0 ? req.authorization.substr(prefix.size()) : "";
 }
 
 }  // namespace kvik::server

@@ -1,7 +1,7 @@
-// The OpenAI API behind the HTTP transport: routes (/v1/models, /v1/completions, /v1/chat/completions,
-// /health, /metrics, /tokenize, /detokenize), API-key auth, CORS, admission (--max-waiting → 429), 503
-// until the model is loaded, and the one place where an ApiError becomes a response. Transport-free: a
-// parsed request in, a reply (a whole body, or a ResponseStream the session drains) out.
+// The OpenAI API behind the HTTP transport: one table of routes (method, path, handler, whether the API key is
+// needed and whether the model must be loaded), API-key auth, CORS, admission (--max-waiting → 429), 503 until
+// the model is loaded, and the one place where an ApiError becomes a response. Transport-free: a parsed request in,
+// a reply (a whole body, or a ReplyBody the session drains) out.
 #pragma once
 
 #include <atomic>
@@ -23,6 +23,7 @@
 #include "server/lora_registry.h"
 #include "server/metrics.h"
 #include "server/openai_schema.h"
+#include "server/response_store.h"
 #include "server/response_stream.h"
 #include "tokenizer/tokenizer.h"
 
@@ -50,6 +51,9 @@ struct ServerConfig {
   std::string tool_call_parser;          // --tool-call-parser (vLLM's names); "" = from the chat template
   bool enable_auto_tool_choice = false;  // --enable-auto-tool-choice: tool_choice "auto" parses calls
   std::string reasoning_parser;          // --reasoning-parser qwen3|deepseek_r1; "" = none
+  // --chat-template-content-format: nullopt = auto (detected from the template, as vLLM does).
+  std::optional<ContentFormat> chat_template_content_format;
+  ResponseStoreLimits response_store;  // /v1/responses kept for previous_response_id and GET
 };
 
 // What the routes need once the model is loaded; all owned elsewhere and alive until the server stops.
@@ -66,7 +70,7 @@ struct HttpRequest {
   std::string method;
   std::string target;  // path and query
   std::string body;
-  std::string authorization;
+  std::string authorization;  // the Authorization header
   std::string origin;
   std::string access_control_request_headers;
 };
@@ -79,8 +83,10 @@ struct HttpReply {
   std::shared_ptr<ReplyBody> stream;  // set: the body comes later (the engine's output), drained on each wake-up
 };
 
-// A request body as a JSON object (nesting bounded before parsing), or the 400 saying what is wrong with it.
+// A request body as a JSON object (nesting bounded before parsing), or the 400 saying what is wrong with it. The
+// ordered form keeps the client's key order (what a chat template may show).
 std::variant<nlohmann::json, ApiError> parse_json_object(const std::string& text);
+std::variant<nlohmann::ordered_json, ApiError> parse_ordered_json_object(const std::string& text);
 
 // Data parallelism's router (server/dp_router.h) hashes the prompt a replica will see: the first prompt's token ids
 // exactly as generate() makes them (chat template, tools, BOS), or nullopt when the request is malformed (the
@@ -91,7 +97,8 @@ std::optional<std::vector<int32_t>> routing_prompt_ids(const Tokenizer& tok, con
 
 class Router {
  public:
-  explicit Router(const ServerConfig& config) : config_(config) {}
+  explicit Router(const ServerConfig& config)
+      : config_(config), responses_(std::make_shared<ResponseStore>(config.response_store)) {}
   void set_ready(const ModelContext& ctx);
   // kvik serve --data-parallel-size: every request but a CORS preflight goes to `handler` (the front process has
   // no engine); CORS headers are still added here. Set before the server listens.
@@ -105,10 +112,28 @@ class Router {
   static HttpReply error(const ApiError& e);
 
  private:
+  // One route: its method ("GET" also answers HEAD), its path ("{}" matches one path segment, handed to the
+  // handler as `arg`), whether it needs the API key and the loaded model, and its handler.
+  struct RouteCall {
+    const HttpRequest& req;
+    std::string arg;
+    std::function<void()> on_engine_output;
+  };
+  struct Route {
+    const char* method;
+    const char* path;
+    bool needs_key;
+    bool needs_model;
+    HttpReply (*handler)(Router&, RouteCall&);
+  };
+  static const std::vector<Route>& routes();
+
   HttpReply route(const HttpRequest& req, std::function<void()>& on_engine_output);
   void add_cors(const HttpRequest& req, HttpReply& reply) const;
   bool authorized(const HttpRequest& req, HttpReply& reply) const;
   bool is_ready(HttpReply& reply) const;
+  HttpReply health() const;
+  HttpReply metrics_text() const;
   HttpReply models() const;
   HttpReply generate(const HttpRequest& req, bool chat, std::function<void()> on_engine_output);
   HttpReply tokenize(const HttpRequest& req);
@@ -122,15 +147,30 @@ class Router {
   HttpReply engine_trace(const HttpRequest& req, std::function<void()> on_engine_output);
   // POST /v1/load_lora_adapter {"lora_name", "lora_path"} and /v1/unload_lora_adapter {"lora_name"}.
   HttpReply lora_admin(const HttpRequest& req, bool load);
+  // POST /v1/responses, GET and DELETE /v1/responses/{id} (responses_routes.cpp).
+  HttpReply create_response(const HttpRequest& req, std::function<void()> on_engine_output);
+  HttpReply get_response(const HttpRequest& req, const std::string& id);
+  HttpReply delete_response(const HttpRequest& req, const std::string& id);
 
-  // Tools of a chat request: the parse format, and the grammar when tool_choice asks for one.
-  std::optional<ApiError> apply_tools(const GenerateRequest& r, const nlohmann::ordered_json& tools,
-                                      SamplingParams& params) const;
+  // A parsed generation request made ready for the engine: the adapter its model names, logprobs within
+  // --max-logprobs, the tool grammar, its prompts' token ids (the chat template for a chat request) within
+  // max_model_len, its interventions; `output` says how a chat choice's text is parsed. `prompt_field` names the
+  // prompt in errors.
+  std::optional<ApiError> prepare(GenerateRequest& r, const std::string& prompt_field,
+                                  std::vector<std::vector<int32_t>>& prompts, ChatOutputOptions& output) const;
+  // Queues the job in the engine unless --max-waiting requests already wait (429) or the engine refuses it.
+  std::optional<ApiError> admit(GenerationJob& job);
+  // Tools of a chat request: the grammar when tool_choice asks for one.
+  std::optional<ApiError> apply_tools(const ChatRequest& r, SamplingParams& params) const;
+  // The key the request presented ("" without --api-key): responses are stored per key.
+  std::string api_key_of(const HttpRequest& req) const;
 
   const ServerConfig& config_;
   Handler handler_;
   ModelContext ctx_;
   ToolCallFormat tool_format_ = ToolCallFormat::kHermes;  // --tool-call-parser, else the template's, else hermes
+  ChatTemplateStyle template_style_;                      // what the model's template expects of the messages
+  std::shared_ptr<ResponseStore> responses_;              // shared with the streams that store what they finish
   std::atomic<bool> ready_{false};
   std::mutex admission_mu_;  // check-then-add of the waiting limit
   std::mutex state_json_mu_;
